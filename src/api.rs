@@ -1,0 +1,367 @@
+//! The operator HTTP API (SPEC 5): submit, count, list, inspect and redrive jobs; and the dashboard.
+//!
+//! Plain requests in, plain responses out, over the ledger and queue ports, so every route is
+//! tested natively. Every route but the dashboard shell needs `Authorization: Bearer <ADMIN_TOKEN>`
+//! (compared in constant time); the shell carries no data and asks for the token itself, because
+//! a browser cannot attach a bearer token to a page load. Errors are `{"error": ...}` JSON.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+use base64::Engine;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::clock::Clock;
+use crate::config::{Config, ConfigError, MAX_DELAY_SECONDS};
+use crate::envelope::{checked_key, checked_max_attempts, Envelope, JobMeta};
+use crate::ledger::{stmt, Job, JobSpec, Ledger, Redrive, Sql, Status};
+use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES};
+
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Most jobs in one `POST /jobs`.
+pub const MAX_JOBS_PER_REQUEST: usize = 1000;
+/// Largest page.
+pub const MAX_PAGE: u32 = 200;
+
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// A request, as the edge read it.
+#[derive(Debug, Clone, Default)]
+pub struct ApiRequest {
+    /// "GET", "POST", ...
+    pub method: String,
+    /// URL path, percent-encoded as received.
+    pub path: String,
+    /// Query string without `?`.
+    pub query: String,
+    /// The `Authorization` header.
+    pub authorization: Option<String>,
+    /// Body bytes.
+    pub body: Vec<u8>,
+}
+
+/// A response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiResponse {
+    /// Status code.
+    pub status: u16,
+    /// Content type.
+    pub content_type: &'static str,
+    /// Body text.
+    pub body: String,
+}
+
+impl ApiResponse {
+    fn json(status: u16, v: Value) -> Self {
+        ApiResponse { status, content_type: "application/json", body: v.to_string() }
+    }
+    fn error(status: u16, msg: impl Into<String>) -> Self {
+        Self::json(status, json!({ "error": msg.into() }))
+    }
+    /// The body parsed as JSON (for tests and callers that inspect responses).
+    pub fn json_body(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// The API's ports and settings for one request.
+pub struct Api<'a, S: Sql, Q, C> {
+    /// The ledger.
+    pub ledger: &'a Ledger<S>,
+    /// Where jobs are sent.
+    pub queue: &'a Q,
+    /// Time.
+    pub clock: &'a C,
+    /// Checked vars, or why they are bad.
+    pub cfg: Result<&'a Config, &'a ConfigError>,
+    /// `ADMIN_TOKEN`, if configured.
+    pub admin_token: Option<&'a str>,
+    /// New job ids.
+    pub new_id: &'a dyn Fn() -> String,
+}
+
+/// Compares two secrets without revealing where (or whether, by length) they differ.
+pub fn constant_time_eq(a: &str, b: &str) -> bool {
+    let (x, y) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
+    x.iter().zip(y.iter()).fold(0u8, |acc, (p, q)| acc | (p ^ q)) == 0
+}
+
+impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
+    /// Answers one request. Never fails: errors are responses.
+    pub async fn handle(&self, req: &ApiRequest) -> ApiResponse {
+        if req.method == "GET" && (req.path == "/" || req.path == "/index.html") {
+            return ApiResponse { status: 200, content_type: "text/html; charset=utf-8", body: DASHBOARD.to_string() };
+        }
+        let Some(token) = self.admin_token.filter(|t| !t.is_empty()) else {
+            return ApiResponse::error(503, "ADMIN_TOKEN is not configured; set it with `wrangler secret put ADMIN_TOKEN`");
+        };
+        let presented = req.authorization.as_deref().and_then(|h| h.strip_prefix("Bearer "));
+        if !presented.is_some_and(|p| constant_time_eq(p.trim(), token)) {
+            return ApiResponse::error(401, "missing or wrong bearer token");
+        }
+        let cfg = match self.cfg {
+            Ok(c) => c,
+            Err(e) => return ApiResponse::error(500, format!("configuration error: {e}")),
+        };
+        let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
+        let result = match (req.method.as_str(), segments.as_slice()) {
+            ("POST", ["jobs"]) => self.submit(cfg, &req.body).await,
+            ("GET", ["jobs"]) => self.list(&req.query).await,
+            ("GET", ["jobs", "counts"]) => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
+            ("GET", ["jobs", id]) => self.get(&percent_decode(id)).await,
+            ("POST", ["jobs", id, "redrive"]) => self.redrive(&percent_decode(id)).await,
+            (_, ["jobs"] | ["jobs", _] | ["jobs", _, "redrive"]) => Ok(ApiResponse::error(405, "method not allowed")),
+            _ => Ok(ApiResponse::error(404, format!("no route {} {}", req.method, req.path))),
+        };
+        result.unwrap_or_else(|e| ApiResponse::error(503, format!("{e}; try again")))
+    }
+
+    async fn submit(&self, cfg: &Config, body: &[u8]) -> Result<ApiResponse, crate::error::InfraError> {
+        if body.len() > MAX_BODY_BYTES {
+            return Ok(ApiResponse::error(413, format!("body is larger than {MAX_BODY_BYTES} bytes")));
+        }
+        let parsed: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => return Ok(ApiResponse::error(400, format!("body is not JSON: {e}"))),
+        };
+        let items: Vec<Value> = match parsed {
+            Value::Object(mut o) if o.contains_key("jobs") => match o.remove("jobs") {
+                Some(Value::Array(a)) if o.is_empty() => a,
+                Some(Value::Array(_)) => return Ok(ApiResponse::error(400, "a {\"jobs\": [...]} body takes no other fields")),
+                _ => return Ok(ApiResponse::error(400, "\"jobs\" must be an array")),
+            },
+            one @ Value::Object(_) => vec![one],
+            _ => return Ok(ApiResponse::error(400, "body must be a job object or {\"jobs\": [...]}")),
+        };
+        if items.is_empty() {
+            return Ok(ApiResponse::error(400, "no jobs given"));
+        }
+        if items.len() > MAX_JOBS_PER_REQUEST {
+            return Ok(ApiResponse::error(413, format!("more than {MAX_JOBS_PER_REQUEST} jobs in one request")));
+        }
+        let mut jobs = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            match parse_job(item, cfg, (self.new_id)()) {
+                Ok(j) => jobs.push(j),
+                Err((status, msg)) => return Ok(ApiResponse::json(status, json!({"error": msg, "index": i}))),
+            }
+        }
+        let now = self.clock.now_ms();
+        let stmts = jobs
+            .iter()
+            .flat_map(|(spec, _, delay)| {
+                [stmt::enqueue(spec, now, now + i64::from(*delay) * 1000), stmt::existing(&spec.id, spec.dedupe_key.as_deref())]
+            })
+            .collect();
+        let out = self.ledger.sql.batch(stmts).await?;
+        let mut answer = Vec::with_capacity(jobs.len());
+        let mut to_send = Vec::new();
+        for (k, (spec, msg, _)) in jobs.into_iter().enumerate() {
+            if let Some(j) = Job::first(&out[2 * k])? {
+                answer.push(json!({"id": j.id, "status": j.status, "duplicate": false}));
+                to_send.push(msg);
+            } else if let Some(j) = Job::first(out.get(2 * k + 1).map(Vec::as_slice).unwrap_or_default())? {
+                answer.push(json!({"id": j.id, "status": j.status, "duplicate": true}));
+            } else {
+                answer.push(json!({"id": spec.id, "status": null, "duplicate": true}));
+            }
+        }
+        if let Err(e) = producer::send_all(self.queue, to_send).await {
+            return Ok(ApiResponse::json(
+                503,
+                json!({"error": format!("{e}; the jobs are recorded PENDING and maintenance will send them"), "jobs": answer}),
+            ));
+        }
+        Ok(ApiResponse::json(202, json!({ "jobs": answer })))
+    }
+
+    async fn list(&self, query: &str) -> Result<ApiResponse, crate::error::InfraError> {
+        let mut status = None;
+        let mut limit = 50;
+        let mut cursor = None;
+        for (k, v) in query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))) {
+            let v = percent_decode(v);
+            match k {
+                "status" => match Status::parse(&v.to_ascii_uppercase()) {
+                    Some(s) => status = Some(s),
+                    None => return Ok(ApiResponse::error(400, format!("status must be PENDING, RUNNING, DONE or DEAD, got {v:?}"))),
+                },
+                "limit" => match v.parse::<u32>() {
+                    Ok(n) if (1..=MAX_PAGE).contains(&n) => limit = n,
+                    _ => return Ok(ApiResponse::error(400, format!("limit must be 1 to {MAX_PAGE}, got {v:?}"))),
+                },
+                "cursor" => match decode_cursor(&v) {
+                    Some(c) => cursor = Some(c),
+                    None => return Ok(ApiResponse::error(400, "cursor is not one this API gave out")),
+                },
+                _ => return Ok(ApiResponse::error(400, format!("unknown query parameter {k:?}"))),
+            }
+        }
+        let (jobs, next) = self.ledger.list(status, cursor.as_ref().map(|(at, id)| (*at, id.as_str())), limit).await?;
+        let next_cursor = next.map(|(at, id)| B64URL.encode(format!("{at}:{id}")));
+        Ok(ApiResponse::json(200, json!({ "jobs": jobs, "next_cursor": next_cursor })))
+    }
+
+    async fn get(&self, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
+        Ok(match self.ledger.get(id).await? {
+            Some(j) => ApiResponse::json(200, json!({ "job": j })),
+            None => ApiResponse::error(404, format!("no job {id:?}")),
+        })
+    }
+
+    async fn redrive(&self, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
+        let now = self.clock.now_ms();
+        match self.ledger.redrive(id, now).await? {
+            Redrive::NotFound => Ok(ApiResponse::error(404, format!("no job {id:?}"))),
+            Redrive::Refused(j) if j.status != Status::Dead => Ok(ApiResponse::json(
+                409,
+                json!({"error": format!("job is {}, only DEAD jobs can be redriven", j.status.as_str()), "status": j.status}),
+            )),
+            Redrive::Refused(j) => Ok(ApiResponse::json(
+                409,
+                json!({"error": format!("dedupe_key {:?} is active in another job", j.dedupe_key.unwrap_or_default()), "status": j.status}),
+            )),
+            Redrive::Redriven(j) => {
+                let Some(msg) = producer::message_for(&j, 0) else {
+                    return Ok(ApiResponse::error(409, "job has no readable payload to send again"));
+                };
+                if let Err(e) = producer::send_all(self.queue, vec![msg]).await {
+                    return Ok(ApiResponse::json(
+                        503,
+                        json!({"error": format!("{e}; the job is PENDING and maintenance will send it"), "job": j}),
+                    ));
+                }
+                Ok(ApiResponse::json(200, json!({ "job": j })))
+            }
+        }
+    }
+}
+
+/// Reads one submitted job: its ledger spec, its message and its delay; or (status, error).
+fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessage, u32), (u16, String)> {
+    let bad = |m: String| (400u16, m);
+    let Value::Object(mut o) = item else { return Err(bad("a job must be an object".into())) };
+    let payload = o.remove("payload").ok_or_else(|| bad("\"payload\" is required".into()))?;
+    let text = |o: &mut Map<String, Value>, f: &str| -> Result<Option<String>, (u16, String)> {
+        match o.remove(f) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => checked_key(f, s).map(Some).map_err(|e| bad(e.to_string())),
+            Some(_) => Err(bad(format!("\"{f}\" must be a string"))),
+        }
+    };
+    let ordering_key = text(&mut o, "ordering_key")?;
+    let dedupe_key = text(&mut o, "dedupe_key")?;
+    let delay = match o.remove("delay_seconds") {
+        None | Some(Value::Null) => 0,
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= u64::from(MAX_DELAY_SECONDS) => n as u32,
+            _ => return Err(bad(format!("delay_seconds must be a whole number from 0 to {MAX_DELAY_SECONDS}"))),
+        },
+    };
+    let max_attempts = match o.remove("max_attempts") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(checked_max_attempts(&v).map_err(bad)?),
+    };
+    if let Some(k) = o.keys().next() {
+        return Err(bad(format!("unknown field {k:?}")));
+    }
+    let env = Envelope {
+        ordering_key: ordering_key.clone(),
+        payload,
+        meta: JobMeta { id: Some(id.clone()), dedupe_key: dedupe_key.clone(), max_attempts },
+    };
+    let msg = OutMessage { body: env.encode(), delay_seconds: delay };
+    if msg.size() > MAX_MESSAGE_BYTES {
+        return Err((413, format!("job is larger than the {MAX_MESSAGE_BYTES}-byte queue message limit")));
+    }
+    let spec = JobSpec {
+        id,
+        job_type: env.job_type().map(str::to_string),
+        ordering_key,
+        dedupe_key,
+        payload: Some(env.payload.to_string()),
+        max_attempts: max_attempts.unwrap_or(cfg.max_attempts),
+    };
+    Ok((spec, msg, delay))
+}
+
+fn decode_cursor(c: &str) -> Option<(i64, String)> {
+    let raw = String::from_utf8(B64URL.decode(c).ok()?).ok()?;
+    let (at, id) = raw.split_once(':')?;
+    Some((at.parse().ok()?, id.to_string()))
+}
+
+/// Decodes `%XX` escapes (and `+` as space in query values is not used by this API's clients).
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_equal_only_when_equal() {
+        assert!(constant_time_eq("s3cret", "s3cret"));
+        assert!(!constant_time_eq("s3cret", "s3cre"));
+        assert!(!constant_time_eq("s3cret", "S3cret"));
+        assert!(!constant_time_eq("", "x"));
+    }
+
+    #[test]
+    fn percent_escapes_are_decoded() {
+        assert_eq!(percent_decode("a%2Fb%20c"), "a/b c");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(percent_decode("%4"), "%4");
+    }
+
+    #[test]
+    fn cursors_round_trip_and_junk_is_refused() {
+        let c = B64URL.encode("1700000000000:job:1");
+        assert_eq!(decode_cursor(&c), Some((1_700_000_000_000, "job:1".into())));
+        assert_eq!(decode_cursor("!!"), None);
+        assert_eq!(decode_cursor(&B64URL.encode("x:y")), None);
+    }
+
+    #[test]
+    fn a_job_is_validated_field_by_field() {
+        let cfg = Config::default();
+        let ok = parse_job(json!({"payload": {"type": "webhook"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}), &cfg, "id1".into())
+            .unwrap();
+        assert_eq!(ok.0.max_attempts, 2);
+        assert_eq!(ok.2, 5);
+        assert_eq!(Envelope::decode(ok.1.body).unwrap().meta.id.as_deref(), Some("id1"));
+        for (job, want) in [
+            (json!({}), "payload"),
+            (json!({"payload": 1, "delay_seconds": 43201}), "delay_seconds"),
+            (json!({"payload": 1, "delay_seconds": -1}), "delay_seconds"),
+            (json!({"payload": 1, "max_attempts": 0}), "max_attempts"),
+            (json!({"payload": 1, "ordering_key": 3}), "ordering_key"),
+            (json!({"payload": 1, "dedupe_key": ""}), "dedupe_key"),
+            (json!({"payload": 1, "priority": 1}), "unknown field"),
+            (json!([1]), "object"),
+        ] {
+            let (status, msg) = parse_job(job.clone(), &cfg, "x".into()).unwrap_err();
+            assert_eq!(status, 400, "{job}");
+            assert!(msg.contains(want), "{job}: {msg}");
+        }
+        let big = json!({"payload": "x".repeat(MAX_MESSAGE_BYTES)});
+        assert_eq!(parse_job(big, &cfg, "x".into()).unwrap_err().0, 413);
+    }
+}

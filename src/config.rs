@@ -1,0 +1,148 @@
+//! Worker configuration: the vars of `wrangler.toml`, parsed and checked.
+//!
+//! Pure: values come in through a lookup function, so the rules are tested natively. A bad value is
+//! never guessed around: it is a [`ConfigError`] naming the var and the value, and the caller defers
+//! the batch (queue) or answers 500 (HTTP). Only `ORDERING_LOCK_TTL` below 60 is clamped, because the
+//! spec says so and KV rejects shorter TTLs.
+
+use thiserror::Error;
+
+/// Largest delay Cloudflare Queues accepts for `retry` and `send` (12 hours).
+pub const MAX_DELAY_SECONDS: u32 = 43_200;
+/// Shortest `expirationTtl` Workers KV accepts.
+pub const MIN_LOCK_TTL_SECONDS: u32 = 60;
+
+/// Everything the consumer, the API and maintenance read from vars.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// KV key prefix of ordering locks (Fedify's by default, so both can share a namespace).
+    pub ordering_key_prefix: String,
+    /// Lock TTL in seconds, >= 60.
+    pub lock_ttl_seconds: u32,
+    /// Handler attempts before a job is DEAD, unless the job sets its own.
+    pub max_attempts: u32,
+    /// Backoff of the first retry.
+    pub backoff_base_seconds: u32,
+    /// Longest backoff, <= 43200.
+    pub backoff_cap_seconds: u32,
+    /// Delay before a message whose key is locked is delivered again.
+    pub lock_retry_delay_seconds: u32,
+    /// How long a RUNNING job's lease lasts before maintenance may reclaim it.
+    pub lease_seconds: u32,
+    /// DONE rows older than this are purged.
+    pub retention_days: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ordering_key_prefix: "__fedify_ordering_".to_string(),
+            lock_ttl_seconds: 60,
+            max_attempts: 8,
+            backoff_base_seconds: 5,
+            backoff_cap_seconds: 3600,
+            lock_retry_delay_seconds: 2,
+            lease_seconds: 120,
+            retention_days: 7,
+        }
+    }
+}
+
+/// A var whose value cannot be used. Fix the var in `wrangler.toml`; nothing is processed until then.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("var {var} has bad value {value:?}: {reason}")]
+pub struct ConfigError {
+    /// The var's name.
+    pub var: &'static str,
+    /// The value as configured.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl Config {
+    /// Reads every var through `lookup` (None = unset = default) and checks it.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let num = |var: &'static str, default: u32, min: u32, max: u32| -> Result<u32, ConfigError> {
+            let Some(raw) = lookup(var) else { return Ok(default) };
+            let bad = |reason| ConfigError { var, value: raw.clone(), reason };
+            let n: u64 = raw.trim().parse().map_err(|_| bad("not a whole number"))?;
+            if n < u64::from(min) {
+                return Err(bad("too small"));
+            }
+            if n > u64::from(max) {
+                return Err(bad("too large"));
+            }
+            Ok(n as u32)
+        };
+        let ordering_key_prefix = lookup("ORDERING_KEY_PREFIX").unwrap_or(d.ordering_key_prefix);
+        if ordering_key_prefix.len() > 256 {
+            return Err(ConfigError {
+                var: "ORDERING_KEY_PREFIX",
+                value: ordering_key_prefix,
+                reason: "longer than 256 bytes",
+            });
+        }
+        // Below 60 is clamped rather than refused: KV's floor, and the spec's rule.
+        let lock_ttl_seconds =
+            num("ORDERING_LOCK_TTL", d.lock_ttl_seconds, 0, MAX_DELAY_SECONDS)?.max(MIN_LOCK_TTL_SECONDS);
+        let backoff_base_seconds = num("BACKOFF_BASE_SECONDS", d.backoff_base_seconds, 1, MAX_DELAY_SECONDS)?;
+        let backoff_cap_seconds = num("BACKOFF_CAP_SECONDS", d.backoff_cap_seconds, 1, MAX_DELAY_SECONDS)?;
+        if backoff_cap_seconds < backoff_base_seconds {
+            return Err(ConfigError {
+                var: "BACKOFF_CAP_SECONDS",
+                value: backoff_cap_seconds.to_string(),
+                reason: "smaller than BACKOFF_BASE_SECONDS",
+            });
+        }
+        Ok(Config {
+            ordering_key_prefix,
+            lock_ttl_seconds,
+            max_attempts: num("MAX_ATTEMPTS", d.max_attempts, 1, 1000)?,
+            backoff_base_seconds,
+            backoff_cap_seconds,
+            lock_retry_delay_seconds: num("LOCK_RETRY_DELAY_SECONDS", d.lock_retry_delay_seconds, 0, MAX_DELAY_SECONDS)?,
+            lease_seconds: num("LEASE_SECONDS", d.lease_seconds, 10, MAX_DELAY_SECONDS)?,
+            retention_days: num("RETENTION_DAYS", d.retention_days, 1, 3650)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::from_lookup(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    }
+
+    #[test]
+    fn unset_vars_take_the_spec_defaults() {
+        assert_eq!(with(&[]).unwrap(), Config::default());
+        assert_eq!(Config::default().ordering_key_prefix, "__fedify_ordering_");
+    }
+
+    #[test]
+    fn lock_ttl_below_sixty_is_clamped() {
+        assert_eq!(with(&[("ORDERING_LOCK_TTL", "5")]).unwrap().lock_ttl_seconds, 60);
+        assert_eq!(with(&[("ORDERING_LOCK_TTL", "90")]).unwrap().lock_ttl_seconds, 90);
+    }
+
+    #[test]
+    fn a_bad_value_names_the_var_and_the_value() {
+        let err = with(&[("MAX_ATTEMPTS", "lots")]).unwrap_err();
+        assert_eq!(err.var, "MAX_ATTEMPTS");
+        assert_eq!(err.value, "lots");
+        assert!(err.to_string().contains("MAX_ATTEMPTS") && err.to_string().contains("lots"));
+        assert_eq!(with(&[("MAX_ATTEMPTS", "0")]).unwrap_err().reason, "too small");
+        assert_eq!(with(&[("BACKOFF_CAP_SECONDS", "43201")]).unwrap_err().var, "BACKOFF_CAP_SECONDS");
+        assert_eq!(with(&[("LEASE_SECONDS", "-3")]).unwrap_err().var, "LEASE_SECONDS");
+        assert!(with(&[("BACKOFF_BASE_SECONDS", "50"), ("BACKOFF_CAP_SECONDS", "10")]).is_err());
+    }
+
+    #[test]
+    fn a_custom_prefix_is_kept() {
+        assert_eq!(with(&[("ORDERING_KEY_PREFIX", "app:lock:")]).unwrap().ordering_key_prefix, "app:lock:");
+    }
+}

@@ -1,0 +1,148 @@
+//! The thin I/O edge: `worker` bindings behind the core's ports (KV, D1, Queue, fetch, clock).
+//!
+//! Only compiled for wasm32. No decisions here: every adapter translates, and every failure
+//! becomes an [`InfraError`] for the core to handle.
+
+use std::time::Duration;
+
+use futures::future::{select, Either};
+use serde_json::Value;
+use wasm_bindgen::{JsCast, JsValue};
+use worker::{
+    AbortController, Delay, Env, Fetch, Headers, KvStore, Method, Queue, QueueContentType, RawMessageBuilder, Request,
+    RequestInit,
+};
+
+use crate::clock::Clock;
+use crate::config::{Config, ConfigError};
+use crate::error::InfraError;
+use crate::handlers::{HttpClient, HttpRequest, HttpResponse};
+use crate::lock::Kv;
+use crate::producer::{OutMessage, QueueSender};
+
+/// Binding names from `wrangler.toml`.
+pub const KV_BINDING: &str = "ORDERING_KV";
+/// The ledger database.
+pub const DB_BINDING: &str = "DB";
+/// The job queue producer.
+pub const QUEUE_BINDING: &str = "JOBS";
+
+/// `Date.now()`.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        js_sys::Date::now() as i64
+    }
+}
+
+/// `Math.random()`.
+pub fn random() -> f64 {
+    js_sys::Math::random()
+}
+
+/// A random 128-bit hex id (jobs, lease owners). Not a secret, only unique.
+pub fn random_id() -> String {
+    (0..4).map(|_| format!("{:08x}", (random() * f64::from(u32::MAX)) as u32)).collect()
+}
+
+/// Reads and checks the vars.
+pub fn config(env: &Env) -> Result<Config, ConfigError> {
+    Config::from_lookup(|name| env.var(name).ok().map(|v| v.to_string()))
+}
+
+/// A secret (or plain var) by name, if set and non-empty.
+pub fn secret(env: &Env, name: &str) -> Option<String> {
+    env.secret(name).ok().map(|s| s.to_string()).filter(|s| !s.is_empty())
+}
+
+/// A message body as JSON. Bytes and values JSON cannot hold are refused with the reason.
+pub fn body_json(body: JsValue) -> Result<Value, String> {
+    if body.is_undefined() {
+        return Err("the message has no body".into());
+    }
+    if body.is_instance_of::<js_sys::ArrayBuffer>() || js_sys::ArrayBuffer::is_view(&body) {
+        return Err("the body is bytes (content type \"bytes\"), not JSON".into());
+    }
+    if let Some(text) = body.as_string() {
+        // A "text" message is a JSON string payload, taken as is.
+        return Ok(Value::String(text));
+    }
+    let text = js_sys::JSON::stringify(&body).map_err(|e| format!("JSON.stringify failed: {e:?}"))?;
+    let text = text.as_string().ok_or("the body has no JSON form")?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// A JSON value as the JS value `JSON.parse` would give: what Queues must be sent, because
+/// serde-wasm-bindgen turns maps into JS `Map`s, which arrive as `{}`.
+pub fn to_js(v: &Value) -> Result<JsValue, InfraError> {
+    js_sys::JSON::parse(&v.to_string()).map_err(|e| InfraError::new("Queue", format!("JSON.parse failed: {e:?}")))
+}
+
+/// Workers KV.
+pub struct WorkerKv(pub KvStore);
+
+impl Kv for WorkerKv {
+    async fn get(&self, key: &str) -> Result<Option<String>, InfraError> {
+        self.0.get(key).text().await.map_err(|e| InfraError::new("KV", e.to_string()))
+    }
+    async fn put(&self, key: &str, value: &str, ttl_seconds: u32) -> Result<(), InfraError> {
+        let put = self.0.put(key, value).map_err(|e| InfraError::new("KV", e.to_string()))?;
+        put.expiration_ttl(u64::from(ttl_seconds)).execute().await.map_err(|e| InfraError::new("KV", e.to_string()))
+    }
+    async fn delete(&self, key: &str) -> Result<(), InfraError> {
+        self.0.delete(key).await.map_err(|e| InfraError::new("KV", e.to_string()))
+    }
+}
+
+/// The job queue's producer binding.
+pub struct WorkerQueue(pub Queue);
+
+impl QueueSender for WorkerQueue {
+    async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
+        let mut batch = Vec::with_capacity(msgs.len());
+        for m in msgs {
+            let mut b = RawMessageBuilder::new(to_js(&m.body)?);
+            if m.delay_seconds > 0 {
+                b = b.delay_seconds(m.delay_seconds);
+            }
+            batch.push(b.build_with_content_type(QueueContentType::Json));
+        }
+        self.0.send_raw_batch(batch).await.map_err(|e| InfraError::new("Queue", e.to_string()))
+    }
+}
+
+/// `fetch` with a timeout that aborts the request.
+pub struct WorkerFetch;
+
+impl HttpClient for WorkerFetch {
+    async fn send(&self, req: HttpRequest, timeout_ms: u32) -> Result<HttpResponse, String> {
+        let headers = Headers::new();
+        for (name, value) in &req.headers {
+            headers.set(name, value).map_err(|e| format!("bad header {name}: {e}"))?;
+        }
+        let mut init = RequestInit::new();
+        init.with_method(Method::from(req.method.clone())).with_headers(headers).with_body(Some(JsValue::from_str(&req.body)));
+        let request = Request::new_with_init(&req.url, &init).map_err(|e| format!("bad request: {e}"))?;
+        let controller = AbortController::default();
+        let signal = controller.signal();
+        let fetch = Box::pin(async move { Fetch::Request(request).send_with_signal(&signal).await });
+        let timeout = Delay::from(Duration::from_millis(u64::from(timeout_ms)));
+        match select(fetch, timeout).await {
+            Either::Left((Ok(resp), _)) => {
+                let retry_after = resp.headers().get("retry-after").ok().flatten();
+                Ok(HttpResponse { status: resp.status_code(), retry_after })
+            }
+            Either::Left((Err(e), _)) => Err(format!("network error: {e}")),
+            Either::Right(_) => {
+                controller.abort();
+                Err(format!("timed out after {timeout_ms} ms"))
+            }
+        }
+    }
+}
+
+/// Makes a JS value readable in logs.
+pub fn describe(v: &JsValue) -> String {
+    v.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{v:?}"))
+}

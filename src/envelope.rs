@@ -1,0 +1,247 @@
+//! Message envelopes: what a queue message body means, and how orderly writes one.
+//!
+//! Reads Fedify's `@fedify/cfworkers` form (`__fedify_ordering_key__` / `__fedify_payload__`), any other
+//! JSON body as a bare payload, and orderly's own `__orderly_job__` metadata, which rides beside the
+//! payload and never leaks into it. Pure: no I/O. A body that cannot be read is an
+//! [`EnvelopeError`]; the consumer records it DEAD with that reason, it never crashes a batch.
+
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+/// Fedify's ordering key field.
+pub const ORDERING_KEY_FIELD: &str = "__fedify_ordering_key__";
+/// Fedify's payload field.
+pub const PAYLOAD_FIELD: &str = "__fedify_payload__";
+/// orderly's metadata field.
+pub const JOB_FIELD: &str = "__orderly_job__";
+/// Longest ordering key, job id or dedupe key accepted (KV keys are limited to 512 bytes).
+pub const MAX_KEY_BYTES: usize = 256;
+/// Highest per-job `max_attempts`.
+pub const MAX_ATTEMPTS_LIMIT: u32 = 1000;
+
+/// A decoded message: the job it asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// Per-key ordering; `None` runs unordered.
+    pub ordering_key: Option<String>,
+    /// The handler's input; its `type` string selects the handler.
+    pub payload: Value,
+    /// orderly's metadata, all optional.
+    pub meta: JobMeta,
+}
+
+/// `__orderly_job__`: identity and limits a producer may set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobMeta {
+    /// Job id; the queue message id when absent.
+    pub id: Option<String>,
+    /// At most one active (PENDING/RUNNING) job per dedupe key.
+    pub dedupe_key: Option<String>,
+    /// Overrides the `MAX_ATTEMPTS` var for this job.
+    pub max_attempts: Option<u32>,
+}
+
+/// Why a body cannot be read. Permanent: the same bytes will never decode, so the job is DEAD.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EnvelopeError {
+    /// The body is not JSON at all (bytes, undefined, a value JSON cannot hold).
+    #[error("body is not JSON: {0}")]
+    NotJson(String),
+    /// An envelope field has the wrong type or value.
+    #[error("bad envelope: {0}")]
+    BadField(String),
+}
+
+impl Envelope {
+    /// The payload's `type`, if it is an object with a string `type`.
+    pub fn job_type(&self) -> Option<&str> {
+        self.payload.get("type").and_then(Value::as_str)
+    }
+
+    /// Reads a message body (already JSON) into an envelope.
+    pub fn decode(body: Value) -> Result<Envelope, EnvelopeError> {
+        let Value::Object(mut obj) = body else {
+            // Fedify's backward-compatible path: any other JSON is the payload itself.
+            return Ok(Envelope { ordering_key: None, payload: body, meta: JobMeta::default() });
+        };
+        let meta = match obj.remove(JOB_FIELD) {
+            None => JobMeta::default(),
+            Some(m) => decode_meta(m)?,
+        };
+        let is_fedify = obj.contains_key(PAYLOAD_FIELD) || obj.contains_key(ORDERING_KEY_FIELD);
+        if !is_fedify {
+            return Ok(Envelope { ordering_key: None, payload: Value::Object(obj), meta });
+        }
+        let ordering_key = match obj.remove(ORDERING_KEY_FIELD) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(k)) => Some(checked_key(ORDERING_KEY_FIELD, k)?),
+            Some(other) => return Err(bad(format!("{ORDERING_KEY_FIELD} must be a string, got {}", kind(&other)))),
+        };
+        let payload = obj
+            .remove(PAYLOAD_FIELD)
+            .ok_or_else(|| bad(format!("{ORDERING_KEY_FIELD} without {PAYLOAD_FIELD}")))?;
+        Ok(Envelope { ordering_key, payload, meta })
+    }
+
+    /// Writes the envelope orderly sends: Fedify's form, so Fedify-aware consumers read it too.
+    pub fn encode(&self) -> Value {
+        let mut obj = Map::new();
+        if let Some(k) = &self.ordering_key {
+            obj.insert(ORDERING_KEY_FIELD.into(), Value::String(k.clone()));
+        }
+        obj.insert(PAYLOAD_FIELD.into(), self.payload.clone());
+        let mut meta = Map::new();
+        if let Some(id) = &self.meta.id {
+            meta.insert("id".into(), Value::String(id.clone()));
+        }
+        if let Some(d) = &self.meta.dedupe_key {
+            meta.insert("dedupe_key".into(), Value::String(d.clone()));
+        }
+        if let Some(m) = self.meta.max_attempts {
+            meta.insert("max_attempts".into(), Value::from(m));
+        }
+        if !meta.is_empty() {
+            obj.insert(JOB_FIELD.into(), Value::Object(meta));
+        }
+        Value::Object(obj)
+    }
+}
+
+fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
+    let Value::Object(mut m) = m else {
+        return Err(bad(format!("{JOB_FIELD} must be an object, got {}", kind(&m))));
+    };
+    let text = |m: &mut Map<String, Value>, field: &str| -> Result<Option<String>, EnvelopeError> {
+        match m.remove(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => checked_key(field, s).map(Some),
+            Some(other) => Err(bad(format!("{JOB_FIELD}.{field} must be a string, got {}", kind(&other)))),
+        }
+    };
+    let id = text(&mut m, "id")?;
+    let dedupe_key = text(&mut m, "dedupe_key")?;
+    let max_attempts = match m.remove("max_attempts") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(checked_max_attempts(&v).map_err(|e| bad(format!("{JOB_FIELD}.{e}")))?),
+    };
+    Ok(JobMeta { id, dedupe_key, max_attempts })
+}
+
+/// Checks a `max_attempts` value: a whole number in 1..=1000. Shared with the HTTP API.
+pub fn checked_max_attempts(v: &Value) -> Result<u32, String> {
+    match v.as_u64() {
+        Some(n) if (1..=u64::from(MAX_ATTEMPTS_LIMIT)).contains(&n) => Ok(n as u32),
+        _ => Err(format!("max_attempts must be a whole number from 1 to {MAX_ATTEMPTS_LIMIT}, got {v}")),
+    }
+}
+
+/// Checks an id-like string (ordering key, job id, dedupe key): non-empty, at most 256 bytes.
+pub fn checked_key(field: &str, s: String) -> Result<String, EnvelopeError> {
+    if s.is_empty() {
+        return Err(bad(format!("{field} must not be empty")));
+    }
+    if s.len() > MAX_KEY_BYTES {
+        return Err(bad(format!("{field} is longer than {MAX_KEY_BYTES} bytes")));
+    }
+    Ok(s)
+}
+
+fn bad(msg: String) -> EnvelopeError {
+    EnvelopeError::BadField(msg)
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn fedify_form_gives_key_and_payload() {
+        let e = Envelope::decode(json!({"__fedify_ordering_key__": "actor:1", "__fedify_payload__": {"type": "webhook", "n": 1}}))
+            .unwrap();
+        assert_eq!(e.ordering_key.as_deref(), Some("actor:1"));
+        assert_eq!(e.payload, json!({"type": "webhook", "n": 1}));
+        assert_eq!(e.job_type(), Some("webhook"));
+    }
+
+    #[test]
+    fn fedify_form_without_key_is_unordered() {
+        let e = Envelope::decode(json!({"__fedify_payload__": [1, 2]})).unwrap();
+        assert_eq!(e.ordering_key, None);
+        assert_eq!(e.payload, json!([1, 2]));
+        let e = Envelope::decode(json!({"__fedify_ordering_key__": null, "__fedify_payload__": 3})).unwrap();
+        assert_eq!(e.ordering_key, None);
+    }
+
+    #[test]
+    fn any_other_json_is_the_payload_unchanged() {
+        for body in [json!({"type": "x", "deep": {"a": [1, {"b": null}]}}), json!([1]), json!("s"), json!(7), json!(null)] {
+            let e = Envelope::decode(body.clone()).unwrap();
+            assert_eq!(e.payload, body);
+            assert_eq!(e.ordering_key, None);
+        }
+    }
+
+    #[test]
+    fn orderly_metadata_never_leaks_into_the_payload() {
+        let e = Envelope::decode(json!({"type": "t", "__orderly_job__": {"id": "j1", "dedupe_key": "d", "max_attempts": 3}}))
+            .unwrap();
+        assert_eq!(e.payload, json!({"type": "t"}));
+        assert_eq!(e.meta, JobMeta { id: Some("j1".into()), dedupe_key: Some("d".into()), max_attempts: Some(3) });
+        let e = Envelope::decode(json!({"__fedify_payload__": {"a": 1}, "__orderly_job__": {"id": "j2"}})).unwrap();
+        assert_eq!(e.payload, json!({"a": 1}));
+        assert_eq!(e.meta.id.as_deref(), Some("j2"));
+    }
+
+    #[test]
+    fn encode_then_decode_round_trips() {
+        let e = Envelope {
+            ordering_key: Some("k".into()),
+            payload: json!({"type": "webhook", "__fedify_payload__": "inner keys survive"}),
+            meta: JobMeta { id: Some("id".into()), dedupe_key: None, max_attempts: Some(2) },
+        };
+        assert_eq!(Envelope::decode(e.encode()).unwrap(), e);
+        let plain = Envelope { ordering_key: None, payload: json!(null), meta: JobMeta::default() };
+        assert_eq!(Envelope::decode(plain.encode()).unwrap(), plain);
+    }
+
+    #[test]
+    fn malformed_envelopes_are_refused_with_a_reason() {
+        let cases = [
+            (json!({"__fedify_ordering_key__": 5, "__fedify_payload__": {}}), "must be a string"),
+            (json!({"__fedify_ordering_key__": "", "__fedify_payload__": {}}), "must not be empty"),
+            (json!({"__fedify_ordering_key__": "k".repeat(300), "__fedify_payload__": {}}), "longer than"),
+            (json!({"__fedify_ordering_key__": "k"}), "without __fedify_payload__"),
+            (json!({"__fedify_ordering_key__": ["k"], "__fedify_payload__": 1}), "got an array"),
+            (json!({"type": "t", "__orderly_job__": "id"}), "must be an object"),
+            (json!({"type": "t", "__orderly_job__": {"id": 9}}), "id must be a string"),
+            (json!({"type": "t", "__orderly_job__": {"id": ""}}), "must not be empty"),
+            (json!({"type": "t", "__orderly_job__": {"dedupe_key": true}}), "dedupe_key must be a string"),
+            (json!({"type": "t", "__orderly_job__": {"max_attempts": 0}}), "max_attempts"),
+            (json!({"type": "t", "__orderly_job__": {"max_attempts": 2.5}}), "max_attempts"),
+            (json!({"type": "t", "__orderly_job__": {"max_attempts": "3"}}), "max_attempts"),
+            (json!({"type": "t", "__orderly_job__": {"max_attempts": 5000}}), "max_attempts"),
+        ];
+        for (body, expect) in cases {
+            let err = Envelope::decode(body.clone()).expect_err(&body.to_string());
+            assert!(err.to_string().contains(expect), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn payload_without_a_type_string_has_no_job_type() {
+        assert_eq!(Envelope::decode(json!({"type": 3})).unwrap().job_type(), None);
+        assert_eq!(Envelope::decode(json!("webhook")).unwrap().job_type(), None);
+    }
+}

@@ -1,0 +1,380 @@
+//! The job ledger: one row per job in D1, every transition one guarded statement.
+//!
+//! This module owns the ledger's states, its row type, and the statements (SQL text in `sql/`,
+//! parameters bound here). Each transition is a conditional UPDATE/UPSERT ... RETURNING: a
+//! transition by a non-owner, or from the wrong state, changes nothing and returns no row, which
+//! callers check. The clock is always a parameter. Must not: decide what to do with a message (the
+//! consumer does), or know about D1's API (`d1.rs` does).
+//!
+//! ```text
+//!   enqueue/defer-note        claim             complete
+//!  ────────────────► PENDING ──────► RUNNING ──────────► DONE ──purge──► (gone)
+//!                      ▲  ▲            │ │ fail: retry        ▲
+//!                      │  └────────────┘ │ / lease reaped     │
+//!                      │    redrive      ▼ fail: permanent or out of attempts
+//!                      └──────────────  DEAD ◄── unreadable body / delivery attempts exhausted
+//! ```
+
+pub mod store;
+#[cfg(target_arch = "wasm32")]
+pub mod d1;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::InfraError;
+pub use store::{Param, Row, Sql, Stmt};
+
+/// A job's state, held in the table by a CHECK constraint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Status {
+    /// Waiting for a (re)delivery.
+    #[serde(rename = "PENDING")]
+    Pending,
+    /// Claimed under a lease.
+    #[serde(rename = "RUNNING")]
+    Running,
+    /// Succeeded.
+    #[serde(rename = "DONE")]
+    Done,
+    /// Will not run again unless redriven.
+    #[serde(rename = "DEAD")]
+    Dead,
+}
+
+impl Status {
+    /// Every status, in display order.
+    pub const ALL: [Status; 4] = [Status::Pending, Status::Running, Status::Done, Status::Dead];
+
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "PENDING",
+            Status::Running => "RUNNING",
+            Status::Done => "DONE",
+            Status::Dead => "DEAD",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// DONE or DEAD.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Status::Done | Status::Dead)
+    }
+}
+
+/// A ledger row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    /// Job id.
+    pub id: String,
+    /// Payload `type`.
+    #[serde(rename = "type")]
+    pub job_type: Option<String>,
+    /// State.
+    pub status: Status,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Dedupe key.
+    pub dedupe_key: Option<String>,
+    /// Payload as JSON text (parsed when shown).
+    #[serde(serialize_with = "payload_as_json")]
+    pub payload: Option<String>,
+    /// Handler runs started.
+    pub attempts: i64,
+    /// Runs allowed before DEAD.
+    pub max_attempts: i64,
+    /// Deliveries put off without running (key busy).
+    pub deferrals: i64,
+    /// Invocation holding the lease.
+    pub lease_owner: Option<String>,
+    /// Lease expiry, ms.
+    pub lease_until: Option<i64>,
+    /// Earliest next run, ms.
+    pub next_run_at: i64,
+    /// Last failure, and for redriven jobs the history.
+    pub last_error: Option<String>,
+    /// ms.
+    pub created_at: i64,
+    /// ms.
+    pub updated_at: i64,
+    /// ms, when DONE or DEAD.
+    pub finished_at: Option<i64>,
+}
+
+fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match p.as_deref().map(serde_json::from_str::<Value>) {
+        Some(Ok(v)) => v.serialize(s),
+        Some(Err(_)) => p.serialize(s),
+        None => s.serialize_none(),
+    }
+}
+
+impl Job {
+    /// Reads a row. A row that does not fit is an infrastructure error (schema drift), not a panic.
+    pub fn from_row(row: &Row) -> Result<Job, InfraError> {
+        let text = |c: &str| row.get(c).and_then(Value::as_str).map(str::to_string);
+        let int = |c: &str| {
+            row.get(c).and_then(|v| v.as_i64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64)))
+        };
+        let need_int = |c: &str| int(c).ok_or_else(|| InfraError::new("D1", format!("job row lacks integer {c}")));
+        let status = text("status")
+            .and_then(|s| Status::parse(&s))
+            .ok_or_else(|| InfraError::new("D1", "job row has no valid status"))?;
+        Ok(Job {
+            id: text("id").ok_or_else(|| InfraError::new("D1", "job row lacks id"))?,
+            job_type: text("type"),
+            status,
+            ordering_key: text("ordering_key"),
+            dedupe_key: text("dedupe_key"),
+            payload: text("payload"),
+            attempts: need_int("attempts")?,
+            max_attempts: need_int("max_attempts")?,
+            deferrals: need_int("deferrals")?,
+            lease_owner: text("lease_owner"),
+            lease_until: int("lease_until"),
+            next_run_at: need_int("next_run_at")?,
+            last_error: text("last_error"),
+            created_at: need_int("created_at")?,
+            updated_at: need_int("updated_at")?,
+            finished_at: int("finished_at"),
+        })
+    }
+
+    /// The first row as a job, if any.
+    pub fn first(rows: &[Row]) -> Result<Option<Job>, InfraError> {
+        rows.first().map(Job::from_row).transpose()
+    }
+}
+
+/// What a job is, as known from its message or API request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// Job id.
+    pub id: String,
+    /// Payload `type`, if any.
+    pub job_type: Option<String>,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Dedupe key.
+    pub dedupe_key: Option<String>,
+    /// Payload as JSON text; `None` when the body was not JSON.
+    pub payload: Option<String>,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+}
+
+impl JobSpec {
+    fn params(&self) -> Vec<Param> {
+        vec![
+            self.id.as_str().into(),
+            self.job_type.clone().into(),
+            self.ordering_key.clone().into(),
+            self.dedupe_key.clone().into(),
+            self.payload.clone().into(),
+            self.max_attempts.into(),
+        ]
+    }
+}
+
+macro_rules! sql {
+    ($name:literal) => {
+        include_str!(concat!("sql/", $name, ".sql"))
+    };
+}
+
+/// Statement builders, one per transition or query. Pure: they only bind parameters.
+pub mod stmt {
+    use super::*;
+
+    fn with(sql: &'static str, params: Vec<Param>) -> Stmt {
+        Stmt { sql, params }
+    }
+
+    /// Claims `job` for `owner` until `lease_until`; PENDING rows qualify once due before `due_before`.
+    pub fn claim(job: &JobSpec, owner: &str, now: i64, lease_until: i64, due_before: i64) -> Stmt {
+        let mut p = job.params();
+        p.extend([owner.into(), lease_until.into(), now.into(), due_before.into()]);
+        with(sql!("claim"), p)
+    }
+    /// Reads one job.
+    pub fn get(id: &str) -> Stmt {
+        with(sql!("get"), vec![id.into()])
+    }
+    /// RUNNING -> DONE by the owner.
+    pub fn complete(id: &str, owner: &str, now: i64) -> Stmt {
+        with(sql!("complete"), vec![id.into(), owner.into(), now.into()])
+    }
+    /// RUNNING -> PENDING (retry at `next_run_at`) or DEAD, by the owner.
+    pub fn fail(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error: &str) -> Stmt {
+        with(sql!("fail"), vec![id.into(), owner.into(), now.into(), to.as_str().into(), next_run_at.into(), error.into()])
+    }
+    /// A claimed job not run: back to PENDING, attempt given back, deferral counted.
+    pub fn defer(id: &str, owner: &str, now: i64, next_run_at: i64) -> Stmt {
+        with(sql!("defer"), vec![id.into(), owner.into(), now.into(), next_run_at.into()])
+    }
+    /// A message put off because its key is locked: recorded PENDING, deferral counted.
+    pub fn note_deferral(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {
+        let mut p = job.params();
+        p.extend([now.into(), next_run_at.into()]);
+        with(sql!("note_deferral"), p)
+    }
+    /// A job that can never run: DEAD with `error`.
+    pub fn record_dead(job: &JobSpec, now: i64, error: &str) -> Stmt {
+        let mut p = job.params();
+        p.extend([now.into(), error.into()]);
+        with(sql!("record_dead"), p)
+    }
+    /// Extends all of `owner`'s leases.
+    pub fn renew(owner: &str, now: i64, lease_until: i64) -> Stmt {
+        with(sql!("renew"), vec![owner.into(), now.into(), lease_until.into()])
+    }
+    /// Expired leases back to PENDING (or DEAD when out of attempts).
+    pub fn reap(now: i64, limit: u32) -> Stmt {
+        with(sql!("reap"), vec![now.into(), limit.into()])
+    }
+    /// PENDING jobs due before `due_before`.
+    pub fn overdue(due_before: i64, limit: u32) -> Stmt {
+        with(sql!("overdue"), vec![due_before.into(), limit.into()])
+    }
+    /// Takes an overdue job for re-sending, if unchanged since read.
+    pub fn mark_resent(id: &str, next_run_at_read: i64, now: i64) -> Stmt {
+        with(sql!("mark_resent"), vec![id.into(), next_run_at_read.into(), now.into()])
+    }
+    /// Records an API-submitted job PENDING.
+    pub fn enqueue(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {
+        let mut p = job.params();
+        p.extend([now.into(), next_run_at.into()]);
+        with(sql!("enqueue"), p)
+    }
+    /// The job an enqueue collided with.
+    pub fn existing(id: &str, dedupe_key: Option<&str>) -> Stmt {
+        with(sql!("existing"), vec![id.into(), dedupe_key.into()])
+    }
+    /// Counts per status.
+    pub fn counts() -> Stmt {
+        with(sql!("counts"), vec![])
+    }
+    /// A page, newest first, after `cursor` = (created_at, id).
+    pub fn list(status: Option<Status>, cursor: Option<(i64, &str)>, limit: u32) -> Stmt {
+        let (c_at, c_id) = match cursor {
+            Some((at, id)) => (Param::Int(at), Param::from(id)),
+            None => (Param::Null, Param::Null),
+        };
+        with(sql!("list"), vec![status.map(Status::as_str).into(), c_at, c_id, limit.into()])
+    }
+    /// DEAD -> PENDING.
+    pub fn redrive(id: &str, now: i64) -> Stmt {
+        with(sql!("redrive"), vec![id.into(), now.into()])
+    }
+    /// Deletes DONE rows finished before `before`.
+    pub fn purge(before: i64, limit: u32) -> Stmt {
+        with(sql!("purge"), vec![before.into(), limit.into()])
+    }
+}
+
+/// Counts by status, always all four.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// PENDING jobs.
+    #[serde(rename = "PENDING")]
+    pub pending: i64,
+    /// RUNNING jobs.
+    #[serde(rename = "RUNNING")]
+    pub running: i64,
+    /// DONE jobs.
+    #[serde(rename = "DONE")]
+    pub done: i64,
+    /// DEAD jobs.
+    #[serde(rename = "DEAD")]
+    pub dead: i64,
+}
+
+/// What a redrive did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Redrive {
+    /// Now PENDING; re-send it.
+    Redriven(Job),
+    /// No such job.
+    NotFound,
+    /// Not DEAD (its status given), or its dedupe key is active in another job.
+    Refused(Job),
+}
+
+/// The ledger's reads and single-statement operations over any [`Sql`] backend. Batched consumer
+/// transitions are built with [`stmt`] and run through [`Sql::batch`] directly.
+pub struct Ledger<S: Sql> {
+    /// The backend.
+    pub sql: S,
+}
+
+impl<S: Sql> Ledger<S> {
+    /// Wraps a backend.
+    pub fn new(sql: S) -> Self {
+        Ledger { sql }
+    }
+
+    /// One job.
+    pub async fn get(&self, id: &str) -> Result<Option<Job>, InfraError> {
+        Job::first(&self.sql.query(stmt::get(id)).await?)
+    }
+
+    /// Counts by status, zeros included.
+    pub async fn counts(&self) -> Result<Counts, InfraError> {
+        let mut c = Counts::default();
+        for row in self.sql.query(stmt::counts()).await? {
+            let n = row.get("n").and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))).unwrap_or(0);
+            match row.get("status").and_then(Value::as_str).and_then(Status::parse) {
+                Some(Status::Pending) => c.pending = n,
+                Some(Status::Running) => c.running = n,
+                Some(Status::Done) => c.done = n,
+                Some(Status::Dead) => c.dead = n,
+                None => {}
+            }
+        }
+        Ok(c)
+    }
+
+    /// A page of jobs, newest first; the cursor for the next page when there may be more.
+    pub async fn list(
+        &self,
+        status: Option<Status>,
+        cursor: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<(Vec<Job>, Option<(i64, String)>), InfraError> {
+        let rows = self.sql.query(stmt::list(status, cursor, limit)).await?;
+        let jobs = rows.iter().map(Job::from_row).collect::<Result<Vec<_>, _>>()?;
+        let next = if jobs.len() as u32 == limit { jobs.last().map(|j| (j.created_at, j.id.clone())) } else { None };
+        Ok((jobs, next))
+    }
+
+    /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
+    pub async fn enqueue(&self, job: &JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
+        let out = self
+            .sql
+            .batch(vec![stmt::enqueue(job, now, next_run_at), stmt::existing(&job.id, job.dedupe_key.as_deref())])
+            .await?;
+        if let Some(j) = Job::first(&out[0])? {
+            return Ok((j, true));
+        }
+        let existing = Job::first(out.get(1).map(Vec::as_slice).unwrap_or_default())?
+            .ok_or_else(|| InfraError::new("D1", "enqueue wrote nothing and found no conflicting job"))?;
+        Ok((existing, false))
+    }
+
+    /// DEAD -> PENDING, or why not.
+    pub async fn redrive(&self, id: &str, now: i64) -> Result<Redrive, InfraError> {
+        let out = self.sql.batch(vec![stmt::redrive(id, now), stmt::get(id)]).await?;
+        if let Some(j) = Job::first(&out[0])? {
+            return Ok(Redrive::Redriven(j));
+        }
+        Ok(match Job::first(out.get(1).map(Vec::as_slice).unwrap_or_default())? {
+            Some(j) => Redrive::Refused(j),
+            None => Redrive::NotFound,
+        })
+    }
+}

@@ -1,0 +1,2 @@
+-- One job. ?1 id
+SELECT * FROM job WHERE id = ?1

@@ -1,0 +1,14 @@
+-- A message deferred because its key's lock is held: recorded (or kept) PENDING, deferrals + 1,
+-- attempts untouched. ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload,
+-- ?6 max_attempts, ?7 now, ?8 next_run_at
+INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, max_attempts,
+                 deferrals, next_run_at, created_at, updated_at)
+SELECT ?1, ?2, 'PENDING', ?3, ?4, ?5, 0, ?6, 1, ?8, ?7, ?7
+WHERE ?4 IS NULL OR NOT EXISTS (
+  SELECT 1 FROM job WHERE dedupe_key = ?4 AND status IN ('PENDING', 'RUNNING') AND id <> ?1)
+ON CONFLICT (id) DO UPDATE SET
+  deferrals = job.deferrals + 1,
+  next_run_at = max(job.next_run_at, excluded.next_run_at),
+  updated_at = excluded.updated_at
+WHERE job.status = 'PENDING'
+RETURNING *

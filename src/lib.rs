@@ -1,0 +1,170 @@
+//! # orderly
+//!
+//! An ordered, reliable Cloudflare Queues consumer: per-key ordering through a best-effort KV lock,
+//! retries with capped exponential backoff, dead letters, and a D1 job ledger that owns every
+//! job's state. This file is wiring only: the event entry points.
+//!
+//! # Layout
+//! - `envelope.rs`: what a message body means (Fedify's envelope, raw bodies, `__orderly_job__`).
+//! - `batch.rs`: grouping a batch by ordering key, in send order.
+//! - `consumer.rs`: the batch algorithm; returns an ack/retry/defer outcome per message.
+//! - `lock.rs`: the KV ordering lock, and an in-memory KV with real expiry.
+//! - `ledger/`: job states, the guarded SQL (`ledger/sql/*.sql`), the D1 backend.
+//! - `handlers/`: job types (`webhook.rs`), one file each.
+//! - `api.rs` (+ `dashboard.html`): the operator HTTP API. `producer.rs`: sending to the queue.
+//! - `maintenance.rs`: the cron's reaper, re-sender and purge. `backoff.rs`, `config.rs`, `clock.rs`.
+//! - `edge.rs`: `worker` adapters for the ports above (wasm only).
+//!
+//! Everything but `edge.rs`, `ledger/d1.rs` and the entry points below builds and is tested natively.
+
+pub mod api;
+pub mod backoff;
+pub mod batch;
+pub mod clock;
+pub mod config;
+pub mod consumer;
+pub mod envelope;
+pub mod error;
+pub mod handlers;
+pub mod ledger;
+pub mod lock;
+pub mod maintenance;
+pub mod producer;
+
+#[cfg(target_arch = "wasm32")]
+pub mod edge;
+
+#[cfg(target_arch = "wasm32")]
+mod entry {
+    use worker::{console_error, console_log, event, Context, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder};
+    use worker::{Request, Response, ScheduleContext, ScheduledEvent};
+
+    use crate::api::{Api, ApiRequest, MAX_BODY_BYTES};
+    use crate::consumer::{Consumer, Incoming, Outcome, Role, INFRA_RETRY_DELAY_SECONDS};
+    use crate::edge::{self, SystemClock, WorkerFetch, WorkerKv, WorkerQueue};
+    use crate::handlers::{Registry, Services};
+    use crate::ledger::d1::D1Sql;
+    use crate::ledger::Ledger;
+
+    /// The dead-letter queue's name (`wrangler.toml`): its messages are recorded DEAD.
+    const DEAD_LETTER_QUEUE: &str = "orderly-dlq";
+
+    #[event(start)]
+    fn start() {
+        console_error_panic_hook::set_once();
+    }
+
+    /// Settles every message itself and never returns `Err`: an `Err` would make the runtime retry
+    /// the whole batch, acked messages included.
+    #[event(queue)]
+    pub async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) -> worker::Result<()> {
+        let msgs: Vec<worker::RawMessage> = batch.raw_iter().collect();
+        let defer_all = |why: &str| {
+            console_error!("orderly: deferring {} messages: {why}", msgs.len());
+            let opts = QueueRetryOptionsBuilder::new().with_delay_seconds(INFRA_RETRY_DELAY_SECONDS).build();
+            msgs.iter().for_each(|m| m.retry_with_options(&opts));
+        };
+        let cfg = match edge::config(&env) {
+            Ok(c) => c,
+            Err(e) => {
+                defer_all(&format!("configuration error: {e}"));
+                return Ok(());
+            }
+        };
+        let (kv, db) = match (env.kv(edge::KV_BINDING), env.d1(edge::DB_BINDING)) {
+            (Ok(kv), Ok(db)) => (WorkerKv(kv), D1Sql(db)),
+            (Err(e), _) | (_, Err(e)) => {
+                defer_all(&format!("binding missing: {e}"));
+                return Ok(());
+            }
+        };
+        let incoming: Vec<Incoming> = msgs
+            .iter()
+            .map(|m| Incoming { id: m.id(), timestamp_ms: m.timestamp().as_millis() as i64, body: edge::body_json(m.body()) })
+            .collect();
+        let runner = Registry(Services { http: WorkerFetch, clock: SystemClock, webhook_secret: edge::secret(&env, "WEBHOOK_SECRET") });
+        let consumer = Consumer {
+            cfg: &cfg,
+            kv: &kv,
+            sql: &db,
+            runner: &runner,
+            clock: &SystemClock,
+            owner: format!("inv-{}", edge::random_id()),
+            random: &edge::random,
+        };
+        let role = if batch.queue() == DEAD_LETTER_QUEUE { Role::DeadLetter } else { Role::Main };
+        let outcomes = consumer.process(role, &incoming).await;
+        for (m, o) in msgs.iter().zip(outcomes) {
+            match o {
+                Outcome::Ack => m.ack(),
+                Outcome::Retry { delay_seconds } | Outcome::Defer { delay_seconds } => {
+                    m.retry_with_options(&QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build())
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[event(fetch)]
+    pub async fn fetch(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
+        let declared = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<usize>().ok());
+        let url = req.url()?;
+        let mut api_req = ApiRequest {
+            method: req.method().to_string(),
+            path: url.path().to_string(),
+            query: url.query().unwrap_or_default().to_string(),
+            authorization: req.headers().get("authorization").ok().flatten(),
+            body: Vec::new(),
+        };
+        if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+            return respond(413, "application/json", &format!("{{\"error\":\"body is larger than {MAX_BODY_BYTES} bytes\"}}"));
+        }
+        if api_req.method == "POST" {
+            api_req.body = req.bytes().await.unwrap_or_default();
+        }
+        let cfg = edge::config(&env);
+        let admin_token = edge::secret(&env, "ADMIN_TOKEN");
+        let (db, queue) = match (env.d1(edge::DB_BINDING), env.queue(edge::QUEUE_BINDING)) {
+            (Ok(db), Ok(q)) => (db, q),
+            (Err(e), _) | (_, Err(e)) => {
+                let body = serde_json::json!({ "error": format!("binding missing: {e}") });
+                return respond(500, "application/json", &body.to_string());
+            }
+        };
+        let ledger = Ledger::new(D1Sql(db));
+        let api = Api {
+            ledger: &ledger,
+            queue: &WorkerQueue(queue),
+            clock: &SystemClock,
+            cfg: cfg.as_ref(),
+            admin_token: admin_token.as_deref(),
+            new_id: &edge::random_id,
+        };
+        let r = api.handle(&api_req).await;
+        respond(r.status, r.content_type, &r.body)
+    }
+
+    fn respond(status: u16, content_type: &str, body: &str) -> worker::Result<Response> {
+        let resp = Response::ok(body)?.with_status(status);
+        let headers = resp.headers().clone();
+        headers.set("content-type", content_type)?;
+        headers.set("cache-control", "no-store")?;
+        Ok(resp.with_headers(headers))
+    }
+
+    #[event(scheduled)]
+    pub async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+        let cfg = match edge::config(&env) {
+            Ok(c) => c,
+            Err(e) => return console_error!("orderly maintenance skipped: configuration error: {e}"),
+        };
+        let (db, queue) = match (env.d1(edge::DB_BINDING), env.queue(edge::QUEUE_BINDING)) {
+            (Ok(db), Ok(q)) => (db, q),
+            (Err(e), _) | (_, Err(e)) => return console_error!("orderly maintenance skipped: binding missing: {e}"),
+        };
+        match crate::maintenance::run(&Ledger::new(D1Sql(db)), &WorkerQueue(queue), &SystemClock, &cfg).await {
+            Ok(r) => console_log!("orderly maintenance: {}", serde_json::to_string(&r).unwrap_or_default()),
+            Err(e) => console_error!("orderly maintenance failed, the next run retries: {e}"),
+        }
+    }
+}

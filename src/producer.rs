@@ -1,0 +1,125 @@
+//! Sending jobs to the queue: envelopes from ledger rows, and batches within Queues' limits.
+//!
+//! Pure apart from the [`QueueSender`] port. Queues takes at most 100 messages and 256 KB per
+//! `sendBatch`, and 128 KB per message; `split` keeps to those so a large submission never fails
+//! as a whole.
+
+use serde_json::Value;
+
+use crate::envelope::{Envelope, JobMeta};
+use crate::error::InfraError;
+use crate::ledger::Job;
+
+/// Most messages in one `sendBatch`.
+pub const MAX_BATCH_MESSAGES: usize = 100;
+/// Most bytes in one `sendBatch`.
+pub const MAX_BATCH_BYTES: usize = 256 * 1024;
+/// Most bytes in one message.
+pub const MAX_MESSAGE_BYTES: usize = 128 * 1024;
+/// Bytes counted per message beyond its body: Queues adds metadata, so stay clear of the limit.
+const PER_MESSAGE_OVERHEAD: usize = 256;
+
+/// A message to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutMessage {
+    /// JSON body (an envelope).
+    pub body: Value,
+    /// Delivery delay.
+    pub delay_seconds: u32,
+}
+
+impl OutMessage {
+    /// The body's size as sent (JSON text).
+    pub fn size(&self) -> usize {
+        self.body.to_string().len()
+    }
+}
+
+/// Sends one batch (already within limits). The edge sends the JSON intact (see `edge.rs`).
+#[allow(async_fn_in_trait)]
+pub trait QueueSender {
+    /// Sends `msgs` in one `sendBatch`.
+    async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError>;
+}
+
+/// Splits messages into batches of at most 100 messages and 256 KB, keeping their order.
+pub fn split(msgs: Vec<OutMessage>) -> Vec<Vec<OutMessage>> {
+    let mut batches: Vec<Vec<OutMessage>> = Vec::new();
+    let mut bytes = 0;
+    for m in msgs {
+        let size = m.size() + PER_MESSAGE_OVERHEAD;
+        let full = batches.last().is_none_or(|b| b.len() >= MAX_BATCH_MESSAGES || bytes + size > MAX_BATCH_BYTES);
+        if full {
+            batches.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size;
+        if let Some(b) = batches.last_mut() {
+            b.push(m);
+        }
+    }
+    batches
+}
+
+/// Sends all messages, batch by batch, stopping at the first failure.
+pub async fn send_all<Q: QueueSender>(queue: &Q, msgs: Vec<OutMessage>) -> Result<(), InfraError> {
+    for batch in split(msgs) {
+        queue.send_batch(&batch).await?;
+    }
+    Ok(())
+}
+
+/// The message that (re)delivers a ledger job. `None` for a row with no readable payload (only
+/// undecodable bodies have none, and those are DEAD for good).
+pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
+    let payload: Value = serde_json::from_str(job.payload.as_deref()?).ok()?;
+    let env = Envelope {
+        ordering_key: job.ordering_key.clone(),
+        payload,
+        meta: JobMeta {
+            id: Some(job.id.clone()),
+            dedupe_key: job.dedupe_key.clone(),
+            max_attempts: u32::try_from(job.max_attempts).ok(),
+        },
+    };
+    Some(OutMessage { body: env.encode(), delay_seconds })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn msg(n: usize) -> OutMessage {
+        OutMessage { body: json!({"pad": "x".repeat(n)}), delay_seconds: 0 }
+    }
+
+    #[test]
+    fn batches_hold_at_most_one_hundred_messages() {
+        let batches = split((0..250).map(|_| msg(10)).collect());
+        assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), vec![100, 100, 50]);
+    }
+
+    #[test]
+    fn batches_stay_under_256_kb() {
+        let batches = split((0..10).map(|_| msg(60 * 1024)).collect());
+        assert!(batches.len() >= 3);
+        for b in &batches {
+            let bytes: usize = b.iter().map(|m| m.size() + PER_MESSAGE_OVERHEAD).sum();
+            assert!(bytes <= MAX_BATCH_BYTES, "{bytes}");
+        }
+        assert_eq!(batches.iter().map(Vec::len).sum::<usize>(), 10);
+    }
+
+    #[test]
+    fn order_is_kept_across_batches() {
+        let msgs: Vec<OutMessage> = (0..205).map(|i| OutMessage { body: json!(i), delay_seconds: 0 }).collect();
+        let flat: Vec<Value> = split(msgs).into_iter().flatten().map(|m| m.body).collect();
+        assert_eq!(flat, (0..205).map(|i| json!(i)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn nothing_to_send_is_no_batch() {
+        assert!(split(vec![]).is_empty());
+    }
+}
