@@ -1,0 +1,139 @@
+// Starts the built worker under miniflare with real (simulated) Queues, KV and D1, the ledger
+// migrated from migrations/, and an in-process HTTP target that answers the worker's webhooks.
+import { Miniflare } from "miniflare";
+import { readFileSync, readdirSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+export const TOKEN = "test-admin-token";
+export const TARGET = "http://target.test";
+
+/** Vars as in wrangler.toml, with delays shortened so tests run in seconds. */
+export const FAST_VARS = {
+  ORDERING_KEY_PREFIX: "__fedify_ordering_",
+  ORDERING_LOCK_TTL: "60",
+  MAX_ATTEMPTS: "8",
+  BACKOFF_BASE_SECONDS: "1",
+  BACKOFF_CAP_SECONDS: "1",
+  LOCK_RETRY_DELAY_SECONDS: "1",
+  LEASE_SECONDS: "120",
+  RETENTION_DAYS: "7",
+};
+
+/**
+ * The webhook target. Paths decide the answer:
+ *   /ok/<name>              200
+ *   /fail/<n>/<name>        500 for the first n requests to this path, then 200
+ *   /status/<code>/<name>   always <code>
+ *   /slow/<ms>/<name>       200 after <ms>
+ * Every request is recorded in arrival order with its body and headers.
+ */
+export class Target {
+  constructor() {
+    this.requests = [];
+    this.counts = new Map();
+    this.onRequest = null;
+  }
+  async handle(request) {
+    const url = new URL(request.url);
+    const body = await request.text();
+    const entry = { path: url.pathname, method: request.method, body, headers: Object.fromEntries(request.headers) };
+    this.requests.push(entry);
+    if (this.onRequest) await this.onRequest(entry);
+    const n = (this.counts.get(url.pathname) ?? 0) + 1;
+    this.counts.set(url.pathname, n);
+    const parts = url.pathname.split("/").filter(Boolean);
+    if (parts[0] === "fail") return new Response("no", { status: n <= Number(parts[1]) ? 500 : 200 });
+    if (parts[0] === "status") return new Response("x", { status: Number(parts[1]) });
+    if (parts[0] === "slow") {
+      await new Promise((r) => setTimeout(r, Number(parts[1])));
+      return new Response("ok");
+    }
+    return new Response("ok");
+  }
+  /** Requests to paths starting with `prefix`, in arrival order. */
+  to(prefix) {
+    return this.requests.filter((r) => r.path.startsWith(prefix));
+  }
+}
+
+/** Splits a migration file into statements (comments dropped) and applies them in one batch. */
+async function migrate(db) {
+  const dir = join(root, "migrations");
+  for (const file of readdirSync(dir).filter((f) => f.endsWith(".sql")).sort()) {
+    const text = readFileSync(join(dir, file), "utf8")
+      .split("\n")
+      .map((l) => l.replace(/--.*$/, ""))
+      .join("\n");
+    const stmts = text.split(";").map((s) => s.trim()).filter(Boolean);
+    await db.batch(stmts.map((s) => db.prepare(s)));
+  }
+}
+
+export async function start({ vars = {}, bindings, mainQueue = {}, adminToken = TOKEN } = {}) {
+  const target = new Target();
+  const mf = new Miniflare({
+    modules: true,
+    scriptPath: join(root, "build/worker/shim.mjs"),
+    modulesRoot: join(root, "build"),
+    modulesRules: [
+      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
+      { type: "CompiledWasm", include: ["**/*.wasm"] },
+    ],
+    compatibilityDate: "2026-08-01",
+    cf: false,
+    kvNamespaces: ["ORDERING_KV"],
+    d1Databases: ["DB"],
+    queueProducers: { JOBS: { queueName: "orderly-jobs" } },
+    queueConsumers: {
+      "orderly-jobs": { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 100, deadLetterQueue: "orderly-dlq", ...mainQueue },
+      "orderly-dlq": { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 10 },
+    },
+    bindings: bindings ?? { ...FAST_VARS, ...(adminToken ? { ADMIN_TOKEN: adminToken } : {}), ...vars },
+    outboundService: (request) => target.handle(request),
+  });
+  await mf.ready;
+  const db = await mf.getD1Database("DB");
+  await migrate(db);
+  const kv = await mf.getKVNamespace("ORDERING_KV");
+  const worker = await mf.getWorker();
+  const queue = await mf.getQueueProducer("JOBS");
+
+  const api = async (method, path, body, token = adminToken) => {
+    const headers = token ? { authorization: `Bearer ${token}` } : {};
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const res = await mf.dispatchFetch(`http://orderly.test${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+    });
+    const text = await res.text();
+    let json;
+    try { json = JSON.parse(text); } catch { json = undefined; }
+    return { status: res.status, json, text };
+  };
+  const job = async (id) => (await db.prepare("SELECT * FROM job WHERE id = ?").bind(id).first()) ?? null;
+  const counts = async () => (await api("GET", "/jobs/counts")).json;
+
+  return { mf, db, kv, worker, queue, target, api, job, counts, dispose: () => mf.dispose() };
+}
+
+/** A webhook payload to the target. */
+export function webhook(path, body = {}) {
+  return { type: "webhook", url: `${TARGET}${path}`, body };
+}
+
+/** Polls `fn` until it returns a truthy value; fails with `what` after `timeoutMs`. */
+export async function waitFor(fn, what, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < deadline) {
+    last = await fn();
+    if (last) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
