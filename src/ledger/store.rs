@@ -74,3 +74,9 @@ impl<S: Sql> Sql for std::rc::Rc<S> {
         (**self).batch(stmts).await
     }
 }
+
+impl<S: Sql> Sql for &S {
+    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
+        (**self).batch(stmts).await
+    }
+}

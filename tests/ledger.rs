@@ -1,0 +1,366 @@
+//! Ledger conformance suite on real SQLite: the same SQL text D1 runs, migrations from
+//! `migrations/`. For every transition, the loser's situation (wrong status, other owner, live
+//! lease) changes nothing, and a re-read of the row proves it.
+
+mod support;
+
+use futures::executor::block_on;
+use orderly::ledger::{stmt, Job, JobSpec, Ledger, Redrive, Sql, Status};
+use support::Sqlite;
+
+const T0: i64 = 1_700_000_000_000;
+const LEASE: i64 = 120_000;
+
+fn spec(id: &str) -> JobSpec {
+    JobSpec {
+        id: id.into(),
+        job_type: Some("webhook".into()),
+        ordering_key: Some("k".into()),
+        dedupe_key: None,
+        payload: Some(r#"{"type":"webhook"}"#.into()),
+        max_attempts: 3,
+    }
+}
+
+fn one(db: &Sqlite, s: orderly::ledger::Stmt) -> Option<Job> {
+    Job::first(&block_on(db.query(s)).expect("statement runs")).unwrap()
+}
+
+fn get(db: &Sqlite, id: &str) -> Job {
+    one(db, stmt::get(id)).expect("row exists")
+}
+
+fn claim(db: &Sqlite, s: &JobSpec, owner: &str, now: i64) -> Option<Job> {
+    one(db, stmt::claim(s, owner, now, now + LEASE, now))
+}
+
+#[test]
+fn claim_inserts_a_new_job_running_with_one_attempt() {
+    let (db, _) = Sqlite::temp();
+    let j = claim(&db, &spec("a"), "w1", T0).expect("claimed");
+    assert_eq!((j.status, j.attempts, j.lease_owner.as_deref(), j.lease_until), (Status::Running, 1, Some("w1"), Some(T0 + LEASE)));
+    assert_eq!(get(&db, "a"), j);
+}
+
+#[test]
+fn claim_is_refused_while_lease_is_live() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    let before = get(&db, "a");
+    assert_eq!(claim(&db, &spec("a"), "w2", T0 + LEASE - 1), None);
+    assert_eq!(get(&db, "a"), before);
+}
+
+#[test]
+fn claim_takes_over_an_expired_lease_and_counts_the_attempt() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    let j = claim(&db, &spec("a"), "w2", T0 + LEASE).expect("expired lease is claimable");
+    assert_eq!((j.attempts, j.lease_owner.as_deref()), (2, Some("w2")));
+}
+
+#[test]
+fn claim_of_a_finished_job_changes_nothing() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    one(&db, stmt::complete("a", "w1", T0 + 1)).unwrap();
+    let done = get(&db, "a");
+    assert_eq!(claim(&db, &spec("a"), "w2", T0 + 10 * LEASE), None);
+    assert_eq!(get(&db, "a"), done);
+
+    one(&db, stmt::record_dead(&spec("b"), T0, "bad body")).unwrap();
+    let dead = get(&db, "b");
+    assert_eq!(claim(&db, &spec("b"), "w2", T0 + 1), None);
+    assert_eq!(get(&db, "b"), dead);
+}
+
+#[test]
+fn claim_waits_for_a_pending_job_to_be_due() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    one(&db, stmt::fail("a", "w1", T0, Status::Pending, T0 + 5_000, "HTTP 503")).unwrap();
+    let before = get(&db, "a");
+    assert_eq!(one(&db, stmt::claim(&spec("a"), "w2", T0 + 1_000, T0 + LEASE, T0 + 4_999)), None);
+    assert_eq!(get(&db, "a"), before);
+    let j = one(&db, stmt::claim(&spec("a"), "w2", T0 + 5_000, T0 + LEASE, T0 + 5_000)).expect("due");
+    assert_eq!((j.status, j.attempts), (Status::Running, 2));
+}
+
+#[test]
+fn complete_by_another_owner_or_from_the_wrong_state_changes_nothing() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    let before = get(&db, "a");
+    assert_eq!(one(&db, stmt::complete("a", "w2", T0 + 1)), None);
+    assert_eq!(get(&db, "a"), before);
+
+    let done = one(&db, stmt::complete("a", "w1", T0 + 2)).expect("owner completes");
+    assert_eq!((done.status, done.finished_at, done.lease_owner.as_deref()), (Status::Done, Some(T0 + 2), None));
+    assert_eq!(one(&db, stmt::complete("a", "w1", T0 + 3)), None);
+    assert_eq!(get(&db, "a"), done);
+}
+
+#[test]
+fn fail_retries_then_is_dead_at_max_attempts() {
+    let (db, _) = Sqlite::temp();
+    let mut now = T0;
+    for attempt in 1..=3 {
+        let j = claim(&db, &spec("a"), "w", now).expect("claimable");
+        assert_eq!(j.attempts, attempt);
+        let to = if j.attempts >= j.max_attempts { Status::Dead } else { Status::Pending };
+        let failed = one(&db, stmt::fail("a", "w", now, to, now + 1_000, &format!("HTTP 500 #{attempt}"))).unwrap();
+        assert_eq!(failed.status, to);
+        now += 1_000;
+    }
+    let j = get(&db, "a");
+    assert_eq!((j.status, j.attempts, j.last_error.as_deref(), j.finished_at), (Status::Dead, 3, Some("HTTP 500 #3"), Some(T0 + 2_000)));
+}
+
+#[test]
+fn fail_by_another_owner_changes_nothing() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    let before = get(&db, "a");
+    assert_eq!(one(&db, stmt::fail("a", "w2", T0, Status::Dead, T0, "x")), None);
+    assert_eq!(get(&db, "a"), before);
+}
+
+#[test]
+fn defer_gives_the_attempt_back_and_counts_a_deferral() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    assert_eq!(one(&db, stmt::defer("a", "w2", T0, T0 + 1)), None);
+    let j = one(&db, stmt::defer("a", "w1", T0, T0 + 2_000)).unwrap();
+    assert_eq!((j.status, j.attempts, j.deferrals, j.next_run_at), (Status::Pending, 0, 1, T0 + 2_000));
+    assert_eq!(one(&db, stmt::defer("a", "w1", T0, T0 + 3_000)), None, "not RUNNING any more");
+}
+
+#[test]
+fn a_lock_deferral_counts_deferrals_never_attempts() {
+    let (db, _) = Sqlite::temp();
+    for i in 0..5 {
+        one(&db, stmt::note_deferral(&spec("a"), T0 + i, T0 + i + 1_000)).unwrap();
+    }
+    let j = get(&db, "a");
+    assert_eq!((j.status, j.attempts, j.deferrals), (Status::Pending, 0, 5));
+    // A running job is not touched by a deferral note.
+    claim(&db, &spec("a"), "w", T0 + 2_000).unwrap();
+    let running = get(&db, "a");
+    assert_eq!(one(&db, stmt::note_deferral(&spec("a"), T0, T0)), None);
+    assert_eq!(get(&db, "a"), running);
+}
+
+#[test]
+fn record_dead_leaves_done_jobs_and_live_leases_alone() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("live"), "w", T0).unwrap();
+    let live = get(&db, "live");
+    assert_eq!(one(&db, stmt::record_dead(&spec("live"), T0 + 1, "delivery attempts exhausted")), None);
+    assert_eq!(get(&db, "live"), live);
+    let dead = one(&db, stmt::record_dead(&spec("live"), T0 + LEASE, "delivery attempts exhausted")).expect("expired lease");
+    assert_eq!(dead.status, Status::Dead);
+
+    claim(&db, &spec("done"), "w", T0).unwrap();
+    one(&db, stmt::complete("done", "w", T0)).unwrap();
+    let done = get(&db, "done");
+    assert_eq!(one(&db, stmt::record_dead(&spec("done"), T0 + 1, "x")), None);
+    assert_eq!(get(&db, "done"), done);
+}
+
+#[test]
+fn renew_extends_only_the_owners_leases() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    claim(&db, &spec("b"), "w2", T0).unwrap();
+    let renewed = block_on(db.query(stmt::renew("w1", T0 + 10, T0 + 999_999))).unwrap();
+    assert_eq!(renewed.len(), 1);
+    assert_eq!(get(&db, "a").lease_until, Some(T0 + 999_999));
+    assert_eq!(get(&db, "b").lease_until, Some(T0 + LEASE));
+}
+
+#[test]
+fn an_expired_lease_is_reaped_with_attempts_kept() {
+    let (db, _) = Sqlite::temp();
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    assert!(block_on(db.query(stmt::reap(T0 + LEASE - 1, 10))).unwrap().is_empty(), "live lease is not reaped");
+    let reaped = block_on(db.query(stmt::reap(T0 + LEASE, 10))).unwrap();
+    assert_eq!(reaped.len(), 1);
+    let j = get(&db, "a");
+    assert_eq!((j.status, j.attempts, j.lease_owner.as_deref()), (Status::Pending, 1, None));
+    assert!(j.last_error.unwrap().contains("lease of w1 expired"));
+    // The reaped job is claimable again and its attempt count continues.
+    assert_eq!(claim(&db, &spec("a"), "w2", T0 + LEASE).unwrap().attempts, 2);
+}
+
+#[test]
+fn a_reaped_job_out_of_attempts_is_dead() {
+    let (db, _) = Sqlite::temp();
+    let mut s = spec("a");
+    s.max_attempts = 1;
+    claim(&db, &s, "w1", T0).unwrap();
+    block_on(db.query(stmt::reap(T0 + LEASE, 10))).unwrap();
+    let j = get(&db, "a");
+    assert_eq!((j.status, j.finished_at), (Status::Dead, Some(T0 + LEASE)));
+}
+
+#[test]
+fn an_active_dedupe_key_blocks_and_a_finished_one_does_not() {
+    let (db, _) = Sqlite::temp();
+    let ledger = Ledger::new(&db);
+    let with_key = |id: &str| JobSpec { dedupe_key: Some("d1".into()), ..spec(id) };
+    let (first, inserted) = block_on(ledger.enqueue(&with_key("a"), T0, T0)).unwrap();
+    assert!(inserted);
+    let (dup, inserted) = block_on(ledger.enqueue(&with_key("b"), T0, T0)).unwrap();
+    assert!(!inserted);
+    assert_eq!(dup.id, first.id);
+    // The claim path refuses too: nothing is inserted for a message with an active dedupe key.
+    assert_eq!(claim(&db, &with_key("c"), "w", T0), None);
+    assert_eq!(one(&db, stmt::get("c")), None);
+
+    claim(&db, &with_key("a"), "w", T0).unwrap();
+    one(&db, stmt::complete("a", "w", T0)).unwrap();
+    let (fresh, inserted) = block_on(ledger.enqueue(&with_key("d"), T0, T0)).unwrap();
+    assert!(inserted);
+    assert_eq!(fresh.id, "d");
+}
+
+#[test]
+fn the_schema_refuses_a_second_active_job_with_the_same_dedupe_key() {
+    let (db, _) = Sqlite::temp();
+    let insert = "INSERT INTO job (id, status, dedupe_key, max_attempts, next_run_at, created_at, updated_at) VALUES (?1, 'PENDING', 'd', 1, 0, 0, 0)";
+    db.conn.execute(insert, ["a"]).unwrap();
+    assert!(db.conn.execute(insert, ["b"]).is_err());
+}
+
+#[test]
+fn the_schema_refuses_an_unknown_status_and_a_running_job_without_a_lease() {
+    let (db, _) = Sqlite::temp();
+    let bad = "INSERT INTO job (id, status, max_attempts, next_run_at, created_at, updated_at) VALUES ('x', ?1, 1, 0, 0, 0)";
+    assert!(db.conn.execute(bad, ["LOST"]).is_err());
+    assert!(db.conn.execute(bad, ["RUNNING"]).is_err());
+    assert!(db.conn.execute(bad, ["PENDING"]).is_ok());
+}
+
+#[test]
+fn redrive_moves_dead_to_pending_keeping_the_history() {
+    let (db, _) = Sqlite::temp();
+    let ledger = Ledger::new(&db);
+    one(&db, stmt::record_dead(&spec("a"), T0, "HTTP 404")).unwrap();
+    let Redrive::Redriven(j) = block_on(ledger.redrive("a", T0 + 5)).unwrap() else { panic!("redriven") };
+    assert_eq!((j.status, j.attempts, j.next_run_at, j.finished_at), (Status::Pending, 0, T0 + 5, None));
+    assert!(j.last_error.unwrap().contains("HTTP 404"));
+    assert!(matches!(block_on(ledger.redrive("a", T0 + 6)).unwrap(), Redrive::Refused(r) if r.status == Status::Pending));
+    assert_eq!(block_on(ledger.redrive("nope", T0)).unwrap(), Redrive::NotFound);
+}
+
+#[test]
+fn redrive_is_refused_while_the_dedupe_key_is_active_elsewhere() {
+    let (db, _) = Sqlite::temp();
+    let ledger = Ledger::new(&db);
+    let with_key = |id: &str| JobSpec { dedupe_key: Some("d".into()), ..spec(id) };
+    one(&db, stmt::record_dead(&with_key("old"), T0, "HTTP 410")).unwrap();
+    block_on(ledger.enqueue(&with_key("new"), T0, T0)).unwrap();
+    let before = get(&db, "old");
+    assert!(matches!(block_on(ledger.redrive("old", T0)).unwrap(), Redrive::Refused(j) if j.status == Status::Dead));
+    assert_eq!(get(&db, "old"), before);
+}
+
+#[test]
+fn counts_always_have_all_four_statuses() {
+    let (db, _) = Sqlite::temp();
+    let ledger = Ledger::new(&db);
+    let c = block_on(ledger.counts()).unwrap();
+    assert_eq!(serde_json::to_value(c).unwrap(), serde_json::json!({"PENDING": 0, "RUNNING": 0, "DONE": 0, "DEAD": 0}));
+    claim(&db, &spec("r"), "w", T0).unwrap();
+    one(&db, stmt::record_dead(&spec("d"), T0, "x")).unwrap();
+    block_on(ledger.enqueue(&spec("p"), T0, T0)).unwrap();
+    let c = block_on(ledger.counts()).unwrap();
+    assert_eq!((c.pending, c.running, c.done, c.dead), (1, 1, 0, 1));
+}
+
+#[test]
+fn list_pages_newest_first_with_a_cursor() {
+    let (db, _) = Sqlite::temp();
+    let ledger = Ledger::new(&db);
+    for i in 0..7 {
+        one(&db, stmt::record_dead(&spec(&format!("j{i}")), T0 + (i / 2), "x")).unwrap();
+    }
+    claim(&db, &spec("running"), "w", T0 + 100).unwrap();
+    let mut seen = Vec::new();
+    let mut cursor: Option<(i64, String)> = None;
+    loop {
+        let (page, next) = block_on(ledger.list(Some(Status::Dead), cursor.as_ref().map(|(a, i)| (*a, i.as_str())), 3)).unwrap();
+        seen.extend(page.into_iter().map(|j| j.id));
+        match next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, vec!["j6", "j5", "j4", "j3", "j2", "j1", "j0"]);
+    let (all, _) = block_on(ledger.list(None, None, 50)).unwrap();
+    assert_eq!(all.len(), 8);
+    assert_eq!(all[0].id, "running");
+}
+
+#[test]
+fn purge_deletes_only_done_rows_older_than_the_cutoff() {
+    let (db, _) = Sqlite::temp();
+    for (id, at) in [("old", T0), ("new", T0 + 10)] {
+        claim(&db, &spec(id), "w", at).unwrap();
+        one(&db, stmt::complete(id, "w", at)).unwrap();
+    }
+    one(&db, stmt::record_dead(&spec("dead"), T0, "x")).unwrap();
+    let purged = block_on(db.query(stmt::purge(T0 + 5, 100))).unwrap();
+    assert_eq!(purged.len(), 1);
+    assert_eq!(one(&db, stmt::get("old")), None);
+    assert!(one(&db, stmt::get("new")).is_some());
+    assert!(one(&db, stmt::get("dead")).is_some());
+}
+
+#[test]
+fn an_overdue_job_is_taken_for_resending_once() {
+    let (db, _) = Sqlite::temp();
+    one(&db, stmt::note_deferral(&spec("a"), T0, T0)).unwrap();
+    let overdue = block_on(db.query(stmt::overdue(T0 + 1, 10))).unwrap();
+    let j = Job::from_row(&overdue[0]).unwrap();
+    assert!(one(&db, stmt::mark_resent("a", j.next_run_at, T0 + 2)).is_some());
+    assert_eq!(one(&db, stmt::mark_resent("a", j.next_run_at, T0 + 3)), None, "a second run does not re-send it");
+}
+
+#[test]
+fn eight_connections_racing_to_claim_twelve_jobs_claim_each_job_once() {
+    let (db, path) = Sqlite::temp();
+    for i in 0..12 {
+        block_on(Ledger::new(&db).enqueue(&spec(&format!("j{i}")), T0, T0)).unwrap();
+    }
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|w| {
+            let path = path.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let conn = Sqlite::open(&path);
+                let owner = format!("w{w}");
+                barrier.wait();
+                // Each connection tries every job, starting at a different one.
+                (0..12)
+                    .map(|k| format!("j{}", (k + w) % 12))
+                    .filter(|id| claim(&conn, &spec(id), &owner, T0).is_some())
+                    .map(|id| (id, owner.clone()))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut wins: Vec<(String, String)> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    wins.sort();
+    let ids: Vec<&str> = wins.iter().map(|(id, _)| id.as_str()).collect();
+    let mut want: Vec<String> = (0..12).map(|i| format!("j{i}")).collect();
+    want.sort();
+    assert_eq!(ids, want.iter().map(String::as_str).collect::<Vec<_>>(), "every job claimed exactly once");
+    for (id, owner) in &wins {
+        let j = get(&db, id);
+        assert_eq!((j.attempts, j.lease_owner.as_deref()), (1, Some(owner.as_str())), "the row names the winner");
+    }
+    let winners: std::collections::BTreeSet<&str> = wins.iter().map(|(_, o)| o.as_str()).collect();
+    assert!(!winners.is_empty());
+}

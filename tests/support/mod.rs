@@ -1,0 +1,117 @@
+//! Native test backends: the ledger's SQL port on real SQLite (bundled), with the migrations from
+//! `migrations/` applied, so the same SQL text D1 runs is exercised on the host.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use orderly::error::InfraError;
+use orderly::ledger::{Param, Row, Sql, Stmt};
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use rusqlite::{params_from_iter, Connection};
+use serde_json::Value;
+
+/// A connection to a SQLite database, as a `Sql` backend. A batch is one IMMEDIATE transaction,
+/// like D1's `batch()`.
+pub struct Sqlite {
+    pub conn: Connection,
+    /// Batches run, i.e. D1 round trips.
+    pub round_trips: std::cell::Cell<u64>,
+    /// When set, every batch fails as an outage would.
+    pub down: std::cell::Cell<bool>,
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+impl Sqlite {
+    /// A fresh, migrated database in a temp file (a file, so other connections can race on it).
+    pub fn temp() -> (Sqlite, std::path::PathBuf) {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("orderly-test-{}-{n}.sqlite", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let db = Sqlite::open(&path);
+        db.migrate();
+        (db, path)
+    }
+
+    /// Opens another connection to `path`.
+    pub fn open(path: &Path) -> Sqlite {
+        let conn = Connection::open(path).expect("open sqlite");
+        conn.busy_timeout(Duration::from_secs(10)).expect("busy timeout");
+        conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
+        Sqlite { conn, round_trips: Default::default(), down: Default::default() }
+    }
+
+    /// Applies every file of `migrations/`, in name order.
+    pub fn migrate(&self) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        files.sort();
+        for f in files {
+            self.conn.execute_batch(&std::fs::read_to_string(f).unwrap()).expect("migration applies");
+        }
+    }
+
+    fn run(&self, stmts: &[Stmt]) -> rusqlite::Result<Vec<Vec<Row>>> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let result = (|| {
+            let mut out = Vec::new();
+            for s in stmts {
+                let mut st = self.conn.prepare_cached(s.sql)?;
+                let names: Vec<String> = st.column_names().iter().map(|c| c.to_string()).collect();
+                let params = s.params.iter().map(|p| match p {
+                    Param::Null => SqlValue::Null,
+                    Param::Int(i) => SqlValue::Integer(*i),
+                    Param::Text(t) => SqlValue::Text(t.clone()),
+                });
+                let mut rows = st.query(params_from_iter(params))?;
+                let mut got = Vec::new();
+                while let Some(r) = rows.next()? {
+                    let mut m = Row::new();
+                    for (i, n) in names.iter().enumerate() {
+                        let v = match r.get_ref(i)? {
+                            ValueRef::Null => Value::Null,
+                            ValueRef::Integer(x) => Value::from(x),
+                            ValueRef::Real(x) => Value::from(x),
+                            ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
+                            ValueRef::Blob(_) => Value::Null,
+                        };
+                        m.insert(n.clone(), v);
+                    }
+                    got.push(m);
+                }
+                out.push(got);
+            }
+            Ok(out)
+        })();
+        match result {
+            Ok(out) => {
+                self.conn.execute_batch("COMMIT")?;
+                Ok(out)
+            }
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads one column of one job directly (for assertions that bypass the ledger code).
+    pub fn column(&self, id: &str, col: &str) -> SqlValue {
+        self.conn
+            .query_row(&format!("SELECT {col} FROM job WHERE id = ?1"), [id], |r| r.get::<_, SqlValue>(0))
+            .unwrap_or(SqlValue::Null)
+    }
+}
+
+impl Sql for Sqlite {
+    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
+        self.round_trips.set(self.round_trips.get() + 1);
+        if self.down.get() {
+            return Err(InfraError::new("D1", "simulated outage"));
+        }
+        self.run(&stmts).map_err(|e| InfraError::new("D1", e.to_string()))
+    }
+}
