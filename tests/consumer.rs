@@ -1,0 +1,353 @@
+//! The batch algorithm end to end on the host: the real consumer over an in-memory KV that stores
+//! and expires, the ledger on real SQLite, and a scripted handler that records what ran.
+
+mod support;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use futures::executor::block_on;
+use orderly::clock::{Clock, ManualClock};
+use orderly::config::Config;
+use orderly::consumer::{Consumer, Incoming, Outcome, Role, DELIVERY_EXHAUSTED, INFRA_RETRY_DELAY_SECONDS};
+use orderly::handlers::{JobContext, JobError, Runner};
+use orderly::ledger::{stmt, Job, Sql, Status};
+use orderly::lock::{owner_token, Kv, MemoryKv};
+use serde_json::{json, Value};
+use support::Sqlite;
+
+const T0: i64 = 1_700_000_000_000;
+
+/// Runs jobs as their payload scripts: `{"fail": n}` fails the first n attempts (retryable),
+/// `{"permanent": true}` fails for good, `{"takes_ms": n}` advances the clock. Records every run.
+struct Script {
+    clock: Rc<ManualClock>,
+    kv: Rc<MemoryKv<Rc<ManualClock>>>,
+    runs: RefCell<Vec<(String, u32)>>,
+    /// The lock value seen at each run of a keyed job (lock key, value).
+    seen_locks: RefCell<Vec<Option<String>>>,
+    watch_lock: Option<String>,
+}
+
+impl Runner for Script {
+    async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+        self.runs.borrow_mut().push((job.id.to_string(), job.attempt));
+        if let Some(k) = &self.watch_lock {
+            self.seen_locks.borrow_mut().push(self.kv.peek(k));
+        }
+        if let Some(ms) = job.payload.get("takes_ms").and_then(Value::as_i64) {
+            self.clock.advance_ms(ms);
+        }
+        if job.payload.get("permanent").is_some() {
+            return Err(JobError::permanent("HTTP 404"));
+        }
+        let fails = job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0);
+        if u64::from(job.attempt) <= fails {
+            return Err(JobError::retry("HTTP 503"));
+        }
+        Ok(())
+    }
+}
+
+struct World {
+    clock: Rc<ManualClock>,
+    kv: Rc<MemoryKv<Rc<ManualClock>>>,
+    db: Sqlite,
+    script: Script,
+    cfg: Config,
+}
+
+impl World {
+    fn new() -> World {
+        Self::with(Config::default(), None)
+    }
+    fn with(cfg: Config, watch_lock: Option<&str>) -> World {
+        let clock = Rc::new(ManualClock::new(T0));
+        let kv = Rc::new(MemoryKv::new(clock.clone()));
+        let script = Script {
+            clock: clock.clone(),
+            kv: kv.clone(),
+            runs: RefCell::default(),
+            seen_locks: RefCell::default(),
+            watch_lock: watch_lock.map(str::to_string),
+        };
+        World { clock, kv, db: Sqlite::temp().0, script, cfg }
+    }
+    fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
+        let consumer = Consumer {
+            cfg: &self.cfg,
+            kv: &self.kv,
+            sql: &self.db,
+            runner: &self.script,
+            clock: &self.clock,
+            owner: format!("inv-{}", self.clock.now_ms()),
+            random: &|| 1.0,
+        };
+        block_on(consumer.process(role, msgs))
+    }
+    fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
+        self.process(Role::Main, msgs)
+    }
+    fn job(&self, id: &str) -> Job {
+        Job::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("job row")
+    }
+    fn runs(&self) -> Vec<String> {
+        self.script.runs.borrow().iter().map(|(id, _)| id.clone()).collect()
+    }
+    fn lock(&self, key: &str) -> Option<String> {
+        self.kv.peek(&format!("__fedify_ordering_{key}"))
+    }
+}
+
+fn msg(id: &str, ts: i64, body: Value) -> Incoming {
+    Incoming { id: id.into(), timestamp_ms: ts, body: Ok(body) }
+}
+
+fn keyed(id: &str, ts: i64, key: &str, payload: Value) -> Incoming {
+    msg(id, ts, json!({"__fedify_ordering_key__": key, "__fedify_payload__": payload}))
+}
+
+fn ok() -> Value {
+    json!({"type": "t"})
+}
+
+#[test]
+fn a_keys_messages_run_in_send_order_under_one_lock_hold() {
+    let w = World::new();
+    let batch = [
+        keyed("m3", T0 + 3, "k", ok()),
+        keyed("m1", T0 + 1, "k", ok()),
+        keyed("m4", T0 + 4, "k", ok()),
+        keyed("m2", T0 + 2, "k", ok()),
+    ];
+    assert_eq!(w.run(&batch), vec![Outcome::Ack; 4]);
+    assert_eq!(w.runs(), vec!["m1", "m2", "m3", "m4"]);
+    // One hold for the group: get + put to take, get + delete to release.
+    assert_eq!(w.kv.ops.get(), 4);
+    // One D1 round trip for the claims, one for the completions.
+    assert_eq!(w.db.round_trips.get(), 2);
+    assert_eq!(w.lock("k"), None, "the lock is gone after processing");
+    assert!(["m1", "m2", "m3", "m4"].iter().all(|id| w.job(id).status == Status::Done));
+}
+
+#[test]
+fn a_held_lock_defers_the_whole_group_without_spending_attempts() {
+    let w = World::new();
+    // A lock as Fedify writes it: its prefix, a value that is not one of ours.
+    block_on(w.kv.put("__fedify_ordering_k", "fedify-holder", 60)).unwrap();
+    let batch = [keyed("a", T0, "k", ok()), keyed("b", T0 + 1, "k", ok()), msg("free", T0, ok())];
+    let out = w.run(&batch);
+    assert_eq!(out[..2], [Outcome::Defer { delay_seconds: 2 }; 2]);
+    assert_eq!(out[2], Outcome::Ack, "other keys are not blocked");
+    assert_eq!(w.runs(), vec!["free"]);
+    for id in ["a", "b"] {
+        let j = w.job(id);
+        assert_eq!((j.status, j.attempts, j.deferrals), (Status::Pending, 0, 1));
+    }
+    assert_eq!(w.kv.peek("__fedify_ordering_k").as_deref(), Some("fedify-holder"), "a foreign lock is never released");
+
+    // Once the holder's lock expires, the key's messages run, in order, on their first attempt.
+    w.clock.advance_ms(60_000);
+    assert_eq!(w.run(&batch[..2]), vec![Outcome::Ack; 2]);
+    assert_eq!(w.runs(), vec!["free", "a", "b"]);
+    assert_eq!(w.job("b").attempts, 1);
+}
+
+#[test]
+fn a_failed_job_holds_its_key_so_nothing_overtakes_it() {
+    let w = World::new();
+    let a = keyed("a", T0, "k", json!({"type": "t", "fail": 1}));
+    let b = keyed("b", T0 + 1, "k", ok());
+    let c = keyed("c", T0 + 2, "k", ok());
+    let out = w.run(&[a.clone(), b.clone(), c.clone()]);
+    assert_eq!(out[0], Outcome::Retry { delay_seconds: 5 });
+    assert_eq!(out[1..], [Outcome::Defer { delay_seconds: 5 }; 2]);
+    assert_eq!(w.lock("k"), Some(owner_token("a")), "the key is held in the failed job's name");
+    assert_eq!((w.job("b").attempts, w.job("b").deferrals), (0, 1), "a held-back job spends no attempt");
+
+    // b and c come back before a: the key is still held for a.
+    w.clock.advance_ms(5_000);
+    assert_eq!(w.run(&[b.clone(), c.clone()]), vec![Outcome::Defer { delay_seconds: 2 }; 2]);
+    // a comes back (with the others): it recognises its own lock, and all three run in order.
+    w.clock.advance_ms(2_000);
+    assert_eq!(w.run(&[c, a, b]), vec![Outcome::Ack; 3]);
+    assert_eq!(w.runs(), vec!["a", "a", "b", "c"]);
+    assert_eq!(w.lock("k"), None);
+    assert_eq!(w.job("a").attempts, 2);
+}
+
+#[test]
+fn a_dead_job_releases_its_key_for_the_rest() {
+    let w = World::new();
+    let out = w.run(&[keyed("a", T0, "k", json!({"type": "t", "permanent": true})), keyed("b", T0 + 1, "k", ok())]);
+    assert_eq!(out, vec![Outcome::Ack, Outcome::Ack]);
+    let a = w.job("a");
+    assert_eq!((a.status, a.last_error.as_deref()), (Status::Dead, Some("HTTP 404")));
+    assert_eq!(w.job("b").status, Status::Done);
+    assert_eq!(w.lock("k"), None);
+}
+
+#[test]
+fn retries_back_off_then_the_job_is_dead_at_max_attempts() {
+    let w = World::new();
+    let m = msg("m", T0, json!({"type": "t", "fail": 99, "__orderly_job__": {"max_attempts": 3}}));
+    assert_eq!(w.run(&[m.clone()]), vec![Outcome::Retry { delay_seconds: 5 }]);
+    w.clock.advance_ms(5_000);
+    assert_eq!(w.run(&[m.clone()]), vec![Outcome::Retry { delay_seconds: 10 }]);
+    w.clock.advance_ms(10_000);
+    assert_eq!(w.run(&[m.clone()]), vec![Outcome::Ack]);
+    let j = w.job("m");
+    assert_eq!((j.status, j.attempts), (Status::Dead, 3));
+    assert!(j.last_error.unwrap().contains("attempt 3 of 3"));
+    assert_eq!(w.run(&[m]), vec![Outcome::Ack], "a late duplicate of a dead job is acked");
+    assert_eq!(w.runs().len(), 3);
+}
+
+#[test]
+fn a_duplicate_delivery_of_a_done_job_is_acked_without_running() {
+    let w = World::new();
+    let m = msg("m", T0, json!({"type": "t", "__orderly_job__": {"id": "job-1"}}));
+    assert_eq!(w.run(&[m.clone()]), vec![Outcome::Ack]);
+    let again = Incoming { id: "other-message-id".into(), ..m };
+    assert_eq!(w.run(&[again]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["job-1"]);
+}
+
+#[test]
+fn a_job_running_under_another_live_lease_is_deferred_until_it_expires() {
+    let w = World::new();
+    let m = msg("m", T0, ok());
+    let spec = orderly::ledger::JobSpec {
+        id: "m".into(),
+        job_type: Some("t".into()),
+        ordering_key: None,
+        dedupe_key: None,
+        payload: Some(ok().to_string()),
+        max_attempts: 8,
+    };
+    block_on(w.db.query(stmt::claim(&spec, "someone-else", T0, T0 + 30_000, T0))).unwrap();
+    assert_eq!(w.run(&[m]), vec![Outcome::Defer { delay_seconds: 30 }]);
+    assert!(w.runs().is_empty());
+}
+
+#[test]
+fn a_job_delivered_twice_in_one_batch_runs_once() {
+    let w = World::new();
+    let body = json!({"type": "t", "__orderly_job__": {"id": "same"}});
+    let out = w.run(&[msg("x", T0, body.clone()), msg("y", T0, body)]);
+    assert_eq!(out[0], Outcome::Ack);
+    assert!(matches!(out[1], Outcome::Defer { .. }));
+    assert_eq!(w.runs(), vec!["same"]);
+}
+
+#[test]
+fn malformed_bodies_are_dead_and_do_not_disturb_the_batch() {
+    let w = World::new();
+    let batch = [
+        keyed("good1", T0, "k", ok()),
+        Incoming { id: "bytes".into(), timestamp_ms: T0, body: Err("the body is bytes".into()) },
+        msg("badkey", T0, json!({"__fedify_ordering_key__": 42, "__fedify_payload__": {}})),
+        msg("badmeta", T0, json!({"type": "t", "__orderly_job__": "nope"})),
+        keyed("good2", T0 + 1, "k", ok()),
+    ];
+    assert_eq!(w.run(&batch), vec![Outcome::Ack; 5]);
+    assert_eq!(w.runs(), vec!["good1", "good2"]);
+    for (id, why) in [
+        ("bytes", "body is not JSON"),
+        ("badkey", "must be a string"),
+        ("badmeta", "must be an object"),
+    ] {
+        let j = w.job(id);
+        assert_eq!(j.status, Status::Dead, "{id}");
+        assert!(j.last_error.as_deref().unwrap_or_default().contains(why), "{id}: {:?}", j.last_error);
+    }
+}
+
+#[test]
+fn an_unknown_or_missing_type_is_dead_with_the_reason() {
+    let w = World::new();
+    let registry = orderly::handlers::Registry(orderly::handlers::Services {
+        http: NoHttp,
+        clock: ManualClock::new(T0),
+        webhook_secret: None,
+    });
+    let consumer = Consumer {
+        cfg: &w.cfg,
+        kv: &w.kv,
+        sql: &w.db,
+        runner: &registry,
+        clock: &w.clock,
+        owner: "inv".into(),
+        random: &|| 0.5,
+    };
+    let out = block_on(consumer.process(Role::Main, &[msg("m", T0, json!({"type": "fax"})), msg("raw", T0, json!([1, 2]))]));
+    assert_eq!(out, vec![Outcome::Ack; 2]);
+    let j = w.job("m");
+    assert_eq!(j.status, Status::Dead);
+    assert_eq!(j.last_error.as_deref(), Some("unknown job type \"fax\""));
+    let raw = w.job("raw");
+    assert_eq!((raw.status, raw.payload.as_deref()), (Status::Dead, Some("[1,2]")));
+    assert!(raw.last_error.unwrap().contains("no \"type\""));
+}
+
+struct NoHttp;
+impl orderly::handlers::HttpClient for NoHttp {
+    async fn send(&self, _: orderly::handlers::HttpRequest, _: u32) -> Result<orderly::handlers::HttpResponse, String> {
+        Err("no network in this test".into())
+    }
+}
+
+#[test]
+fn dead_letter_queue_messages_are_recorded_dead() {
+    let w = World::new();
+    // A job that was deferred but never ran, then exhausted its deliveries.
+    block_on(w.kv.put("__fedify_ordering_k", "other", 60)).unwrap();
+    let m = keyed("m", T0, "k", ok());
+    w.run(&[m.clone()]);
+    assert_eq!(w.process(Role::DeadLetter, &[m, msg("junk", T0, json!({"__orderly_job__": 1}))]), vec![Outcome::Ack; 2]);
+    let j = w.job("m");
+    assert_eq!((j.status, j.last_error.as_deref()), (Status::Dead, Some(DELIVERY_EXHAUSTED)));
+    assert!(w.job("junk").last_error.unwrap().starts_with(DELIVERY_EXHAUSTED));
+    assert!(w.runs().is_empty());
+}
+
+#[test]
+fn a_d1_outage_defers_everything_and_kills_nothing() {
+    let w = World::new();
+    w.db.down.set(true);
+    let batch = [keyed("a", T0, "k", ok()), msg("b", T0, ok()), msg("bad", T0, json!({"__orderly_job__": 1}))];
+    assert_eq!(w.run(&batch), vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; 3]);
+    assert!(w.runs().is_empty());
+    assert_eq!(w.lock("k"), None, "locks taken before the outage are released");
+    w.db.down.set(false);
+    assert_eq!(w.run(&batch), vec![Outcome::Ack; 3]);
+}
+
+#[test]
+fn a_kv_outage_defers_keyed_messages_and_lets_unkeyed_ones_run() {
+    let w = World::new();
+    w.kv.down.set(true);
+    let out = w.run(&[keyed("a", T0, "k", ok()), msg("b", T0, ok())]);
+    assert_eq!(out, vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }, Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["b"]);
+}
+
+#[test]
+fn a_long_group_refreshes_its_lock_so_it_never_lapses() {
+    let w = World::with(Config::default(), Some("__fedify_ordering_k"));
+    let slow = json!({"type": "t", "takes_ms": 25_000});
+    let batch: Vec<Incoming> = (0..6).map(|i| keyed(&format!("m{i}"), T0 + i, "k", slow.clone())).collect();
+    assert_eq!(w.run(&batch), vec![Outcome::Ack; 6]);
+    // 6 x 25 s = 150 s under a 60 s TTL: without refreshes the lock would lapse mid-group.
+    let seen = w.script.seen_locks.borrow();
+    assert!(seen.iter().all(|v| v.as_deref() == Some("orderly:m0")), "{seen:?}");
+    assert_eq!(w.lock("k"), None);
+}
+
+#[test]
+fn a_custom_prefix_names_the_lock_key() {
+    let cfg = Config { ordering_key_prefix: "app:lock:".into(), ..Config::default() };
+    let w = World::with(cfg, Some("app:lock:k"));
+    w.run(&[keyed("a", T0, "k", ok())]);
+    assert_eq!(w.script.seen_locks.borrow().as_slice(), &[Some("orderly:a".to_string())]);
+}
