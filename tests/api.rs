@@ -1,0 +1,266 @@
+//! The HTTP API and cron maintenance on the host: real SQLite ledger, a queue fake that keeps
+//! what it was sent (and can go down).
+
+mod support;
+
+use std::cell::{Cell, RefCell};
+
+use futures::executor::block_on;
+use orderly::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};
+use orderly::clock::ManualClock;
+use orderly::config::{Config, ConfigError};
+use orderly::envelope::Envelope;
+use orderly::error::InfraError;
+use orderly::ledger::{stmt, JobSpec, Ledger, Sql, Status};
+use orderly::maintenance::{self, RESEND_GRACE_MS};
+use orderly::producer::{OutMessage, QueueSender};
+use serde_json::{json, Value};
+use support::Sqlite;
+
+const T0: i64 = 1_700_000_000_000;
+const TOKEN: &str = "s3cret-token";
+
+#[derive(Default)]
+struct Queue {
+    batches: RefCell<Vec<Vec<OutMessage>>>,
+    down: Cell<bool>,
+}
+
+impl QueueSender for Queue {
+    async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
+        if self.down.get() {
+            return Err(InfraError::new("Queue", "simulated outage"));
+        }
+        self.batches.borrow_mut().push(msgs.to_vec());
+        Ok(())
+    }
+}
+
+impl Queue {
+    fn sent(&self) -> Vec<Envelope> {
+        self.batches.borrow().iter().flatten().map(|m| Envelope::decode(m.body.clone()).unwrap()).collect()
+    }
+}
+
+struct World {
+    ledger: Ledger<Sqlite>,
+    queue: Queue,
+    clock: ManualClock,
+    cfg: Config,
+    ids: Cell<u32>,
+}
+
+impl World {
+    fn new() -> World {
+        World { ledger: Ledger::new(Sqlite::temp().0), queue: Queue::default(), clock: ManualClock::new(T0), cfg: Config::default(), ids: Cell::new(0) }
+    }
+    fn call_with(&self, token: Option<&str>, cfg: Result<&Config, &ConfigError>, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+        let next_id = || {
+            self.ids.set(self.ids.get() + 1);
+            format!("job-{:03}", self.ids.get())
+        };
+        let api = Api { ledger: &self.ledger, queue: &self.queue, clock: &self.clock, cfg, admin_token: Some(TOKEN), new_id: &next_id };
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let req = ApiRequest {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            authorization: token.map(|t| format!("Bearer {t}")),
+            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+        };
+        block_on(api.handle(&req))
+    }
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+        self.call_with(Some(TOKEN), Ok(&self.cfg), method, path, body)
+    }
+}
+
+fn webhook(n: u32) -> Value {
+    json!({"type": "webhook", "url": "https://example.test/hook", "body": {"n": n}})
+}
+
+#[test]
+fn the_api_refuses_missing_and_wrong_tokens() {
+    let w = World::new();
+    assert_eq!(w.call_with(None, Ok(&w.cfg), "GET", "/jobs/counts", None).status, 401);
+    assert_eq!(w.call_with(Some("wrong"), Ok(&w.cfg), "GET", "/jobs/counts", None).status, 401);
+    assert_eq!(w.call_with(Some(""), Ok(&w.cfg), "POST", "/jobs", Some(json!({"payload": 1}))).status, 401);
+    let r = w.call_with(Some(TOKEN), Ok(&w.cfg), "GET", "/jobs/counts", None);
+    assert_eq!(r.status, 200);
+    assert!(w.queue.sent().is_empty());
+}
+
+#[test]
+fn without_a_configured_token_the_api_answers_503() {
+    let w = World::new();
+    let api = Api { ledger: &w.ledger, queue: &w.queue, clock: &w.clock, cfg: Ok(&w.cfg), admin_token: None, new_id: &|| "x".into() };
+    let req = ApiRequest { method: "GET".into(), path: "/jobs/counts".into(), authorization: Some(format!("Bearer {TOKEN}")), ..Default::default() };
+    let r = block_on(api.handle(&req));
+    assert_eq!(r.status, 503);
+    assert!(r.json_body()["error"].as_str().unwrap().contains("ADMIN_TOKEN"));
+}
+
+#[test]
+fn a_bad_var_makes_the_api_answer_500_naming_it() {
+    let w = World::new();
+    let err = Config::from_lookup(|k| (k == "MAX_ATTEMPTS").then(|| "many".to_string())).unwrap_err();
+    let r = w.call_with(Some(TOKEN), Err(&err), "GET", "/jobs/counts", None);
+    assert_eq!(r.status, 500);
+    let msg = r.json_body()["error"].as_str().unwrap().to_string();
+    assert!(msg.contains("MAX_ATTEMPTS") && msg.contains("many"), "{msg}");
+}
+
+#[test]
+fn a_submitted_job_is_recorded_pending_and_sent_intact() {
+    let w = World::new();
+    let payload = json!({"type": "webhook", "url": "https://x.test", "body": {"deep": [1, {"a": null}]}});
+    let r = w.call("POST", "/jobs", Some(json!({"payload": payload, "ordering_key": "actor:1", "delay_seconds": 30, "max_attempts": 4})));
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(r.json_body(), json!({"jobs": [{"id": "job-001", "status": "PENDING", "duplicate": false}]}));
+    let j = block_on(w.ledger.get("job-001")).unwrap().unwrap();
+    assert_eq!((j.status, j.max_attempts, j.next_run_at, j.ordering_key.as_deref()), (Status::Pending, 4, T0 + 30_000, Some("actor:1")));
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].payload, payload);
+    assert_eq!(sent[0].ordering_key.as_deref(), Some("actor:1"));
+    assert_eq!(sent[0].meta.id.as_deref(), Some("job-001"));
+    assert_eq!(w.queue.batches.borrow()[0][0].delay_seconds, 30);
+}
+
+#[test]
+fn many_jobs_are_sent_in_batches_of_at_most_one_hundred() {
+    let w = World::new();
+    let jobs: Vec<Value> = (0..250).map(|n| json!({"payload": webhook(n)})).collect();
+    let r = w.call("POST", "/jobs", Some(json!({ "jobs": jobs })));
+    assert_eq!(r.status, 202);
+    assert_eq!(w.queue.batches.borrow().iter().map(Vec::len).collect::<Vec<_>>(), vec![100, 100, 50]);
+    assert_eq!(block_on(w.ledger.counts()).unwrap().pending, 250);
+}
+
+#[test]
+fn an_active_dedupe_key_answers_with_the_existing_job() {
+    let w = World::new();
+    let job = json!({"payload": webhook(1), "dedupe_key": "order-7"});
+    let first = w.call("POST", "/jobs", Some(job.clone())).json_body();
+    let second = w.call("POST", "/jobs", Some(job)).json_body();
+    assert_eq!(second["jobs"][0], json!({"id": first["jobs"][0]["id"], "status": "PENDING", "duplicate": true}));
+    assert_eq!(w.queue.sent().len(), 1, "the duplicate is not sent");
+}
+
+#[test]
+fn bad_submissions_get_4xx_with_a_json_error() {
+    let w = World::new();
+    for (body, status, want) in [
+        (json!("text"), 400, "job object"),
+        (json!({"jobs": "x"}), 400, "array"),
+        (json!({"jobs": []}), 400, "no jobs"),
+        (json!({"jobs": [{"payload": 1}, {"payload": 1, "delay_seconds": 99999}]}), 400, "delay_seconds"),
+        (json!({"payload": 1, "colour": "red"}), 400, "unknown field"),
+    ] {
+        let r = w.call("POST", "/jobs", Some(body.clone()));
+        assert_eq!(r.status, status, "{body}");
+        assert!(r.json_body()["error"].as_str().unwrap().contains(want), "{body}: {}", r.body);
+    }
+    let r = w.call("POST", "/jobs", Some(json!({"jobs": [{"payload": 1}, {"payload": 1, "delay_seconds": 99999}]})));
+    assert_eq!(r.json_body()["index"], 1);
+    let huge = json!({"payload": "x".repeat(MAX_BODY_BYTES)});
+    assert_eq!(w.call("POST", "/jobs", Some(huge)).status, 413);
+    let r = w.call_with(Some(TOKEN), Ok(&w.cfg), "POST", "/jobs", None);
+    assert_eq!(r.status, 400);
+    assert!(w.queue.sent().is_empty(), "nothing of a refused request is sent");
+    assert_eq!(block_on(w.ledger.counts()).unwrap().pending, 0, "nothing of a refused request is recorded");
+}
+
+#[test]
+fn a_queue_outage_answers_503_and_keeps_the_jobs_pending() {
+    let w = World::new();
+    w.queue.down.set(true);
+    let r = w.call("POST", "/jobs", Some(json!({"payload": webhook(1)})));
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json_body()["jobs"][0]["status"], "PENDING");
+    assert_eq!(block_on(w.ledger.counts()).unwrap().pending, 1);
+}
+
+#[test]
+fn counts_list_and_get() {
+    let w = World::new();
+    for n in 0..5 {
+        w.clock.advance_ms(1);
+        w.call("POST", "/jobs", Some(json!({"payload": webhook(n)})));
+    }
+    assert_eq!(w.call("GET", "/jobs/counts", None).json_body(), json!({"PENDING": 5, "RUNNING": 0, "DONE": 0, "DEAD": 0}));
+    let page = w.call("GET", "/jobs?status=PENDING&limit=2", None).json_body();
+    assert_eq!(page["jobs"].as_array().unwrap().iter().map(|j| j["id"].clone()).collect::<Vec<_>>(), vec![json!("job-005"), json!("job-004")]);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let next = w.call("GET", &format!("/jobs?status=PENDING&limit=2&cursor={cursor}"), None).json_body();
+    assert_eq!(next["jobs"][0]["id"], "job-003");
+    assert_eq!(w.call("GET", "/jobs?status=LOST", None).status, 400);
+    assert_eq!(w.call("GET", "/jobs?limit=0", None).status, 400);
+    assert_eq!(w.call("GET", "/jobs?cursor=zzz", None).status, 400);
+    let one = w.call("GET", "/jobs/job-002", None).json_body();
+    assert_eq!(one["job"]["payload"], webhook(1), "the payload is shown as JSON");
+    assert_eq!(w.call("GET", "/jobs/nope", None).status, 404);
+    assert_eq!(w.call("DELETE", "/jobs/job-002", None).status, 405);
+    assert_eq!(w.call("GET", "/elsewhere", None).status, 404);
+}
+
+#[test]
+fn redrive_resends_a_dead_job_and_refuses_others() {
+    let w = World::new();
+    let spec = JobSpec { id: "d1".into(), job_type: Some("webhook".into()), ordering_key: Some("k".into()), dedupe_key: None, payload: Some(webhook(9).to_string()), max_attempts: 2 };
+    block_on(w.ledger.sql.query(stmt::record_dead(&spec, T0, "HTTP 500 (attempt 2 of 2)"))).unwrap();
+    let r = w.call("POST", "/jobs/d1/redrive", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json_body()["job"]["status"], "PENDING");
+    let sent = w.queue.sent();
+    assert_eq!((sent[0].meta.id.as_deref(), sent[0].ordering_key.as_deref(), &sent[0].payload), (Some("d1"), Some("k"), &webhook(9)));
+    let again = w.call("POST", "/jobs/d1/redrive", None);
+    assert_eq!(again.status, 409);
+    assert_eq!(w.call("POST", "/jobs/none/redrive", None).status, 404);
+}
+
+#[test]
+fn the_dashboard_shell_needs_no_token_and_holds_no_data() {
+    let w = World::new();
+    let r = w.call_with(None, Ok(&w.cfg), "GET", "/", None);
+    assert_eq!((r.status, r.content_type), (200, "text/html; charset=utf-8"));
+    assert!(r.body.contains("Dead letters"));
+}
+
+fn seed_running(w: &World, id: &str, max_attempts: u32, now: i64) {
+    let spec = JobSpec { id: id.into(), job_type: Some("webhook".into()), ordering_key: None, dedupe_key: None, payload: Some(webhook(0).to_string()), max_attempts };
+    block_on(w.ledger.sql.query(stmt::claim(&spec, "dead-invocation", now, now + 120_000, now))).unwrap();
+}
+
+#[test]
+fn maintenance_reaps_expired_leases_and_resends_them() {
+    let w = World::new();
+    seed_running(&w, "a", 8, T0);
+    seed_running(&w, "b", 1, T0);
+    w.clock.advance_ms(120_000);
+    let r = block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg)).unwrap();
+    assert_eq!((r.reaped, r.reaped_dead), (1, 1));
+    assert_eq!(w.queue.sent().iter().map(|e| e.meta.id.clone().unwrap()).collect::<Vec<_>>(), vec!["a"]);
+    let a = block_on(w.ledger.get("a")).unwrap().unwrap();
+    assert_eq!((a.status, a.attempts), (Status::Pending, 1));
+    assert_eq!(block_on(w.ledger.get("b")).unwrap().unwrap().status, Status::Dead);
+    // Idempotent: a second run finds nothing more to do.
+    assert_eq!(block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg)).unwrap(), maintenance::Report::default());
+}
+
+#[test]
+fn maintenance_resends_overdue_pending_jobs_once_and_purges_old_done_rows() {
+    let w = World::new();
+    w.call("POST", "/jobs", Some(json!({"payload": webhook(1)})));
+    seed_running(&w, "done", 8, T0);
+    block_on(w.ledger.sql.query(stmt::complete("done", "dead-invocation", T0))).unwrap();
+    w.clock.advance_ms(RESEND_GRACE_MS + 1);
+    let r = block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg)).unwrap();
+    assert_eq!((r.resent, r.purged), (1, 0));
+    assert_eq!(w.queue.sent().len(), 2, "the original send and one re-send");
+    assert_eq!(block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg)).unwrap().resent, 0);
+    w.clock.advance_ms(7 * 86_400_000);
+    assert_eq!(block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg)).unwrap().purged, 1);
+    assert!(block_on(w.ledger.get("done")).unwrap().is_none());
+    assert!(block_on(w.ledger.get("job-001")).unwrap().is_some(), "PENDING rows are never purged");
+}
