@@ -34,6 +34,8 @@ export class Target {
     this.requests = [];
     this.counts = new Map();
     this.onRequest = null;
+    /** Path -> status, overriding what the path says (e.g. to heal a failing endpoint). */
+    this.answers = new Map();
   }
   async handle(request) {
     const url = new URL(request.url);
@@ -43,6 +45,7 @@ export class Target {
     if (this.onRequest) await this.onRequest(entry);
     const n = (this.counts.get(url.pathname) ?? 0) + 1;
     this.counts.set(url.pathname, n);
+    if (this.answers.has(url.pathname)) return new Response("set", { status: this.answers.get(url.pathname) });
     const parts = url.pathname.split("/").filter(Boolean);
     if (parts[0] === "fail") return new Response("no", { status: n <= Number(parts[1]) ? 500 : 200 });
     if (parts[0] === "status") return new Response("x", { status: Number(parts[1]) });
