@@ -13,4 +13,4 @@ echo "== build"
 bash scripts/build.sh
 
 echo "== end-to-end tests (miniflare)"
-node --test --test-timeout=180000 --test-concurrency=1 tests/e2e/
+node --test --test-timeout=180000 --test-concurrency=1 "tests/e2e/*.test.mjs"
