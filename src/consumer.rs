@@ -124,7 +124,7 @@ struct Decoded {
 
 /// The claim's verdict on one message.
 enum Claim {
-    Won(Job),
+    Won(Box<Job>),
     /// DONE or DEAD already: a duplicate delivery.
     Finished,
     /// Cannot run now (another live lease, or not yet due): defer this long.
@@ -133,11 +133,52 @@ enum Claim {
     Clash,
 }
 
-/// How a key group's lock ends.
-enum LockEnd {
-    Release { key: String, token: String },
-    /// A job failed and will retry: the key stays locked in its name past its retry.
-    Hold { key: String, job_id: String, ttl: u32 },
+/// A key's lock, taken for a group.
+#[derive(Clone)]
+struct HeldLock {
+    key: String,
+    token: String,
+}
+
+/// A group's lock situation.
+enum GroupLock {
+    /// No ordering key: no lock needed.
+    Unkeyed,
+    Taken(HeldLock),
+    /// Another job holds the key; the lock's value.
+    Held { holder: String },
+    /// KV failed.
+    Down,
+}
+
+/// How a taken lock ends: released, or re-written in a failed job's name for `ttl` seconds.
+struct LockEnd {
+    lock: HeldLock,
+    hold_for: Option<(String, u32)>,
+}
+
+/// One message's settlement: its outcome, and the ledger statement that must be recorded before
+/// the outcome may be applied.
+struct Settle {
+    index: usize,
+    record: Option<Stmt>,
+    needs_record: bool,
+    outcome: Outcome,
+}
+
+impl Settle {
+    fn plain(index: usize, outcome: Outcome) -> Self {
+        Settle { index, record: None, needs_record: false, outcome }
+    }
+    fn recorded(index: usize, record: Stmt, outcome: Outcome) -> Self {
+        Settle { index, record: Some(record), needs_record: true, outcome }
+    }
+}
+
+/// What running one group produced.
+struct GroupResult {
+    settled: Vec<Settle>,
+    lock_end: Option<LockEnd>,
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
@@ -204,80 +245,93 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
     async fn run_batch(&self, msgs: &[Incoming], decoded: &[Result<Decoded, String>]) -> Vec<Outcome> {
         let now = self.clock.now_ms();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; msgs.len()];
+        let mut settled: Vec<Settle> = Vec::with_capacity(msgs.len());
 
-        // A job delivered twice in one batch runs once: later copies come back after the first.
+        // Unreadable bodies are recorded DEAD; a job delivered twice in one batch runs once (the
+        // later copy comes back and finds it finished).
         let mut seen: HashSet<&str> = HashSet::new();
         let mut items = Vec::new();
         for (i, d) in decoded.iter().enumerate() {
-            let Ok(d) = d else { continue };
-            if !seen.insert(d.spec.id.as_str()) {
-                outcomes[i] = Some(Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds });
-                continue;
+            match d {
+                Err(reason) => settled.push(Settle::recorded(i, stmt::record_dead(&self.undecodable_spec(&msgs[i]), now, reason), Outcome::Ack)),
+                Ok(d) if !seen.insert(d.spec.id.as_str()) => {
+                    settled.push(Settle::plain(i, Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds }));
+                }
+                Ok(d) => items.push(Item { position: i, timestamp_ms: msgs[i].timestamp_ms, key: d.spec.ordering_key.as_deref() }),
             }
-            items.push(Item { position: i, timestamp_ms: msgs[i].timestamp_ms, key: d.spec.ordering_key.as_deref() });
         }
         let groups = batch::plan(&items);
-
-        // Locks, one per key group, taken concurrently.
         // Only decoded messages are planned, so every planned position has a spec.
         let specs: Vec<Option<&JobSpec>> = decoded.iter().map(|d| d.as_ref().ok().map(|d| &d.spec)).collect();
         let spec = |i: usize| -> &JobSpec { specs[i].unwrap_or_else(|| unreachable!("only decoded messages are planned")) };
-        let locks = join_all(groups.iter().map(|g| async {
-            let key = g.key?;
+
+        // Locks, one per key group, taken concurrently.
+        let locks: Vec<GroupLock> = join_all(groups.iter().map(|g| async {
+            let Some(key) = g.key else { return GroupLock::Unkeyed };
             let ids: Vec<&str> = g.members.iter().map(|&i| spec(i).id.as_str()).collect();
-            let lk = lock::lock_key(&self.cfg.ordering_key_prefix, key);
-            let got = lock::acquire(self.kv, &lk, &ids, self.cfg.lock_ttl_seconds).await;
-            Some((lk, got))
+            let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
+            match lock::acquire(self.kv, &key, &ids, self.cfg.lock_ttl_seconds).await {
+                Ok(Acquired::Taken { token }) => GroupLock::Taken(HeldLock { key, token }),
+                Ok(Acquired::Held { holder }) => GroupLock::Held { holder },
+                Err(_) => GroupLock::Down,
+            }
         }))
         .await;
 
-        // One D1 round trip: claims for runnable messages, notes for deferred ones, DEAD records.
-        let mut claims_batch: Vec<Stmt> = Vec::new();
+        // One D1 round trip: claim every runnable message (and read its row, to learn why when the
+        // claim is refused); for a key held by one of our jobs, read that job to know how long it holds.
+        let mut reads: Vec<Stmt> = Vec::new();
         let mut claim_at: HashMap<usize, usize> = HashMap::new();
-        let lock_delay = self.cfg.lock_retry_delay_seconds;
+        let mut holder_at: HashMap<usize, usize> = HashMap::new();
         let lease_until = now + i64::from(self.cfg.lease_seconds) * 1000;
-        let mut runnable: Vec<(usize, Option<(String, String)>)> = Vec::new(); // (group, lock key+token)
         for (gi, (g, l)) in groups.iter().zip(&locks).enumerate() {
             match l {
-                Some((_, Err(_))) => g.members.iter().for_each(|&i| outcomes[i] = Some(infra)),
-                Some((_, Ok(Acquired::Held { .. }))) => {
+                GroupLock::Unkeyed | GroupLock::Taken(_) => {
                     for &i in &g.members {
-                        claims_batch.push(stmt::note_deferral(spec(i), now, now + i64::from(lock_delay) * 1000));
-                        outcomes[i] = Some(Outcome::Defer { delay_seconds: lock_delay });
+                        claim_at.insert(i, reads.len());
+                        reads.push(stmt::claim(spec(i), &self.owner, now, lease_until, now + EARLY_DELIVERY_ALLOWANCE_MS));
+                        reads.push(stmt::get(&spec(i).id));
                     }
                 }
-                Some((lk, Ok(Acquired::Taken { token }))) => runnable.push((gi, Some((lk.clone(), token.clone())))),
-                None => runnable.push((gi, None)),
+                GroupLock::Held { holder } => {
+                    if let Some(job_id) = lock::token_job(holder) {
+                        holder_at.insert(gi, reads.len());
+                        reads.push(stmt::get(job_id));
+                    }
+                }
+                GroupLock::Down => settled.extend(g.members.iter().map(|&i| Settle::plain(i, infra))),
             }
         }
-        for &(gi, _) in &runnable {
-            for &i in &groups[gi].members {
-                claim_at.insert(i, claims_batch.len());
-                claims_batch.push(stmt::claim(spec(i), &self.owner, now, lease_until, now + EARLY_DELIVERY_ALLOWANCE_MS));
-                claims_batch.push(stmt::get(&spec(i).id));
-            }
-        }
-        for (i, d) in decoded.iter().enumerate() {
-            if let Err(reason) = d {
-                claims_batch.push(stmt::record_dead(&self.undecodable_spec(&msgs[i]), now, reason));
-                outcomes[i] = Some(Outcome::Ack);
-            }
-        }
-        let taken: Vec<(String, String)> = runnable.iter().filter_map(|(_, l)| l.clone()).collect();
-        let claimed = match self.sql.batch(claims_batch).await {
-            Ok(out) => out,
+        let taken = || locks.iter().filter_map(|l| if let GroupLock::Taken(h) = l { Some(h.clone()) } else { None });
+        let rows = match if reads.is_empty() { Ok(Vec::new()) } else { self.sql.batch(reads).await } {
+            Ok(rows) => rows,
             Err(_) => {
-                self.release_all(taken.into_iter().map(|(key, token)| LockEnd::Release { key, token }).collect()).await;
+                self.release_all(taken().map(|lock| LockEnd { lock, hold_for: None }).collect()).await;
                 return vec![infra; msgs.len()];
             }
         };
+        let row = |at: usize| rows.get(at).and_then(|r| Job::first(r).ok().flatten());
+
+        // Held keys: every message put off, without an attempt, until the holder should be done.
+        for (gi, g) in groups.iter().enumerate() {
+            if !matches!(locks[gi], GroupLock::Held { .. }) {
+                continue;
+            }
+            let holder = holder_at.get(&gi).and_then(|&at| row(at));
+            let delay = self.held_delay(now, holder.as_ref());
+            for &i in &g.members {
+                let note = stmt::note_deferral(spec(i), now, now + i64::from(delay) * 1000);
+                settled.push(Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay }));
+            }
+        }
+
+        // Run the groups: a key's members in order, groups concurrently.
         let verdict = |i: usize| -> Claim {
             let at = claim_at[&i];
-            if let Ok(Some(job)) = Job::first(&claimed[at]) {
-                return Claim::Won(job);
+            if let Some(job) = row(at) {
+                return Claim::Won(Box::new(job));
             }
-            match claimed.get(at + 1).map(|rows| Job::first(rows)) {
+            match rows.get(at + 1).map(|r| Job::first(r)) {
                 Some(Ok(Some(j))) if j.status.is_finished() => Claim::Finished,
                 Some(Ok(Some(j))) if j.status == Status::Running => Claim::NotNow(until(now, j.lease_until)),
                 Some(Ok(Some(j))) => Claim::NotNow(until(now, Some(j.next_run_at))),
@@ -285,128 +339,129 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
                 _ => Claim::NotNow(INFRA_RETRY_DELAY_SECONDS),
             }
         };
-
-        // Run the groups: a key's members in order, groups concurrently.
         let renewed_at = Cell::new(now);
-        let results: Vec<(Vec<(usize, Option<Stmt>, Outcome)>, Option<LockEnd>)> = stream::iter(runnable)
-            .map(|(gi, lock)| {
-                let members: Vec<(usize, Claim)> = groups[gi].members.iter().map(|&i| (i, verdict(i))).collect();
+        let runs: Vec<GroupResult> = stream::iter(groups.iter().zip(&locks))
+            .filter_map(|(g, l)| async move {
+                let lock = match l {
+                    GroupLock::Unkeyed => None,
+                    GroupLock::Taken(h) => Some(h.clone()),
+                    GroupLock::Held { .. } | GroupLock::Down => return None,
+                };
+                Some((g, lock))
+            })
+            .map(|(g, lock)| {
+                let members: Vec<(usize, Claim)> = g.members.iter().map(|&i| (i, verdict(i))).collect();
                 self.run_group(members, decoded, lock, &renewed_at)
             })
             .buffer_unordered(GROUP_CONCURRENCY)
             .collect()
             .await;
-
-        // One D1 round trip for every completion, then settle and release.
-        let mut done_batch = Vec::new();
         let mut lock_ends = Vec::new();
-        let mut waiting = Vec::new();
-        for (members, end) in results {
-            lock_ends.extend(end);
-            for (i, s, o) in members {
-                match s {
-                    Some(s) => {
-                        done_batch.push(s);
-                        waiting.push((i, o));
-                    }
-                    None => outcomes[i] = Some(o),
-                }
-            }
+        for run in runs {
+            settled.extend(run.settled);
+            lock_ends.extend(run.lock_end);
         }
-        let recorded = done_batch.is_empty() || self.sql.batch(done_batch).await.is_ok();
-        for (i, o) in waiting {
-            // Unrecorded results are not acked: the message comes back and the lease decides.
-            outcomes[i] = Some(if recorded { o } else { infra });
+
+        // One D1 round trip records every result; only recorded results are acked. Unrecorded
+        // ones come back later and the ledger's lease decides.
+        let records: Vec<Stmt> = settled.iter_mut().filter_map(|s| s.record.take()).collect();
+        let recorded = records.is_empty() || self.sql.batch(records).await.is_ok();
+        let mut outcomes = vec![infra; msgs.len()];
+        for s in settled {
+            outcomes[s.index] = if recorded || !s.needs_record { s.outcome } else { infra };
         }
         if !recorded {
-            lock_ends = lock_ends
-                .into_iter()
-                .map(|e| match e {
-                    LockEnd::Hold { key, job_id, .. } => LockEnd::Release { token: lock::owner_token(&job_id), key },
-                    release => release,
-                })
-                .collect();
+            lock_ends.iter_mut().for_each(|e| e.hold_for = None);
         }
         self.release_all(lock_ends).await;
-        outcomes.into_iter().map(|o| o.unwrap_or(infra)).collect()
+        outcomes
+    }
+
+    /// How long messages of a held key wait: until the holding job's retry (or lease) is due when
+    /// the holder is one of ours, so they do not spend deliveries polling; else the configured delay.
+    fn held_delay(&self, now: i64, holder: Option<&Job>) -> u32 {
+        let base = self.cfg.lock_retry_delay_seconds;
+        match holder {
+            Some(j) if j.status == Status::Pending => until(now, Some(j.next_run_at)).max(base),
+            Some(j) if j.status == Status::Running => until(now, j.lease_until).max(base),
+            _ => base,
+        }
     }
 
     async fn run_group(
         &self,
         members: Vec<(usize, Claim)>,
         decoded: &[Result<Decoded, String>],
-        lock: Option<(String, String)>,
+        lock: Option<HeldLock>,
         renewed_at: &Cell<i64>,
-    ) -> (Vec<(usize, Option<Stmt>, Outcome)>, Option<LockEnd>) {
+    ) -> GroupResult {
         let keyed = lock.is_some();
-        let mut out = Vec::with_capacity(members.len());
+        let mut settled = Vec::with_capacity(members.len());
         let mut stopped: Option<u32> = None; // the key is held: the rest wait this long
-        let mut held_for: Option<(String, u32)> = None;
+        let mut hold_for: Option<(String, u32)> = None;
         let mut lock_refreshed_at = self.clock.now_ms();
         for (i, claim) in members {
             let Ok(d) = &decoded[i] else { continue };
             let now = self.clock.now_ms();
             match claim {
-                Claim::Finished => out.push((i, None, Outcome::Ack)),
+                Claim::Finished => settled.push(Settle::plain(i, Outcome::Ack)),
                 Claim::Clash => {
                     let why = format!(
                         "duplicate: dedupe_key {:?} belongs to another active job",
                         d.spec.dedupe_key.as_deref().unwrap_or_default()
                     );
-                    out.push((i, Some(stmt::record_dead(&d.spec, now, &why)), Outcome::Ack));
+                    settled.push(Settle::recorded(i, stmt::record_dead(&d.spec, now, &why), Outcome::Ack));
                 }
                 Claim::NotNow(delay) => {
                     if keyed {
                         stopped = Some(stopped.unwrap_or(0).max(delay));
                     }
-                    out.push((i, None, Outcome::Defer { delay_seconds: delay }));
+                    settled.push(Settle::plain(i, Outcome::Defer { delay_seconds: delay }));
                 }
                 Claim::Won(job) => {
                     if let Some(delay) = stopped {
                         let at = now + i64::from(delay) * 1000;
-                        out.push((i, Some(stmt::defer(&job.id, &self.owner, now, at)), Outcome::Defer { delay_seconds: delay }));
+                        settled.push(Settle::recorded(i, stmt::defer(&job.id, &self.owner, now, at), Outcome::Defer { delay_seconds: delay }));
                         continue;
                     }
-                    self.keep_alive(&lock, &mut lock_refreshed_at, renewed_at).await;
+                    self.keep_alive(lock.as_ref(), &mut lock_refreshed_at, renewed_at).await;
                     let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
-                    let ctx = JobContext { id: &job.id, attempt, payload: &d.payload };
-                    let result = self.runner.run(&ctx).await;
+                    let result = self.runner.run(&JobContext { id: &job.id, attempt, payload: &d.payload }).await;
                     let now = self.clock.now_ms();
-                    out.push(match result {
-                        Ok(()) => (i, Some(stmt::complete(&job.id, &self.owner, now)), Outcome::Ack),
+                    settled.push(match result {
+                        Ok(()) => Settle::recorded(i, stmt::complete(&job.id, &self.owner, now), Outcome::Ack),
                         Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
                             FailureDecision::Dead(why) => {
-                                (i, Some(stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why)), Outcome::Ack)
+                                Settle::recorded(i, stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why), Outcome::Ack)
                             }
                             FailureDecision::Retry { delay_seconds } => {
                                 if keyed {
+                                    // Hold the key: nothing behind this job may overtake it.
                                     stopped = Some(delay_seconds);
-                                    held_for = Some((job.id.clone(), delay_seconds));
+                                    hold_for = Some((job.id.clone(), delay_seconds));
                                 }
                                 let at = now + i64::from(delay_seconds) * 1000;
-                                let why = e.to_string();
-                                (i, Some(stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &why)), Outcome::Retry { delay_seconds })
+                                let fail = stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &e.to_string());
+                                Settle::recorded(i, fail, Outcome::Retry { delay_seconds })
                             }
                         },
                     });
                 }
             }
         }
-        let end = lock.map(|(key, token)| match held_for {
-            // Outlive the retry, so the failed job finds its key still held when it returns.
-            Some((job_id, delay)) => LockEnd::Hold { key, job_id, ttl: delay.saturating_add(self.cfg.lock_ttl_seconds) },
-            None => LockEnd::Release { key, token },
-        });
-        (out, end)
+        // A held key outlives the retry, so the failed job finds it still held when it returns.
+        let ttl = |delay: u32| delay.saturating_add(self.cfg.lock_ttl_seconds);
+        let lock_end = lock.map(|lock| LockEnd { lock, hold_for: hold_for.map(|(job, delay)| (job, ttl(delay))) });
+        GroupResult { settled, lock_end }
     }
 
     /// Keeps a long group's lock and the invocation's leases from expiring under it.
-    async fn keep_alive(&self, lock: &Option<(String, String)>, lock_refreshed_at: &mut i64, renewed_at: &Cell<i64>) {
+    async fn keep_alive(&self, lock: Option<&HeldLock>, lock_refreshed_at: &mut i64, renewed_at: &Cell<i64>) {
         let now = self.clock.now_ms();
-        if let Some((key, token)) = lock {
+        if let Some(l) = lock {
             if now - *lock_refreshed_at > i64::from(self.cfg.lock_ttl_seconds) * 500 {
                 // Best-effort like the lock itself: a failed refresh leaves the TTL running.
-                let _ = self.kv.put(key, token, self.cfg.lock_ttl_seconds).await;
+                let _ = self.kv.put(&l.key, &l.token, self.cfg.lock_ttl_seconds).await;
                 *lock_refreshed_at = now;
             }
         }
@@ -419,10 +474,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
 
     async fn release_all(&self, ends: Vec<LockEnd>) {
         join_all(ends.into_iter().map(|e| async move {
-            // Best-effort: a lock we fail to release expires with its TTL.
-            let _ = match e {
-                LockEnd::Release { key, token } => lock::release(self.kv, &key, &token).await.map(|_| ()),
-                LockEnd::Hold { key, job_id, ttl } => self.kv.put(&key, &lock::owner_token(&job_id), ttl).await,
+            // Best-effort: a lock we fail to release or re-write expires with its TTL.
+            let _ = match e.hold_for {
+                None => lock::release(self.kv, &e.lock.key, &e.lock.token).await.map(|_| ()),
+                Some((job_id, ttl)) => self.kv.put(&e.lock.key, &lock::owner_token(&job_id), ttl).await,
             };
         }))
         .await;

@@ -35,6 +35,11 @@ pub fn owner_token(job_id: &str) -> String {
     format!("orderly:{job_id}")
 }
 
+/// The job an owner token names, if the value is one of ours.
+pub fn token_job(value: &str) -> Option<&str> {
+    value.strip_prefix("orderly:").filter(|id| !id.is_empty())
+}
+
 /// What `acquire` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquired {

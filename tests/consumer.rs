@@ -177,6 +177,37 @@ fn a_failed_job_holds_its_key_so_nothing_overtakes_it() {
 }
 
 #[test]
+fn messages_of_a_key_held_by_a_failed_job_wait_for_its_retry_not_a_poll() {
+    let w = World::new();
+    let a = keyed("a", T0, "k", json!({"type": "t", "fail": 1}));
+    let b = keyed("b", T0 + 1, "k", ok());
+    w.run(&[a, b.clone()]);
+    // b comes back 1 s later, alone: a's retry is 4 s away, so b waits that long, not 2 s.
+    w.clock.advance_ms(1_000);
+    assert_eq!(w.run(&[b]), vec![Outcome::Defer { delay_seconds: 4 }]);
+    assert_eq!(w.job("b").next_run_at, T0 + 5_000);
+}
+
+#[test]
+fn a_batch_of_only_unreadable_bodies_costs_one_round_trip() {
+    let w = World::new();
+    let bad = Incoming { id: "x".into(), timestamp_ms: T0, body: Err("bytes".into()) };
+    assert_eq!(w.run(&[bad]), vec![Outcome::Ack]);
+    assert_eq!(w.db.round_trips.get(), 1);
+}
+
+#[test]
+fn results_that_cannot_be_recorded_are_not_acked_and_the_key_is_let_go() {
+    let w = World::new();
+    w.db.down_after.set(Some(1)); // claims succeed, the completion batch fails
+    let out = w.run(&[keyed("a", T0, "k", json!({"type": "t", "fail": 1})), keyed("b", T0 + 1, "k", ok()), msg("c", T0, ok())]);
+    assert_eq!(out, vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; 3]);
+    assert_eq!(w.lock("k"), None, "no hold is left behind for a failure that was never recorded");
+    w.db.down_after.set(None);
+    assert_eq!(w.job("c").status, Status::Running, "the lease decides when c may run again");
+}
+
+#[test]
 fn a_dead_job_releases_its_key_for_the_rest() {
     let w = World::new();
     let out = w.run(&[keyed("a", T0, "k", json!({"type": "t", "permanent": true})), keyed("b", T0 + 1, "k", ok())]);
@@ -191,11 +222,11 @@ fn a_dead_job_releases_its_key_for_the_rest() {
 fn retries_back_off_then_the_job_is_dead_at_max_attempts() {
     let w = World::new();
     let m = msg("m", T0, json!({"type": "t", "fail": 99, "__orderly_job__": {"max_attempts": 3}}));
-    assert_eq!(w.run(&[m.clone()]), vec![Outcome::Retry { delay_seconds: 5 }]);
+    assert_eq!(w.run(std::slice::from_ref(&m)), vec![Outcome::Retry { delay_seconds: 5 }]);
     w.clock.advance_ms(5_000);
-    assert_eq!(w.run(&[m.clone()]), vec![Outcome::Retry { delay_seconds: 10 }]);
+    assert_eq!(w.run(std::slice::from_ref(&m)), vec![Outcome::Retry { delay_seconds: 10 }]);
     w.clock.advance_ms(10_000);
-    assert_eq!(w.run(&[m.clone()]), vec![Outcome::Ack]);
+    assert_eq!(w.run(std::slice::from_ref(&m)), vec![Outcome::Ack]);
     let j = w.job("m");
     assert_eq!((j.status, j.attempts), (Status::Dead, 3));
     assert!(j.last_error.unwrap().contains("attempt 3 of 3"));
@@ -207,7 +238,7 @@ fn retries_back_off_then_the_job_is_dead_at_max_attempts() {
 fn a_duplicate_delivery_of_a_done_job_is_acked_without_running() {
     let w = World::new();
     let m = msg("m", T0, json!({"type": "t", "__orderly_job__": {"id": "job-1"}}));
-    assert_eq!(w.run(&[m.clone()]), vec![Outcome::Ack]);
+    assert_eq!(w.run(std::slice::from_ref(&m)), vec![Outcome::Ack]);
     let again = Incoming { id: "other-message-id".into(), ..m };
     assert_eq!(w.run(&[again]), vec![Outcome::Ack]);
     assert_eq!(w.runs(), vec!["job-1"]);
@@ -303,7 +334,7 @@ fn dead_letter_queue_messages_are_recorded_dead() {
     // A job that was deferred but never ran, then exhausted its deliveries.
     block_on(w.kv.put("__fedify_ordering_k", "other", 60)).unwrap();
     let m = keyed("m", T0, "k", ok());
-    w.run(&[m.clone()]);
+    w.run(std::slice::from_ref(&m));
     assert_eq!(w.process(Role::DeadLetter, &[m, msg("junk", T0, json!({"__orderly_job__": 1}))]), vec![Outcome::Ack; 2]);
     let j = w.job("m");
     assert_eq!((j.status, j.last_error.as_deref()), (Status::Dead, Some(DELIVERY_EXHAUSTED)));

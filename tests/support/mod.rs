@@ -21,6 +21,8 @@ pub struct Sqlite {
     pub round_trips: std::cell::Cell<u64>,
     /// When set, every batch fails as an outage would.
     pub down: std::cell::Cell<bool>,
+    /// When set to n, batches after the n-th fail (an outage that starts mid-invocation).
+    pub down_after: std::cell::Cell<Option<u64>>,
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -41,7 +43,7 @@ impl Sqlite {
         let conn = Connection::open(path).expect("open sqlite");
         conn.busy_timeout(Duration::from_secs(10)).expect("busy timeout");
         conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
-        Sqlite { conn, round_trips: Default::default(), down: Default::default() }
+        Sqlite { conn, round_trips: Default::default(), down: Default::default(), down_after: Default::default() }
     }
 
     /// Applies every file of `migrations/`, in name order.
@@ -109,7 +111,7 @@ impl Sqlite {
 impl Sql for Sqlite {
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
         self.round_trips.set(self.round_trips.get() + 1);
-        if self.down.get() {
+        if self.down.get() || self.down_after.get().is_some_and(|n| self.round_trips.get() > n) {
             return Err(InfraError::new("D1", "simulated outage"));
         }
         self.run(&stmts).map_err(|e| InfraError::new("D1", e.to_string()))
