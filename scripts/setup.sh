@@ -34,6 +34,15 @@ fi
 hash -r
 [[ "$(node --version)" == "v$NODE_VERSION" ]] || { echo "setup: Node $NODE_VERSION not on PATH" >&2; exit 1; }
 
+# Headless Chromium for the dashboard's browser test, from Debian's packages.
+if [[ ! -x "${CHROMIUM_PATH:-/usr/bin/chromium}" ]]; then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup: the dashboard test needs Chromium; install it (apt-get install chromium) or set CHROMIUM_PATH" >&2
+  fi
+fi
+
 # npm ci only when package-lock.json changed since the last install.
 if [[ ! -f node_modules/.package-lock.json ]] || ! cmp -s package-lock.json .tools/installed-lock.json; then
   npm ci --no-audit --no-fund

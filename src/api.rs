@@ -93,7 +93,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             return ApiResponse { status: 200, content_type: "text/html; charset=utf-8", body: DASHBOARD.to_string() };
         }
         let Some(token) = self.admin_token.filter(|t| !t.is_empty()) else {
-            return ApiResponse::error(503, "ADMIN_TOKEN is not configured; set it with `wrangler secret put ADMIN_TOKEN`");
+            return ApiResponse::error(
+                503,
+                "ADMIN_TOKEN is not configured; set it with `wrangler secret put ADMIN_TOKEN`",
+            );
         };
         let presented = req.authorization.as_deref().and_then(|h| h.strip_prefix("Bearer "));
         if !presented.is_some_and(|p| constant_time_eq(p.trim(), token)) {
@@ -127,7 +130,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let items: Vec<Value> = match parsed {
             Value::Object(mut o) if o.contains_key("jobs") => match o.remove("jobs") {
                 Some(Value::Array(a)) if o.is_empty() => a,
-                Some(Value::Array(_)) => return Ok(ApiResponse::error(400, "a {\"jobs\": [...]} body takes no other fields")),
+                Some(Value::Array(_)) => {
+                    return Ok(ApiResponse::error(400, "a {\"jobs\": [...]} body takes no other fields"))
+                }
                 _ => return Ok(ApiResponse::error(400, "\"jobs\" must be an array")),
             },
             one @ Value::Object(_) => vec![one],
@@ -150,7 +155,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let stmts = jobs
             .iter()
             .flat_map(|(spec, _, delay)| {
-                [stmt::enqueue(spec, now, now + i64::from(*delay) * 1000), stmt::existing(&spec.id, spec.dedupe_key.as_deref())]
+                [
+                    stmt::enqueue(spec, now, now + i64::from(*delay) * 1000),
+                    stmt::existing(&spec.id, spec.dedupe_key.as_deref()),
+                ]
             })
             .collect();
         let out = self.ledger.sql.batch(stmts).await?;
@@ -184,7 +192,12 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             match k {
                 "status" => match Status::parse(&v.to_ascii_uppercase()) {
                     Some(s) => status = Some(s),
-                    None => return Ok(ApiResponse::error(400, format!("status must be PENDING, RUNNING, DONE or DEAD, got {v:?}"))),
+                    None => {
+                        return Ok(ApiResponse::error(
+                            400,
+                            format!("status must be PENDING, RUNNING, DONE or DEAD, got {v:?}"),
+                        ))
+                    }
                 },
                 "limit" => match v.parse::<u32>() {
                     Ok(n) if (1..=MAX_PAGE).contains(&n) => limit = n,
@@ -342,8 +355,12 @@ mod tests {
     #[test]
     fn a_job_is_validated_field_by_field() {
         let cfg = Config::default();
-        let ok = parse_job(json!({"payload": {"type": "webhook"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}), &cfg, "id1".into())
-            .unwrap();
+        let ok = parse_job(
+            json!({"payload": {"type": "webhook"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}),
+            &cfg,
+            "id1".into(),
+        )
+        .unwrap();
         assert_eq!(ok.0.max_attempts, 2);
         assert_eq!(ok.2, 5);
         assert_eq!(Envelope::decode(ok.1.body).unwrap().meta.id.as_deref(), Some("id1"));

@@ -69,7 +69,8 @@ mod tests {
 
     #[test]
     fn keys_are_separate_and_unkeyed_messages_stand_alone() {
-        let items = [item(0, 1, None), item(1, 2, Some("b")), item(2, 3, Some("a")), item(3, 4, None), item(4, 5, Some("b"))];
+        let items =
+            [item(0, 1, None), item(1, 2, Some("b")), item(2, 3, Some("a")), item(3, 4, None), item(4, 5, Some("b"))];
         assert_eq!(
             plan(&items),
             vec![

@@ -102,7 +102,12 @@ impl Config {
             max_attempts: num("MAX_ATTEMPTS", d.max_attempts, 1, 1000)?,
             backoff_base_seconds,
             backoff_cap_seconds,
-            lock_retry_delay_seconds: num("LOCK_RETRY_DELAY_SECONDS", d.lock_retry_delay_seconds, 0, MAX_DELAY_SECONDS)?,
+            lock_retry_delay_seconds: num(
+                "LOCK_RETRY_DELAY_SECONDS",
+                d.lock_retry_delay_seconds,
+                0,
+                MAX_DELAY_SECONDS,
+            )?,
             lease_seconds: num("LEASE_SECONDS", d.lease_seconds, 10, MAX_DELAY_SECONDS)?,
             retention_days: num("RETENTION_DAYS", d.retention_days, 1, 3650)?,
         })

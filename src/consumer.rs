@@ -146,7 +146,9 @@ enum GroupLock {
     Unkeyed,
     Taken(HeldLock),
     /// Another job holds the key; the lock's value.
-    Held { holder: String },
+    Held {
+        holder: String,
+    },
     /// KV failed.
     Down,
 }
@@ -236,7 +238,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
             .map(|pair| match (pair.first(), pair.get(1).and_then(|rows| Job::first(rows).ok().flatten())) {
                 (Some(dead), _) if !dead.is_empty() => Outcome::Ack,
                 // Someone is running it right now: let that run finish, then look again.
-                (_, Some(j)) if j.status == Status::Running => Outcome::Defer { delay_seconds: until(now, j.lease_until) },
+                (_, Some(j)) if j.status == Status::Running => {
+                    Outcome::Defer { delay_seconds: until(now, j.lease_until) }
+                }
                 _ => Outcome::Ack,
             })
             .collect()
@@ -253,17 +257,26 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
         let mut items = Vec::new();
         for (i, d) in decoded.iter().enumerate() {
             match d {
-                Err(reason) => settled.push(Settle::recorded(i, stmt::record_dead(&self.undecodable_spec(&msgs[i]), now, reason), Outcome::Ack)),
+                Err(reason) => settled.push(Settle::recorded(
+                    i,
+                    stmt::record_dead(&self.undecodable_spec(&msgs[i]), now, reason),
+                    Outcome::Ack,
+                )),
                 Ok(d) if !seen.insert(d.spec.id.as_str()) => {
                     settled.push(Settle::plain(i, Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds }));
                 }
-                Ok(d) => items.push(Item { position: i, timestamp_ms: msgs[i].timestamp_ms, key: d.spec.ordering_key.as_deref() }),
+                Ok(d) => items.push(Item {
+                    position: i,
+                    timestamp_ms: msgs[i].timestamp_ms,
+                    key: d.spec.ordering_key.as_deref(),
+                }),
             }
         }
         let groups = batch::plan(&items);
         // Only decoded messages are planned, so every planned position has a spec.
         let specs: Vec<Option<&JobSpec>> = decoded.iter().map(|d| d.as_ref().ok().map(|d| &d.spec)).collect();
-        let spec = |i: usize| -> &JobSpec { specs[i].unwrap_or_else(|| unreachable!("only decoded messages are planned")) };
+        let spec =
+            |i: usize| -> &JobSpec { specs[i].unwrap_or_else(|| unreachable!("only decoded messages are planned")) };
 
         // Locks, one per key group, taken concurrently.
         let locks: Vec<GroupLock> = join_all(groups.iter().map(|g| async {
@@ -289,7 +302,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
                 GroupLock::Unkeyed | GroupLock::Taken(_) => {
                     for &i in &g.members {
                         claim_at.insert(i, reads.len());
-                        reads.push(stmt::claim(spec(i), &self.owner, now, lease_until, now + EARLY_DELIVERY_ALLOWANCE_MS));
+                        reads.push(stmt::claim(
+                            spec(i),
+                            &self.owner,
+                            now,
+                            lease_until,
+                            now + EARLY_DELIVERY_ALLOWANCE_MS,
+                        ));
                         reads.push(stmt::get(&spec(i).id));
                     }
                 }
@@ -377,13 +396,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
         outcomes
     }
 
-    /// How long messages of a held key wait: until the holding job's retry (or lease) is due when
-    /// the holder is one of ours, so they do not spend deliveries polling; else the configured delay.
+    /// How long messages of a held key wait. A key held by one of our jobs waiting for its retry
+    /// stays held until that retry is due, so wait that long instead of spending deliveries
+    /// polling; a key held by a running group (or by anyone else) is polled at the configured delay.
     fn held_delay(&self, now: i64, holder: Option<&Job>) -> u32 {
         let base = self.cfg.lock_retry_delay_seconds;
         match holder {
             Some(j) if j.status == Status::Pending => until(now, Some(j.next_run_at)).max(base),
-            Some(j) if j.status == Status::Running => until(now, j.lease_until).max(base),
             _ => base,
         }
     }
@@ -421,7 +440,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
                 Claim::Won(job) => {
                     if let Some(delay) = stopped {
                         let at = now + i64::from(delay) * 1000;
-                        settled.push(Settle::recorded(i, stmt::defer(&job.id, &self.owner, now, at), Outcome::Defer { delay_seconds: delay }));
+                        settled.push(Settle::recorded(
+                            i,
+                            stmt::defer(&job.id, &self.owner, now, at),
+                            Outcome::Defer { delay_seconds: delay },
+                        ));
                         continue;
                     }
                     self.keep_alive(lock.as_ref(), &mut lock_refreshed_at, renewed_at).await;
@@ -431,9 +454,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
                     settled.push(match result {
                         Ok(()) => Settle::recorded(i, stmt::complete(&job.id, &self.owner, now), Outcome::Ack),
                         Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
-                            FailureDecision::Dead(why) => {
-                                Settle::recorded(i, stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why), Outcome::Ack)
-                            }
+                            FailureDecision::Dead(why) => Settle::recorded(
+                                i,
+                                stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why),
+                                Outcome::Ack,
+                            ),
                             FailureDecision::Retry { delay_seconds } => {
                                 if keyed {
                                     // Hold the key: nothing behind this job may overtake it.
@@ -515,8 +540,13 @@ mod tests {
     #[test]
     fn the_last_attempt_and_permanent_errors_are_dead() {
         let cfg = Config::default();
-        assert!(matches!(decide_failure(8, 8, &retry(None), &cfg, 0.5), FailureDecision::Dead(w) if w.contains("attempt 8 of 8")));
-        assert_eq!(decide_failure(1, 8, &JobError::permanent("HTTP 404"), &cfg, 0.5), FailureDecision::Dead("HTTP 404".into()));
+        assert!(
+            matches!(decide_failure(8, 8, &retry(None), &cfg, 0.5), FailureDecision::Dead(w) if w.contains("attempt 8 of 8"))
+        );
+        assert_eq!(
+            decide_failure(1, 8, &JobError::permanent("HTTP 404"), &cfg, 0.5),
+            FailureDecision::Dead("HTTP 404".into())
+        );
     }
 
     #[test]

@@ -122,7 +122,9 @@ impl HttpClient for WorkerFetch {
             headers.set(name, value).map_err(|e| format!("bad header {name}: {e}"))?;
         }
         let mut init = RequestInit::new();
-        init.with_method(Method::from(req.method.clone())).with_headers(headers).with_body(Some(JsValue::from_str(&req.body)));
+        init.with_method(Method::from(req.method.clone()))
+            .with_headers(headers)
+            .with_body(Some(JsValue::from_str(&req.body)));
         let request = Request::new_with_init(&req.url, &init).map_err(|e| format!("bad request: {e}"))?;
         let controller = AbortController::default();
         let signal = controller.signal();

@@ -77,9 +77,8 @@ impl Envelope {
             Some(Value::String(k)) => Some(checked_key(ORDERING_KEY_FIELD, k)?),
             Some(other) => return Err(bad(format!("{ORDERING_KEY_FIELD} must be a string, got {}", kind(&other)))),
         };
-        let payload = obj
-            .remove(PAYLOAD_FIELD)
-            .ok_or_else(|| bad(format!("{ORDERING_KEY_FIELD} without {PAYLOAD_FIELD}")))?;
+        let payload =
+            obj.remove(PAYLOAD_FIELD).ok_or_else(|| bad(format!("{ORDERING_KEY_FIELD} without {PAYLOAD_FIELD}")))?;
         Ok(Envelope { ordering_key, payload, meta })
     }
 
@@ -168,8 +167,10 @@ mod tests {
 
     #[test]
     fn fedify_form_gives_key_and_payload() {
-        let e = Envelope::decode(json!({"__fedify_ordering_key__": "actor:1", "__fedify_payload__": {"type": "webhook", "n": 1}}))
-            .unwrap();
+        let e = Envelope::decode(
+            json!({"__fedify_ordering_key__": "actor:1", "__fedify_payload__": {"type": "webhook", "n": 1}}),
+        )
+        .unwrap();
         assert_eq!(e.ordering_key.as_deref(), Some("actor:1"));
         assert_eq!(e.payload, json!({"type": "webhook", "n": 1}));
         assert_eq!(e.job_type(), Some("webhook"));
@@ -186,7 +187,9 @@ mod tests {
 
     #[test]
     fn any_other_json_is_the_payload_unchanged() {
-        for body in [json!({"type": "x", "deep": {"a": [1, {"b": null}]}}), json!([1]), json!("s"), json!(7), json!(null)] {
+        for body in
+            [json!({"type": "x", "deep": {"a": [1, {"b": null}]}}), json!([1]), json!("s"), json!(7), json!(null)]
+        {
             let e = Envelope::decode(body.clone()).unwrap();
             assert_eq!(e.payload, body);
             assert_eq!(e.ordering_key, None);
@@ -195,8 +198,10 @@ mod tests {
 
     #[test]
     fn orderly_metadata_never_leaks_into_the_payload() {
-        let e = Envelope::decode(json!({"type": "t", "__orderly_job__": {"id": "j1", "dedupe_key": "d", "max_attempts": 3}}))
-            .unwrap();
+        let e = Envelope::decode(
+            json!({"type": "t", "__orderly_job__": {"id": "j1", "dedupe_key": "d", "max_attempts": 3}}),
+        )
+        .unwrap();
         assert_eq!(e.payload, json!({"type": "t"}));
         assert_eq!(e.meta, JobMeta { id: Some("j1".into()), dedupe_key: Some("d".into()), max_attempts: Some(3) });
         let e = Envelope::decode(json!({"__fedify_payload__": {"a": 1}, "__orderly_job__": {"id": "j2"}})).unwrap();

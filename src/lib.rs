@@ -80,9 +80,17 @@ mod entry {
         };
         let incoming: Vec<Incoming> = msgs
             .iter()
-            .map(|m| Incoming { id: m.id(), timestamp_ms: m.timestamp().as_millis() as i64, body: edge::body_json(m.body()) })
+            .map(|m| Incoming {
+                id: m.id(),
+                timestamp_ms: m.timestamp().as_millis() as i64,
+                body: edge::body_json(m.body()),
+            })
             .collect();
-        let runner = Registry(Services { http: WorkerFetch, clock: SystemClock, webhook_secret: edge::secret(&env, "WEBHOOK_SECRET") });
+        let runner = Registry(Services {
+            http: WorkerFetch,
+            clock: SystemClock,
+            webhook_secret: edge::secret(&env, "WEBHOOK_SECRET"),
+        });
         let consumer = Consumer {
             cfg: &cfg,
             kv: &kv,
@@ -117,7 +125,11 @@ mod entry {
             body: Vec::new(),
         };
         if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
-            return respond(413, "application/json", &format!("{{\"error\":\"body is larger than {MAX_BODY_BYTES} bytes\"}}"));
+            return respond(
+                413,
+                "application/json",
+                &format!("{{\"error\":\"body is larger than {MAX_BODY_BYTES} bytes\"}}"),
+            );
         }
         if api_req.method == "POST" {
             api_req.body = req.bytes().await.unwrap_or_default();

@@ -51,7 +51,12 @@ pub enum Acquired {
 
 /// Takes the lock for a group whose jobs are `group_job_ids` (in run order). A lock naming one of
 /// the group's own jobs is the group's (a failed job holding its key, coming back): it is taken over.
-pub async fn acquire<K: Kv>(kv: &K, key: &str, group_job_ids: &[&str], ttl_seconds: u32) -> Result<Acquired, InfraError> {
+pub async fn acquire<K: Kv>(
+    kv: &K,
+    key: &str,
+    group_job_ids: &[&str],
+    ttl_seconds: u32,
+) -> Result<Acquired, InfraError> {
     let Some(first) = group_job_ids.first() else {
         return Err(InfraError::new("KV", "acquire called with an empty group"));
     };

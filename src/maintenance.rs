@@ -54,7 +54,8 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(
     let overdue = rows_to_jobs(ledger.sql.query(stmt::overdue(now - RESEND_GRACE_MS, STEP_LIMIT)).await?)?;
     if !overdue.is_empty() {
         // Take each one first, so two overlapping runs never both re-send it.
-        let taken = ledger.sql.batch(overdue.iter().map(|j| stmt::mark_resent(&j.id, j.next_run_at, now)).collect()).await?;
+        let taken =
+            ledger.sql.batch(overdue.iter().map(|j| stmt::mark_resent(&j.id, j.next_run_at, now)).collect()).await?;
         let won: Vec<Job> = taken.iter().filter_map(|rows| Job::first(rows).ok().flatten()).collect();
         report.resent = won.len();
         producer::send_all(queue, won.iter().filter_map(|j| producer::message_for(j, 0)).collect()).await?;

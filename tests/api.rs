@@ -52,14 +52,34 @@ struct World {
 
 impl World {
     fn new() -> World {
-        World { ledger: Ledger::new(Sqlite::temp().0), queue: Queue::default(), clock: ManualClock::new(T0), cfg: Config::default(), ids: Cell::new(0) }
+        World {
+            ledger: Ledger::new(Sqlite::temp().0),
+            queue: Queue::default(),
+            clock: ManualClock::new(T0),
+            cfg: Config::default(),
+            ids: Cell::new(0),
+        }
     }
-    fn call_with(&self, token: Option<&str>, cfg: Result<&Config, &ConfigError>, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+    fn call_with(
+        &self,
+        token: Option<&str>,
+        cfg: Result<&Config, &ConfigError>,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> ApiResponse {
         let next_id = || {
             self.ids.set(self.ids.get() + 1);
             format!("job-{:03}", self.ids.get())
         };
-        let api = Api { ledger: &self.ledger, queue: &self.queue, clock: &self.clock, cfg, admin_token: Some(TOKEN), new_id: &next_id };
+        let api = Api {
+            ledger: &self.ledger,
+            queue: &self.queue,
+            clock: &self.clock,
+            cfg,
+            admin_token: Some(TOKEN),
+            new_id: &next_id,
+        };
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         let req = ApiRequest {
             method: method.into(),
@@ -93,8 +113,20 @@ fn the_api_refuses_missing_and_wrong_tokens() {
 #[test]
 fn without_a_configured_token_the_api_answers_503() {
     let w = World::new();
-    let api = Api { ledger: &w.ledger, queue: &w.queue, clock: &w.clock, cfg: Ok(&w.cfg), admin_token: None, new_id: &|| "x".into() };
-    let req = ApiRequest { method: "GET".into(), path: "/jobs/counts".into(), authorization: Some(format!("Bearer {TOKEN}")), ..Default::default() };
+    let api = Api {
+        ledger: &w.ledger,
+        queue: &w.queue,
+        clock: &w.clock,
+        cfg: Ok(&w.cfg),
+        admin_token: None,
+        new_id: &|| "x".into(),
+    };
+    let req = ApiRequest {
+        method: "GET".into(),
+        path: "/jobs/counts".into(),
+        authorization: Some(format!("Bearer {TOKEN}")),
+        ..Default::default()
+    };
     let r = block_on(api.handle(&req));
     assert_eq!(r.status, 503);
     assert!(r.json_body()["error"].as_str().unwrap().contains("ADMIN_TOKEN"));
@@ -114,11 +146,18 @@ fn a_bad_var_makes_the_api_answer_500_naming_it() {
 fn a_submitted_job_is_recorded_pending_and_sent_intact() {
     let w = World::new();
     let payload = json!({"type": "webhook", "url": "https://x.test", "body": {"deep": [1, {"a": null}]}});
-    let r = w.call("POST", "/jobs", Some(json!({"payload": payload, "ordering_key": "actor:1", "delay_seconds": 30, "max_attempts": 4})));
+    let r = w.call(
+        "POST",
+        "/jobs",
+        Some(json!({"payload": payload, "ordering_key": "actor:1", "delay_seconds": 30, "max_attempts": 4})),
+    );
     assert_eq!(r.status, 202, "{}", r.body);
     assert_eq!(r.json_body(), json!({"jobs": [{"id": "job-001", "status": "PENDING", "duplicate": false}]}));
     let j = block_on(w.ledger.get("job-001")).unwrap().unwrap();
-    assert_eq!((j.status, j.max_attempts, j.next_run_at, j.ordering_key.as_deref()), (Status::Pending, 4, T0 + 30_000, Some("actor:1")));
+    assert_eq!(
+        (j.status, j.max_attempts, j.next_run_at, j.ordering_key.as_deref()),
+        (Status::Pending, 4, T0 + 30_000, Some("actor:1"))
+    );
     let sent = w.queue.sent();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].payload, payload);
@@ -188,9 +227,15 @@ fn counts_list_and_get() {
         w.clock.advance_ms(1);
         w.call("POST", "/jobs", Some(json!({"payload": webhook(n)})));
     }
-    assert_eq!(w.call("GET", "/jobs/counts", None).json_body(), json!({"PENDING": 5, "RUNNING": 0, "DONE": 0, "DEAD": 0}));
+    assert_eq!(
+        w.call("GET", "/jobs/counts", None).json_body(),
+        json!({"PENDING": 5, "RUNNING": 0, "DONE": 0, "DEAD": 0})
+    );
     let page = w.call("GET", "/jobs?status=PENDING&limit=2", None).json_body();
-    assert_eq!(page["jobs"].as_array().unwrap().iter().map(|j| j["id"].clone()).collect::<Vec<_>>(), vec![json!("job-005"), json!("job-004")]);
+    assert_eq!(
+        page["jobs"].as_array().unwrap().iter().map(|j| j["id"].clone()).collect::<Vec<_>>(),
+        vec![json!("job-005"), json!("job-004")]
+    );
     let cursor = page["next_cursor"].as_str().unwrap();
     let next = w.call("GET", &format!("/jobs?status=PENDING&limit=2&cursor={cursor}"), None).json_body();
     assert_eq!(next["jobs"][0]["id"], "job-003");
@@ -207,13 +252,23 @@ fn counts_list_and_get() {
 #[test]
 fn redrive_resends_a_dead_job_and_refuses_others() {
     let w = World::new();
-    let spec = JobSpec { id: "d1".into(), job_type: Some("webhook".into()), ordering_key: Some("k".into()), dedupe_key: None, payload: Some(webhook(9).to_string()), max_attempts: 2 };
+    let spec = JobSpec {
+        id: "d1".into(),
+        job_type: Some("webhook".into()),
+        ordering_key: Some("k".into()),
+        dedupe_key: None,
+        payload: Some(webhook(9).to_string()),
+        max_attempts: 2,
+    };
     block_on(w.ledger.sql.query(stmt::record_dead(&spec, T0, "HTTP 500 (attempt 2 of 2)"))).unwrap();
     let r = w.call("POST", "/jobs/d1/redrive", None);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json_body()["job"]["status"], "PENDING");
     let sent = w.queue.sent();
-    assert_eq!((sent[0].meta.id.as_deref(), sent[0].ordering_key.as_deref(), &sent[0].payload), (Some("d1"), Some("k"), &webhook(9)));
+    assert_eq!(
+        (sent[0].meta.id.as_deref(), sent[0].ordering_key.as_deref(), &sent[0].payload),
+        (Some("d1"), Some("k"), &webhook(9))
+    );
     let again = w.call("POST", "/jobs/d1/redrive", None);
     assert_eq!(again.status, 409);
     assert_eq!(w.call("POST", "/jobs/none/redrive", None).status, 404);
@@ -228,7 +283,14 @@ fn the_dashboard_shell_needs_no_token_and_holds_no_data() {
 }
 
 fn seed_running(w: &World, id: &str, max_attempts: u32, now: i64) {
-    let spec = JobSpec { id: id.into(), job_type: Some("webhook".into()), ordering_key: None, dedupe_key: None, payload: Some(webhook(0).to_string()), max_attempts };
+    let spec = JobSpec {
+        id: id.into(),
+        job_type: Some("webhook".into()),
+        ordering_key: None,
+        dedupe_key: None,
+        payload: Some(webhook(0).to_string()),
+        max_attempts,
+    };
     block_on(w.ledger.sql.query(stmt::claim(&spec, "dead-invocation", now, now + 120_000, now))).unwrap();
 }
 
@@ -245,7 +307,10 @@ fn maintenance_reaps_expired_leases_and_resends_them() {
     assert_eq!((a.status, a.attempts), (Status::Pending, 1));
     assert_eq!(block_on(w.ledger.get("b")).unwrap().unwrap().status, Status::Dead);
     // Idempotent: a second run finds nothing more to do.
-    assert_eq!(block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg)).unwrap(), maintenance::Report::default());
+    assert_eq!(
+        block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg)).unwrap(),
+        maintenance::Report::default()
+    );
 }
 
 #[test]

@@ -11,7 +11,7 @@ use orderly::clock::{Clock, ManualClock};
 use orderly::config::Config;
 use orderly::consumer::{Consumer, Incoming, Outcome, Role, DELIVERY_EXHAUSTED, INFRA_RETRY_DELAY_SECONDS};
 use orderly::handlers::{JobContext, JobError, Runner};
-use orderly::ledger::{stmt, Job, Sql, Status};
+use orderly::ledger::{stmt, Job, JobSpec, Sql, Status};
 use orderly::lock::{owner_token, Kv, MemoryKv};
 use serde_json::{json, Value};
 use support::Sqlite;
@@ -111,6 +111,18 @@ fn ok() -> Value {
     json!({"type": "t"})
 }
 
+/// A ledger spec for a job of the test type, as a message would produce it.
+fn spec(id: &str, key: Option<&str>) -> JobSpec {
+    JobSpec {
+        id: id.into(),
+        job_type: Some("t".into()),
+        ordering_key: key.map(str::to_string),
+        dedupe_key: None,
+        payload: Some(ok().to_string()),
+        max_attempts: 8,
+    }
+}
+
 #[test]
 fn a_keys_messages_run_in_send_order_under_one_lock_hold() {
     let w = World::new();
@@ -189,6 +201,15 @@ fn messages_of_a_key_held_by_a_failed_job_wait_for_its_retry_not_a_poll() {
 }
 
 #[test]
+fn a_key_held_by_a_running_group_is_polled_at_the_configured_delay() {
+    let w = World::new();
+    block_on(w.db.query(stmt::claim(&spec("runner", Some("k")), "another-invocation", T0, T0 + 120_000, T0))).unwrap();
+    block_on(w.kv.put("__fedify_ordering_k", &owner_token("runner"), 60)).unwrap();
+    // Its lease runs for two minutes, but the group holding it finishes in moments: poll.
+    assert_eq!(w.run(&[keyed("b", T0, "k", ok())]), vec![Outcome::Defer { delay_seconds: 2 }]);
+}
+
+#[test]
 fn a_batch_of_only_unreadable_bodies_costs_one_round_trip() {
     let w = World::new();
     let bad = Incoming { id: "x".into(), timestamp_ms: T0, body: Err("bytes".into()) };
@@ -200,7 +221,11 @@ fn a_batch_of_only_unreadable_bodies_costs_one_round_trip() {
 fn results_that_cannot_be_recorded_are_not_acked_and_the_key_is_let_go() {
     let w = World::new();
     w.db.down_after.set(Some(1)); // claims succeed, the completion batch fails
-    let out = w.run(&[keyed("a", T0, "k", json!({"type": "t", "fail": 1})), keyed("b", T0 + 1, "k", ok()), msg("c", T0, ok())]);
+    let out = w.run(&[
+        keyed("a", T0, "k", json!({"type": "t", "fail": 1})),
+        keyed("b", T0 + 1, "k", ok()),
+        msg("c", T0, ok()),
+    ]);
     assert_eq!(out, vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; 3]);
     assert_eq!(w.lock("k"), None, "no hold is left behind for a failure that was never recorded");
     w.db.down_after.set(None);
@@ -248,15 +273,7 @@ fn a_duplicate_delivery_of_a_done_job_is_acked_without_running() {
 fn a_job_running_under_another_live_lease_is_deferred_until_it_expires() {
     let w = World::new();
     let m = msg("m", T0, ok());
-    let spec = orderly::ledger::JobSpec {
-        id: "m".into(),
-        job_type: Some("t".into()),
-        ordering_key: None,
-        dedupe_key: None,
-        payload: Some(ok().to_string()),
-        max_attempts: 8,
-    };
-    block_on(w.db.query(stmt::claim(&spec, "someone-else", T0, T0 + 30_000, T0))).unwrap();
+    block_on(w.db.query(stmt::claim(&spec("m", None), "someone-else", T0, T0 + 30_000, T0))).unwrap();
     assert_eq!(w.run(&[m]), vec![Outcome::Defer { delay_seconds: 30 }]);
     assert!(w.runs().is_empty());
 }
@@ -283,11 +300,7 @@ fn malformed_bodies_are_dead_and_do_not_disturb_the_batch() {
     ];
     assert_eq!(w.run(&batch), vec![Outcome::Ack; 5]);
     assert_eq!(w.runs(), vec!["good1", "good2"]);
-    for (id, why) in [
-        ("bytes", "body is not JSON"),
-        ("badkey", "must be a string"),
-        ("badmeta", "must be an object"),
-    ] {
+    for (id, why) in [("bytes", "body is not JSON"), ("badkey", "must be a string"), ("badmeta", "must be an object")] {
         let j = w.job(id);
         assert_eq!(j.status, Status::Dead, "{id}");
         assert!(j.last_error.as_deref().unwrap_or_default().contains(why), "{id}: {:?}", j.last_error);
@@ -311,7 +324,8 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
         owner: "inv".into(),
         random: &|| 0.5,
     };
-    let out = block_on(consumer.process(Role::Main, &[msg("m", T0, json!({"type": "fax"})), msg("raw", T0, json!([1, 2]))]));
+    let out =
+        block_on(consumer.process(Role::Main, &[msg("m", T0, json!({"type": "fax"})), msg("raw", T0, json!([1, 2]))]));
     assert_eq!(out, vec![Outcome::Ack; 2]);
     let j = w.job("m");
     assert_eq!(j.status, Status::Dead);
@@ -335,7 +349,10 @@ fn dead_letter_queue_messages_are_recorded_dead() {
     block_on(w.kv.put("__fedify_ordering_k", "other", 60)).unwrap();
     let m = keyed("m", T0, "k", ok());
     w.run(std::slice::from_ref(&m));
-    assert_eq!(w.process(Role::DeadLetter, &[m, msg("junk", T0, json!({"__orderly_job__": 1}))]), vec![Outcome::Ack; 2]);
+    assert_eq!(
+        w.process(Role::DeadLetter, &[m, msg("junk", T0, json!({"__orderly_job__": 1}))]),
+        vec![Outcome::Ack; 2]
+    );
     let j = w.job("m");
     assert_eq!((j.status, j.last_error.as_deref()), (Status::Dead, Some(DELIVERY_EXHAUSTED)));
     assert!(w.job("junk").last_error.unwrap().starts_with(DELIVERY_EXHAUSTED));

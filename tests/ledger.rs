@@ -38,7 +38,10 @@ fn claim(db: &Sqlite, s: &JobSpec, owner: &str, now: i64) -> Option<Job> {
 fn claim_inserts_a_new_job_running_with_one_attempt() {
     let (db, _) = Sqlite::temp();
     let j = claim(&db, &spec("a"), "w1", T0).expect("claimed");
-    assert_eq!((j.status, j.attempts, j.lease_owner.as_deref(), j.lease_until), (Status::Running, 1, Some("w1"), Some(T0 + LEASE)));
+    assert_eq!(
+        (j.status, j.attempts, j.lease_owner.as_deref(), j.lease_until),
+        (Status::Running, 1, Some("w1"), Some(T0 + LEASE))
+    );
     assert_eq!(get(&db, "a"), j);
 }
 
@@ -113,7 +116,10 @@ fn fail_retries_then_is_dead_at_max_attempts() {
         now += 1_000;
     }
     let j = get(&db, "a");
-    assert_eq!((j.status, j.attempts, j.last_error.as_deref(), j.finished_at), (Status::Dead, 3, Some("HTTP 500 #3"), Some(T0 + 2_000)));
+    assert_eq!(
+        (j.status, j.attempts, j.last_error.as_deref(), j.finished_at),
+        (Status::Dead, 3, Some("HTTP 500 #3"), Some(T0 + 2_000))
+    );
 }
 
 #[test]
@@ -157,7 +163,8 @@ fn record_dead_leaves_done_jobs_and_live_leases_alone() {
     let live = get(&db, "live");
     assert_eq!(one(&db, stmt::record_dead(&spec("live"), T0 + 1, "delivery attempts exhausted")), None);
     assert_eq!(get(&db, "live"), live);
-    let dead = one(&db, stmt::record_dead(&spec("live"), T0 + LEASE, "delivery attempts exhausted")).expect("expired lease");
+    let dead =
+        one(&db, stmt::record_dead(&spec("live"), T0 + LEASE, "delivery attempts exhausted")).expect("expired lease");
     assert_eq!(dead.status, Status::Dead);
 
     claim(&db, &spec("done"), "w", T0).unwrap();
@@ -235,7 +242,8 @@ fn the_schema_refuses_a_second_active_job_with_the_same_dedupe_key() {
 #[test]
 fn the_schema_refuses_an_unknown_status_and_a_running_job_without_a_lease() {
     let (db, _) = Sqlite::temp();
-    let bad = "INSERT INTO job (id, status, max_attempts, next_run_at, created_at, updated_at) VALUES ('x', ?1, 1, 0, 0, 0)";
+    let bad =
+        "INSERT INTO job (id, status, max_attempts, next_run_at, created_at, updated_at) VALUES ('x', ?1, 1, 0, 0, 0)";
     assert!(db.conn.execute(bad, ["LOST"]).is_err());
     assert!(db.conn.execute(bad, ["RUNNING"]).is_err());
     assert!(db.conn.execute(bad, ["PENDING"]).is_ok());
@@ -249,7 +257,9 @@ fn redrive_moves_dead_to_pending_keeping_the_history() {
     let Redrive::Redriven(j) = block_on(ledger.redrive("a", T0 + 5)).unwrap() else { panic!("redriven") };
     assert_eq!((j.status, j.attempts, j.next_run_at, j.finished_at), (Status::Pending, 0, T0 + 5, None));
     assert!(j.last_error.unwrap().contains("HTTP 404"));
-    assert!(matches!(block_on(ledger.redrive("a", T0 + 6)).unwrap(), Redrive::Refused(r) if r.status == Status::Pending));
+    assert!(
+        matches!(block_on(ledger.redrive("a", T0 + 6)).unwrap(), Redrive::Refused(r) if r.status == Status::Pending)
+    );
     assert_eq!(block_on(ledger.redrive("nope", T0)).unwrap(), Redrive::NotFound);
 }
 
@@ -289,7 +299,8 @@ fn list_pages_newest_first_with_a_cursor() {
     let mut seen = Vec::new();
     let mut cursor: Option<(i64, String)> = None;
     loop {
-        let (page, next) = block_on(ledger.list(Some(Status::Dead), cursor.as_ref().map(|(a, i)| (*a, i.as_str())), 3)).unwrap();
+        let (page, next) =
+            block_on(ledger.list(Some(Status::Dead), cursor.as_ref().map(|(a, i)| (*a, i.as_str())), 3)).unwrap();
         seen.extend(page.into_iter().map(|j| j.id));
         match next {
             Some(c) => cursor = Some(c),

@@ -44,7 +44,9 @@ impl JobHandler for Webhook {
 
 fn with_url(e: JobError, url: &str) -> JobError {
     match e {
-        JobError::Retryable { reason, retry_after } => JobError::Retryable { reason: format!("{url}: {reason}"), retry_after },
+        JobError::Retryable { reason, retry_after } => {
+            JobError::Retryable { reason: format!("{url}: {reason}"), retry_after }
+        }
         JobError::Permanent { reason } => JobError::Permanent { reason: format!("{url}: {reason}") },
     }
 }
@@ -91,9 +93,11 @@ pub fn request(payload: &Value) -> Result<HttpRequest, JobError> {
 /// Standard Webhooks signature: `v1,` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")). A
 /// `whsec_` secret is base64 of the key (the spec's form); any other secret is used as raw bytes.
 pub fn sign(secret: &str, id: &str, timestamp_s: i64, body: &str) -> String {
-    let key = secret.strip_prefix("whsec_").and_then(|b| B64.decode(b).ok()).unwrap_or_else(|| secret.as_bytes().to_vec());
+    let key =
+        secret.strip_prefix("whsec_").and_then(|b| B64.decode(b).ok()).unwrap_or_else(|| secret.as_bytes().to_vec());
     // HMAC takes keys of any length, so this cannot fail.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key).unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+    let mut mac =
+        <Hmac<Sha256> as Mac>::new_from_slice(&key).unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
     mac.update(format!("{id}.{timestamp_s}.{body}").as_bytes());
     format!("v1,{}", B64.encode(mac.finalize().into_bytes()))
 }
@@ -145,9 +149,18 @@ mod tests {
 
     #[test]
     fn retry_after_is_honoured_on_429_and_503_only() {
-        assert_eq!(classify(&resp(429, Some("17"))), Err(JobError::Retryable { reason: "HTTP 429".into(), retry_after: Some(17) }));
-        assert_eq!(classify(&resp(503, Some(" 5 "))), Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: Some(5) }));
-        assert_eq!(classify(&resp(500, Some("17"))), Err(JobError::Retryable { reason: "HTTP 500".into(), retry_after: None }));
+        assert_eq!(
+            classify(&resp(429, Some("17"))),
+            Err(JobError::Retryable { reason: "HTTP 429".into(), retry_after: Some(17) })
+        );
+        assert_eq!(
+            classify(&resp(503, Some(" 5 "))),
+            Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: Some(5) })
+        );
+        assert_eq!(
+            classify(&resp(500, Some("17"))),
+            Err(JobError::Retryable { reason: "HTTP 500".into(), retry_after: None })
+        );
         assert_eq!(retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT"), None);
         assert_eq!(retry_after_seconds("999999"), Some(MAX_DELAY_SECONDS));
     }
@@ -213,18 +226,26 @@ mod tests {
             clock: ManualClock::new(1_614_265_330_123),
             webhook_secret: Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
         };
-        let payload = json!({"type": "webhook", "url": "http://h/", "body": {"test": 1}, "headers": {"webhook-id": "forged"}});
+        let payload =
+            json!({"type": "webhook", "url": "http://h/", "body": {"test": 1}, "headers": {"webhook-id": "forged"}});
         block_on(Webhook::run(&JobContext { id: "job-1", attempt: 1, payload: &payload }, &services)).unwrap();
         let sent = services.http.0.borrow();
         let h = |n: &str| sent[0].headers.iter().filter(|(k, _)| k == n).map(|(_, v)| v.clone()).collect::<Vec<_>>();
         assert_eq!(h("webhook-id"), vec!["job-1".to_string()]);
         assert_eq!(h("webhook-timestamp"), vec!["1614265330".to_string()]);
-        assert_eq!(h("webhook-signature"), vec![sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "job-1", 1_614_265_330, r#"{"test":1}"#)]);
+        assert_eq!(
+            h("webhook-signature"),
+            vec![sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "job-1", 1_614_265_330, r#"{"test":1}"#)]
+        );
     }
 
     #[test]
     fn a_network_error_is_retryable() {
-        let services = Services { http: Recorder(RefCell::default(), Err("timed out".into())), clock: ManualClock::new(0), webhook_secret: None };
+        let services = Services {
+            http: Recorder(RefCell::default(), Err("timed out".into())),
+            clock: ManualClock::new(0),
+            webhook_secret: None,
+        };
         let payload = json!({"type": "webhook", "url": "http://h/", "body": 1});
         let got = block_on(Webhook::run(&JobContext { id: "j", attempt: 1, payload: &payload }, &services));
         assert_eq!(got, Err(JobError::retry("http://h/: timed out")));

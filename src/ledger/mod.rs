@@ -15,9 +15,9 @@
 //!                      └──────────────  DEAD ◄── unreadable body / delivery attempts exhausted
 //! ```
 
-pub mod store;
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
+pub mod store;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -211,7 +211,10 @@ pub mod stmt {
     }
     /// RUNNING -> PENDING (retry at `next_run_at`) or DEAD, by the owner.
     pub fn fail(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error: &str) -> Stmt {
-        with(sql!("fail"), vec![id.into(), owner.into(), now.into(), to.as_str().into(), next_run_at.into(), error.into()])
+        with(
+            sql!("fail"),
+            vec![id.into(), owner.into(), now.into(), to.as_str().into(), next_run_at.into(), error.into()],
+        )
     }
     /// A claimed job not run: back to PENDING, attempt given back, deferral counted.
     pub fn defer(id: &str, owner: &str, now: i64, next_run_at: i64) -> Stmt {

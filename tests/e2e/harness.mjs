@@ -61,8 +61,14 @@ export class Target {
   }
 }
 
-/** Splits a migration file into statements (comments dropped) and applies them in one batch. */
-async function migrate(db) {
+/** Module rules for worker-build's output. */
+export const MODULES_RULES = [
+  { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
+  { type: "CompiledWasm", include: ["**/*.wasm"] },
+];
+
+/** Applies migrations/ to a D1 binding: each file split into statements (comments dropped), one batch. */
+export async function migrate(db) {
   const dir = join(root, "migrations");
   for (const file of readdirSync(dir).filter((f) => f.endsWith(".sql")).sort()) {
     const text = readFileSync(join(dir, file), "utf8")
@@ -80,10 +86,7 @@ export async function start({ vars = {}, bindings, mainQueue = {}, adminToken = 
     modules: true,
     scriptPath: join(root, "build/worker/shim.mjs"),
     modulesRoot: join(root, "build"),
-    modulesRules: [
-      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-      { type: "CompiledWasm", include: ["**/*.wasm"] },
-    ],
+    modulesRules: MODULES_RULES,
     compatibilityDate: "2026-08-01",
     cf: false,
     kvNamespaces: ["ORDERING_KV"],
@@ -96,7 +99,7 @@ export async function start({ vars = {}, bindings, mainQueue = {}, adminToken = 
     bindings: bindings ?? { ...FAST_VARS, ...(adminToken ? { ADMIN_TOKEN: adminToken } : {}), ...vars },
     outboundService: (request) => target.handle(request),
   });
-  await mf.ready;
+  const url = await mf.ready;
   const db = await mf.getD1Database("DB");
   await migrate(db);
   const kv = await mf.getKVNamespace("ORDERING_KV");
@@ -119,7 +122,7 @@ export async function start({ vars = {}, bindings, mainQueue = {}, adminToken = 
   const job = async (id) => (await db.prepare("SELECT * FROM job WHERE id = ?").bind(id).first()) ?? null;
   const counts = async () => (await api("GET", "/jobs/counts")).json;
 
-  return { mf, db, kv, worker, queue, target, api, job, counts, dispose: () => mf.dispose() };
+  return { mf, url, db, kv, worker, queue, target, api, job, counts, dispose: () => mf.dispose() };
 }
 
 /** A webhook payload to the target. */

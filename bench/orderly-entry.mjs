@@ -1,0 +1,15 @@
+// orderly (the Rust worker, unchanged) behind counting bindings. Copied next to the build output.
+import { WorkerEntrypoint } from "cloudflare:workers";
+import Orderly from "./index.js";
+import { counted, stats, statsRoute } from "./counting.mjs";
+
+export default class extends WorkerEntrypoint {
+  fetch(request) {
+    return statsRoute(request) ?? new Orderly(this.ctx, counted(this.env)).fetch(request);
+  }
+  queue(batch) {
+    stats.batches++;
+    stats.deliveries += batch.messages.length;
+    return new Orderly(this.ctx, counted(this.env)).queue(batch);
+  }
+}
