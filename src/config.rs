@@ -31,6 +31,8 @@ pub struct Config {
     pub lease_seconds: u32,
     /// DONE rows older than this are purged.
     pub retention_days: u32,
+    /// How long one webhook delivery may take before it counts as a (retryable) timeout.
+    pub webhook_timeout_seconds: u32,
 }
 
 impl Default for Config {
@@ -44,6 +46,7 @@ impl Default for Config {
             lock_retry_delay_seconds: 2,
             lease_seconds: 120,
             retention_days: 7,
+            webhook_timeout_seconds: 30,
         }
     }
 }
@@ -110,6 +113,8 @@ impl Config {
             )?,
             lease_seconds: num("LEASE_SECONDS", d.lease_seconds, 10, MAX_DELAY_SECONDS)?,
             retention_days: num("RETENTION_DAYS", d.retention_days, 1, 3650)?,
+            // Workers cap a queue invocation's wall time at 15 minutes; one request must fit well within.
+            webhook_timeout_seconds: num("WEBHOOK_TIMEOUT_SECONDS", d.webhook_timeout_seconds, 1, 300)?,
         })
     }
 }
@@ -144,6 +149,8 @@ mod tests {
         assert_eq!(with(&[("BACKOFF_CAP_SECONDS", "43201")]).unwrap_err().var, "BACKOFF_CAP_SECONDS");
         assert_eq!(with(&[("LEASE_SECONDS", "-3")]).unwrap_err().var, "LEASE_SECONDS");
         assert!(with(&[("BACKOFF_BASE_SECONDS", "50"), ("BACKOFF_CAP_SECONDS", "10")]).is_err());
+        assert_eq!(with(&[("WEBHOOK_TIMEOUT_SECONDS", "0")]).unwrap_err().var, "WEBHOOK_TIMEOUT_SECONDS");
+        assert_eq!(with(&[("WEBHOOK_TIMEOUT_SECONDS", "301")]).unwrap_err().reason, "too large");
     }
 
     #[test]

@@ -90,6 +90,7 @@ mod entry {
             http: WorkerFetch,
             clock: SystemClock,
             webhook_secret: edge::secret(&env, "WEBHOOK_SECRET"),
+            http_timeout_ms: cfg.webhook_timeout_seconds * 1000,
         });
         let consumer = Consumer {
             cfg: &cfg,

@@ -314,6 +314,7 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
         http: NoHttp,
         clock: ManualClock::new(T0),
         webhook_secret: None,
+        http_timeout_ms: 1_000,
     });
     let consumer = Consumer {
         cfg: &w.cfg,

@@ -98,6 +98,8 @@ pub struct Services<H, C> {
     pub clock: C,
     /// `WEBHOOK_SECRET`, if set.
     pub webhook_secret: Option<String>,
+    /// Per-request timeout of outbound HTTP, milliseconds.
+    pub http_timeout_ms: u32,
 }
 
 /// One job type.

@@ -15,9 +15,6 @@ use super::{HttpClient, HttpRequest, HttpResponse, JobContext, JobError, JobHand
 use crate::clock::Clock;
 use crate::config::MAX_DELAY_SECONDS;
 
-/// How long one delivery may take before it counts as a (retryable) timeout.
-pub const TIMEOUT_MS: u32 = 30_000;
-
 /// The `webhook` job type.
 pub struct Webhook;
 
@@ -35,7 +32,7 @@ impl JobHandler for Webhook {
             req.headers.push(("webhook-signature".into(), sig));
         }
         let url = req.url.clone();
-        match services.http.send(req, TIMEOUT_MS).await {
+        match services.http.send(req, services.http_timeout_ms).await {
             Ok(resp) => classify(&resp).map_err(|e| with_url(e, &url)),
             Err(network) => Err(JobError::retry(format!("{url}: {network}"))),
         }
@@ -225,6 +222,7 @@ mod tests {
             http: Recorder(RefCell::default(), Ok(resp(200, None))),
             clock: ManualClock::new(1_614_265_330_123),
             webhook_secret: Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
+            http_timeout_ms: 30_000,
         };
         let payload =
             json!({"type": "webhook", "url": "http://h/", "body": {"test": 1}, "headers": {"webhook-id": "forged"}});
@@ -245,6 +243,7 @@ mod tests {
             http: Recorder(RefCell::default(), Err("timed out".into())),
             clock: ManualClock::new(0),
             webhook_secret: None,
+            http_timeout_ms: 30_000,
         };
         let payload = json!({"type": "webhook", "url": "http://h/", "body": 1});
         let got = block_on(Webhook::run(&JobContext { id: "j", attempt: 1, payload: &payload }, &services));

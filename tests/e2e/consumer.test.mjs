@@ -104,6 +104,23 @@ test("a 5xx is retried and later succeeds", async () => {
   }
 });
 
+test("a webhook that outlasts WEBHOOK_TIMEOUT_SECONDS is aborted and retried", async () => {
+  const w = await start({ vars: { WEBHOOK_TIMEOUT_SECONDS: "1" } });
+  try {
+    // The receiver hangs on the first request only.
+    w.target.onRequest = (r) => { if (r.path === "/slow/4000/t") setTimeout(() => w.target.answers.set(r.path, 200), 50); };
+    const started = Date.now();
+    await w.queue.send({ ...webhook("/slow/4000/t"), __orderly_job__: { id: "slow" } });
+    await waitFor(async () => (await w.job("slow"))?.status === "DONE", "slow DONE");
+    const row = await w.job("slow");
+    assert.equal(row.attempts, 2);
+    assert.match(row.last_error, /timed out after 1000 ms/);
+    assert.ok(Date.now() - started < 4000 + 1000, "the first request was abandoned, not awaited");
+  } finally {
+    await w.dispose();
+  }
+});
+
 test("a 4xx goes to DEAD at once, with the reason", async () => {
   const w = await start();
   try {
