@@ -278,6 +278,7 @@ fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessa
     if let Some(k) = o.keys().next() {
         return Err(bad(format!("unknown field {k:?}")));
     }
+    crate::handlers::check(&payload).map_err(|e| bad(e.to_string()))?;
     let env = Envelope {
         ordering_key: ordering_key.clone(),
         payload,
@@ -356,7 +357,7 @@ mod tests {
     fn a_job_is_validated_field_by_field() {
         let cfg = Config::default();
         let ok = parse_job(
-            json!({"payload": {"type": "webhook"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}),
+            json!({"payload": {"type": "webhook", "url": "https://h.test/"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}),
             &cfg,
             "id1".into(),
         )
@@ -373,12 +374,16 @@ mod tests {
             (json!({"payload": 1, "dedupe_key": ""}), "dedupe_key"),
             (json!({"payload": 1, "priority": 1}), "unknown field"),
             (json!([1]), "object"),
+            (json!({"payload": {"type": "fax"}}), "unknown job type \"fax\" (known: webhook)"),
+            (json!({"payload": [1]}), "no \"type\""),
+            (json!({"payload": {"type": "webhook", "url": "ftp://x"}}), "not http"),
         ] {
             let (status, msg) = parse_job(job.clone(), &cfg, "x".into()).unwrap_err();
             assert_eq!(status, 400, "{job}");
             assert!(msg.contains(want), "{job}: {msg}");
         }
-        let big = json!({"payload": "x".repeat(MAX_MESSAGE_BYTES)});
+        let big =
+            json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(MAX_MESSAGE_BYTES)}});
         assert_eq!(parse_job(big, &cfg, "x".into()).unwrap_err().0, 413);
     }
 }

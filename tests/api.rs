@@ -193,16 +193,26 @@ fn bad_submissions_get_4xx_with_a_json_error() {
         (json!("text"), 400, "job object"),
         (json!({"jobs": "x"}), 400, "array"),
         (json!({"jobs": []}), 400, "no jobs"),
-        (json!({"jobs": [{"payload": 1}, {"payload": 1, "delay_seconds": 99999}]}), 400, "delay_seconds"),
-        (json!({"payload": 1, "colour": "red"}), 400, "unknown field"),
+        (
+            json!({"jobs": [{"payload": webhook(1)}, {"payload": webhook(2), "delay_seconds": 99999}]}),
+            400,
+            "delay_seconds",
+        ),
+        (json!({"payload": webhook(1), "colour": "red"}), 400, "unknown field"),
+        (json!({"payload": {"type": "fax"}}), 400, "unknown job type"),
+        (json!({"payload": {"type": "webhook", "url": "mailto:x"}}), 400, "bad webhook payload"),
     ] {
         let r = w.call("POST", "/jobs", Some(body.clone()));
         assert_eq!(r.status, status, "{body}");
         assert!(r.json_body()["error"].as_str().unwrap().contains(want), "{body}: {}", r.body);
     }
-    let r = w.call("POST", "/jobs", Some(json!({"jobs": [{"payload": 1}, {"payload": 1, "delay_seconds": 99999}]})));
+    let r = w.call(
+        "POST",
+        "/jobs",
+        Some(json!({"jobs": [{"payload": webhook(1)}, {"payload": webhook(2), "delay_seconds": 99999}]})),
+    );
     assert_eq!(r.json_body()["index"], 1);
-    let huge = json!({"payload": "x".repeat(MAX_BODY_BYTES)});
+    let huge = json!({"payload": {"type": "webhook", "url": "https://x.test", "body": "x".repeat(MAX_BODY_BYTES)}});
     assert_eq!(w.call("POST", "/jobs", Some(huge)).status, 413);
     let r = w.call_with(Some(TOKEN), Ok(&w.cfg), "POST", "/jobs", None);
     assert_eq!(r.status, 400);

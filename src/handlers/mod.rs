@@ -1,5 +1,5 @@
 //! Job handlers: the payload's `type` picks one. Each type is a file here implementing
-//! [`JobHandler`], plus one line in [`Registry::run`].
+//! [`JobHandler`], plus its name in the `job_types!` list.
 //!
 //! Handlers say how a run ended with [`JobError`]: retryable (try again after backoff or the
 //! handler's own delay) or permanent (DEAD now). Outbound HTTP goes through [`HttpClient`], so the
@@ -107,8 +107,59 @@ pub struct Services<H, C> {
 pub trait JobHandler {
     /// The payload `type` this handler takes.
     const TYPE: &'static str;
+    /// Checks a payload before it is accepted (`POST /jobs`), so a job that can never run is
+    /// refused with a 400 instead of dying later. Default: anything goes.
+    fn check(_payload: &Value) -> Result<(), JobError> {
+        Ok(())
+    }
     /// Runs one job.
     async fn run<H: HttpClient, C: Clock>(job: &JobContext<'_>, services: &Services<H, C>) -> Result<(), JobError>;
+}
+
+/// Declares the job types: each listed handler is routed to by its `TYPE`.
+macro_rules! job_types {
+    ($($handler:ty),+ $(,)?) => {
+        /// Every job type with a handler.
+        pub const TYPES: &[&str] = &[$(<$handler as JobHandler>::TYPE),+];
+
+        async fn dispatch<H: HttpClient, C: Clock>(
+            job_type: &str,
+            job: &JobContext<'_>,
+            services: &Services<H, C>,
+        ) -> Option<Result<(), JobError>> {
+            $(if job_type == <$handler as JobHandler>::TYPE {
+                return Some(<$handler as JobHandler>::run(job, services).await);
+            })+
+            None
+        }
+
+        fn check_type(job_type: &str, payload: &Value) -> Option<Result<(), JobError>> {
+            $(if job_type == <$handler as JobHandler>::TYPE {
+                return Some(<$handler as JobHandler>::check(payload));
+            })+
+            None
+        }
+    };
+}
+
+// A new job type: its file in this folder (a `JobHandler`), and its name in this list.
+job_types!(webhook::Webhook);
+
+fn job_type(payload: &Value) -> Result<&str, JobError> {
+    payload
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| JobError::permanent("payload has no \"type\" string, so no handler can run it"))
+}
+
+fn unknown(job_type: &str) -> JobError {
+    JobError::permanent(format!("unknown job type {job_type:?} (known: {})", TYPES.join(", ")))
+}
+
+/// Whether a payload names a known job type and that handler accepts it.
+pub fn check(payload: &Value) -> Result<(), JobError> {
+    let t = job_type(payload)?;
+    check_type(t, payload).unwrap_or_else(|| Err(unknown(t)))
 }
 
 /// Routes jobs to handlers by payload `type`.
@@ -116,12 +167,7 @@ pub struct Registry<H, C>(pub Services<H, C>);
 
 impl<H: HttpClient, C: Clock> Runner for Registry<H, C> {
     async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
-        let services = &self.0;
-        match job.payload.get("type").and_then(Value::as_str) {
-            Some(webhook::Webhook::TYPE) => webhook::Webhook::run(job, services).await,
-            // A new job type: its file in this folder, and one line like the one above.
-            Some(other) => Err(JobError::permanent(format!("unknown job type {other:?}"))),
-            None => Err(JobError::permanent("payload has no \"type\" string, so no handler can run it")),
-        }
+        let t = job_type(job.payload)?;
+        dispatch(t, job, &self.0).await.unwrap_or_else(|| Err(unknown(t)))
     }
 }

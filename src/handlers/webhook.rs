@@ -21,6 +21,10 @@ pub struct Webhook;
 impl JobHandler for Webhook {
     const TYPE: &'static str = "webhook";
 
+    fn check(payload: &Value) -> Result<(), JobError> {
+        request(payload).map(|_| ())
+    }
+
     async fn run<H: HttpClient, C: Clock>(job: &JobContext<'_>, services: &Services<H, C>) -> Result<(), JobError> {
         let mut req = request(job.payload)?;
         if let Some(secret) = services.webhook_secret.as_deref() {
