@@ -114,6 +114,9 @@ pub struct Consumer<'a, K, S, R, C> {
     pub owner: String,
     /// Uniform random numbers in [0, 1) for jitter.
     pub random: &'a dyn Fn() -> f64,
+    /// Where outages are reported (the worker's log). They never fail the batch, but an operator
+    /// must be able to see why messages are being deferred.
+    pub log: &'a dyn Fn(&str),
 }
 
 /// A decoded message.
@@ -231,8 +234,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
             stmts.push(stmt::record_dead(&spec, now, &error));
             stmts.push(stmt::get(&spec.id));
         }
-        let Ok(out) = self.sql.batch(stmts).await else {
-            return vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; msgs.len()];
+        let out = match self.sql.batch(stmts).await {
+            Ok(out) => out,
+            Err(e) => {
+                (self.log)(&format!("dead-letter batch deferred: {e}"));
+                return vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; msgs.len()];
+            }
         };
         out.chunks(2)
             .map(|pair| match (pair.first(), pair.get(1).and_then(|rows| Job::first(rows).ok().flatten())) {
@@ -286,7 +293,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
             match lock::acquire(self.kv, &key, &ids, self.cfg.lock_ttl_seconds).await {
                 Ok(Acquired::Taken { token }) => GroupLock::Taken(HeldLock { key, token }),
                 Ok(Acquired::Held { holder }) => GroupLock::Held { holder },
-                Err(_) => GroupLock::Down,
+                Err(e) => {
+                    (self.log)(&format!("key {key:?} deferred: {e}"));
+                    GroupLock::Down
+                }
             }
         }))
         .await;
@@ -324,7 +334,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
         let taken = || locks.iter().filter_map(|l| if let GroupLock::Taken(h) = l { Some(h.clone()) } else { None });
         let rows = match if reads.is_empty() { Ok(Vec::new()) } else { self.sql.batch(reads).await } {
             Ok(rows) => rows,
-            Err(_) => {
+            Err(e) => {
+                (self.log)(&format!("batch deferred, claims not recorded: {e}"));
                 self.release_all(taken().map(|lock| LockEnd { lock, hold_for: None }).collect()).await;
                 return vec![infra; msgs.len()];
             }
@@ -384,7 +395,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
         // One D1 round trip records every result; only recorded results are acked. Unrecorded
         // ones come back later and the ledger's lease decides.
         let records: Vec<Stmt> = settled.iter_mut().filter_map(|s| s.record.take()).collect();
-        let recorded = records.is_empty() || self.sql.batch(records).await.is_ok();
+        let recorded = match if records.is_empty() { Ok(Vec::new()) } else { self.sql.batch(records).await } {
+            Ok(_) => true,
+            Err(e) => {
+                (self.log)(&format!("results not recorded, their messages are deferred: {e}"));
+                false
+            }
+        };
         let mut outcomes = vec![infra; msgs.len()];
         for s in settled {
             outcomes[s.index] = if recorded || !s.needs_record { s.outcome } else { infra };
@@ -493,7 +510,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
         let lease_ms = i64::from(self.cfg.lease_seconds) * 1000;
         if now - renewed_at.get() > lease_ms / 2 {
             renewed_at.set(now);
-            let _ = self.sql.query(stmt::renew(&self.owner, now, now + lease_ms)).await;
+            if let Err(e) = self.sql.query(stmt::renew(&self.owner, now, now + lease_ms)).await {
+                (self.log)(&format!("lease renewal failed, leases may expire under running jobs: {e}"));
+            }
         }
     }
 

@@ -100,9 +100,19 @@ mod entry {
             clock: &SystemClock,
             owner: format!("inv-{}", edge::random_id()),
             random: &edge::random,
+            log: &|line| console_error!("orderly: {line}"),
         };
         let role = if batch.queue() == DEAD_LETTER_QUEUE { Role::DeadLetter } else { Role::Main };
         let outcomes = consumer.process(role, &incoming).await;
+        let count = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
+        console_log!(
+            "orderly: {} batch of {}: {} acked, {} retried, {} deferred",
+            batch.queue(),
+            outcomes.len(),
+            count(|o| matches!(o, Outcome::Ack)),
+            count(|o| matches!(o, Outcome::Retry { .. })),
+            count(|o| matches!(o, Outcome::Defer { .. })),
+        );
         for (m, o) in msgs.iter().zip(outcomes) {
             match o {
                 Outcome::Ack => m.ack(),

@@ -55,6 +55,8 @@ struct World {
     db: Sqlite,
     script: Script,
     cfg: Config,
+    /// What the consumer reported.
+    log: RefCell<Vec<String>>,
 }
 
 impl World {
@@ -71,7 +73,7 @@ impl World {
             seen_locks: RefCell::default(),
             watch_lock: watch_lock.map(str::to_string),
         };
-        World { clock, kv, db: Sqlite::temp().0, script, cfg }
+        World { clock, kv, db: Sqlite::temp().0, script, cfg, log: RefCell::default() }
     }
     fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
         let consumer = Consumer {
@@ -82,6 +84,7 @@ impl World {
             clock: &self.clock,
             owner: format!("inv-{}", self.clock.now_ms()),
             random: &|| 1.0,
+            log: &|line| self.log.borrow_mut().push(line.to_string()),
         };
         block_on(consumer.process(role, msgs))
     }
@@ -324,6 +327,7 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
         clock: &w.clock,
         owner: "inv".into(),
         random: &|| 0.5,
+        log: &|_| {},
     };
     let out =
         block_on(consumer.process(Role::Main, &[msg("m", T0, json!({"type": "fax"})), msg("raw", T0, json!([1, 2]))]));
@@ -368,6 +372,7 @@ fn a_d1_outage_defers_everything_and_kills_nothing() {
     assert_eq!(w.run(&batch), vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; 3]);
     assert!(w.runs().is_empty());
     assert_eq!(w.lock("k"), None, "locks taken before the outage are released");
+    assert!(w.log.borrow()[0].contains("D1 unavailable"), "the outage is reported: {:?}", w.log.borrow());
     w.db.down.set(false);
     assert_eq!(w.run(&batch), vec![Outcome::Ack; 3]);
 }
