@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, MAX_DELAY_SECONDS};
 use crate::envelope::{checked_key, checked_max_attempts, Envelope, JobMeta};
-use crate::ledger::{stmt, Job, JobSpec, Ledger, Redrive, Sql, Status};
+use crate::ledger::{JobSpec, Ledger, Redrive, Sql, Status};
 use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES};
 
 /// Largest request body accepted.
@@ -152,26 +152,15 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             }
         }
         let now = self.clock.now_ms();
-        let stmts = jobs
-            .iter()
-            .flat_map(|(spec, _, delay)| {
-                [
-                    stmt::enqueue(spec, now, now + i64::from(*delay) * 1000),
-                    stmt::existing(&spec.id, spec.dedupe_key.as_deref()),
-                ]
-            })
-            .collect();
-        let out = self.ledger.sql.batch(stmts).await?;
+        let due: Vec<(&JobSpec, i64)> =
+            jobs.iter().map(|(spec, _, delay)| (spec, now + i64::from(*delay) * 1000)).collect();
+        let recorded = self.ledger.enqueue_all(&due, now).await?;
         let mut answer = Vec::with_capacity(jobs.len());
         let mut to_send = Vec::new();
-        for (k, (spec, msg, _)) in jobs.into_iter().enumerate() {
-            if let Some(j) = Job::first(&out[2 * k])? {
-                answer.push(json!({"id": j.id, "status": j.status, "duplicate": false}));
+        for ((job, inserted), (_, msg, _)) in recorded.into_iter().zip(jobs) {
+            answer.push(json!({"id": job.id, "status": job.status, "duplicate": !inserted}));
+            if inserted {
                 to_send.push(msg);
-            } else if let Some(j) = Job::first(out.get(2 * k + 1).map(Vec::as_slice).unwrap_or_default())? {
-                answer.push(json!({"id": j.id, "status": j.status, "duplicate": true}));
-            } else {
-                answer.push(json!({"id": spec.id, "status": null, "duplicate": true}));
             }
         }
         if let Err(e) = producer::send_all(self.queue, to_send).await {
@@ -284,7 +273,7 @@ fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessa
         payload,
         meta: JobMeta { id: Some(id.clone()), dedupe_key: dedupe_key.clone(), max_attempts },
     };
-    let msg = OutMessage { body: env.encode(), delay_seconds: delay };
+    let msg = OutMessage::new(&env.encode(), delay);
     if msg.size() > MAX_MESSAGE_BYTES {
         return Err((413, format!("job is larger than the {MAX_MESSAGE_BYTES}-byte queue message limit")));
     }
@@ -364,7 +353,10 @@ mod tests {
         .unwrap();
         assert_eq!(ok.0.max_attempts, 2);
         assert_eq!(ok.2, 5);
-        assert_eq!(Envelope::decode(ok.1.body).unwrap().meta.id.as_deref(), Some("id1"));
+        assert_eq!(
+            Envelope::decode(serde_json::from_str(ok.1.json()).unwrap()).unwrap().meta.id.as_deref(),
+            Some("id1")
+        );
         for (job, want) in [
             (json!({}), "payload"),
             (json!({"payload": 1, "delay_seconds": 43201}), "delay_seconds"),

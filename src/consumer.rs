@@ -167,16 +167,15 @@ struct LockEnd {
 struct Settle {
     index: usize,
     record: Option<Stmt>,
-    needs_record: bool,
     outcome: Outcome,
 }
 
 impl Settle {
     fn plain(index: usize, outcome: Outcome) -> Self {
-        Settle { index, record: None, needs_record: false, outcome }
+        Settle { index, record: None, outcome }
     }
     fn recorded(index: usize, record: Stmt, outcome: Outcome) -> Self {
-        Settle { index, record: Some(record), needs_record: true, outcome }
+        Settle { index, record: Some(record), outcome }
     }
 }
 
@@ -394,7 +393,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
 
         // One D1 round trip records every result; only recorded results are acked. Unrecorded
         // ones come back later and the ledger's lease decides.
-        let records: Vec<Stmt> = settled.iter_mut().filter_map(|s| s.record.take()).collect();
+        let mut records: Vec<Stmt> = Vec::new();
+        let mut decided = Vec::with_capacity(settled.len());
+        for s in settled {
+            decided.push((s.index, s.outcome, s.record.is_some()));
+            records.extend(s.record);
+        }
         let recorded = match if records.is_empty() { Ok(Vec::new()) } else { self.sql.batch(records).await } {
             Ok(_) => true,
             Err(e) => {
@@ -403,8 +407,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
             }
         };
         let mut outcomes = vec![infra; msgs.len()];
-        for s in settled {
-            outcomes[s.index] = if recorded || !s.needs_record { s.outcome } else { infra };
+        for (index, outcome, needs_record) in decided {
+            outcomes[index] = if recorded || !needs_record { outcome } else { infra };
         }
         if !recorded {
             lock_ends.iter_mut().for_each(|e| e.hold_for = None);

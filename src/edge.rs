@@ -73,10 +73,10 @@ pub fn body_json(body: JsValue) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 
-/// A JSON value as the JS value `JSON.parse` would give: what Queues must be sent, because
+/// JSON text as the JS value `JSON.parse` gives: what Queues must be sent, because
 /// serde-wasm-bindgen turns maps into JS `Map`s, which arrive as `{}`.
-pub fn to_js(v: &Value) -> Result<JsValue, InfraError> {
-    js_sys::JSON::parse(&v.to_string()).map_err(|e| InfraError::new("Queue", format!("JSON.parse failed: {e:?}")))
+pub fn to_js(json: &str) -> Result<JsValue, InfraError> {
+    js_sys::JSON::parse(json).map_err(|e| InfraError::new("Queue", format!("JSON.parse failed: {e:?}")))
 }
 
 /// Workers KV.
@@ -102,7 +102,7 @@ impl QueueSender for WorkerQueue {
     async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
         let mut batch = Vec::with_capacity(msgs.len());
         for m in msgs {
-            let mut b = RawMessageBuilder::new(to_js(&m.body)?);
+            let mut b = RawMessageBuilder::new(to_js(m.json())?);
             if m.delay_seconds > 0 {
                 b = b.delay_seconds(m.delay_seconds);
             }
@@ -142,9 +142,4 @@ impl HttpClient for WorkerFetch {
             }
         }
     }
-}
-
-/// Makes a JS value readable in logs.
-pub fn describe(v: &JsValue) -> String {
-    v.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).unwrap_or_else(|| format!("{v:?}"))
 }

@@ -44,14 +44,14 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(
     let now = clock.now_ms();
     let mut report = Report::default();
 
-    let reaped = rows_to_jobs(ledger.sql.query(stmt::reap(now, STEP_LIMIT)).await?)?;
+    let reaped = Job::all(&ledger.sql.query(stmt::reap(now, STEP_LIMIT)).await?)?;
     let (pending, dead): (Vec<Job>, Vec<Job>) = reaped.into_iter().partition(|j| j.status == Status::Pending);
     report.reaped_dead = dead.len();
     report.reaped = pending.len();
     // Should the send fail, these stay PENDING and step 2 of a later run re-sends them.
     producer::send_all(queue, pending.iter().filter_map(|j| producer::message_for(j, 0)).collect()).await?;
 
-    let overdue = rows_to_jobs(ledger.sql.query(stmt::overdue(now - RESEND_GRACE_MS, STEP_LIMIT)).await?)?;
+    let overdue = Job::all(&ledger.sql.query(stmt::overdue(now - RESEND_GRACE_MS, STEP_LIMIT)).await?)?;
     if !overdue.is_empty() {
         // Take each one first, so two overlapping runs never both re-send it.
         let taken =
@@ -64,8 +64,4 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(
     let cutoff = now - i64::from(cfg.retention_days) * 86_400_000;
     report.purged = ledger.sql.query(stmt::purge(cutoff, PURGE_LIMIT)).await?.len();
     Ok(report)
-}
-
-fn rows_to_jobs(rows: Vec<crate::ledger::Row>) -> Result<Vec<Job>, InfraError> {
-    rows.iter().map(Job::from_row).collect()
 }

@@ -19,19 +19,27 @@ pub const MAX_MESSAGE_BYTES: usize = 128 * 1024;
 /// Bytes counted per message beyond its body: Queues adds metadata, so stay clear of the limit.
 const PER_MESSAGE_OVERHEAD: usize = 256;
 
-/// A message to send.
+/// A message to send. The body is serialized once, here: its size is checked against the limits
+/// and the same text is what the edge sends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutMessage {
-    /// JSON body (an envelope).
-    pub body: Value,
+    json: String,
     /// Delivery delay.
     pub delay_seconds: u32,
 }
 
 impl OutMessage {
-    /// The body's size as sent (JSON text).
+    /// A message with `body` (an envelope), delivered after `delay_seconds`.
+    pub fn new(body: &Value, delay_seconds: u32) -> Self {
+        OutMessage { json: body.to_string(), delay_seconds }
+    }
+    /// The body as JSON text.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+    /// The body's size as sent.
     pub fn size(&self) -> usize {
-        self.body.to_string().len()
+        self.json.len()
     }
 }
 
@@ -82,7 +90,7 @@ pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
             max_attempts: u32::try_from(job.max_attempts).ok(),
         },
     };
-    Some(OutMessage { body: env.encode(), delay_seconds })
+    Some(OutMessage::new(&env.encode(), delay_seconds))
 }
 
 #[cfg(test)]
@@ -91,7 +99,7 @@ mod tests {
     use serde_json::json;
 
     fn msg(n: usize) -> OutMessage {
-        OutMessage { body: json!({"pad": "x".repeat(n)}), delay_seconds: 0 }
+        OutMessage::new(&json!({"pad": "x".repeat(n)}), 0)
     }
 
     #[test]
@@ -113,8 +121,9 @@ mod tests {
 
     #[test]
     fn order_is_kept_across_batches() {
-        let msgs: Vec<OutMessage> = (0..205).map(|i| OutMessage { body: json!(i), delay_seconds: 0 }).collect();
-        let flat: Vec<Value> = split(msgs).into_iter().flatten().map(|m| m.body).collect();
+        let msgs: Vec<OutMessage> = (0..205).map(|i| OutMessage::new(&json!(i), 0)).collect();
+        let flat: Vec<Value> =
+            split(msgs).into_iter().flatten().map(|m| serde_json::from_str(m.json()).unwrap()).collect();
         assert_eq!(flat, (0..205).map(|i| json!(i)).collect::<Vec<_>>());
     }
 

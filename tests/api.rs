@@ -38,7 +38,12 @@ impl QueueSender for Queue {
 
 impl Queue {
     fn sent(&self) -> Vec<Envelope> {
-        self.batches.borrow().iter().flatten().map(|m| Envelope::decode(m.body.clone()).unwrap()).collect()
+        self.batches
+            .borrow()
+            .iter()
+            .flatten()
+            .map(|m| Envelope::decode(serde_json::from_str(m.json()).unwrap()).unwrap())
+            .collect()
     }
 }
 

@@ -114,13 +114,16 @@ fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::
     }
 }
 
+/// An integer column: D1 hands numbers over as JS numbers, so a whole f64 counts too.
+fn int_of(v: &Value) -> Option<i64> {
+    v.as_i64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+}
+
 impl Job {
     /// Reads a row. A row that does not fit is an infrastructure error (schema drift), not a panic.
     pub fn from_row(row: &Row) -> Result<Job, InfraError> {
         let text = |c: &str| row.get(c).and_then(Value::as_str).map(str::to_string);
-        let int = |c: &str| {
-            row.get(c).and_then(|v| v.as_i64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64)))
-        };
+        let int = |c: &str| row.get(c).and_then(int_of);
         let need_int = |c: &str| int(c).ok_or_else(|| InfraError::new("D1", format!("job row lacks integer {c}")));
         let status = text("status")
             .and_then(|s| Status::parse(&s))
@@ -148,6 +151,11 @@ impl Job {
     /// The first row as a job, if any.
     pub fn first(rows: &[Row]) -> Result<Option<Job>, InfraError> {
         rows.first().map(Job::from_row).transpose()
+    }
+
+    /// Every row as a job.
+    pub fn all(rows: &[Row]) -> Result<Vec<Job>, InfraError> {
+        rows.iter().map(Job::from_row).collect()
     }
 }
 
@@ -330,7 +338,7 @@ impl<S: Sql> Ledger<S> {
     pub async fn counts(&self) -> Result<Counts, InfraError> {
         let mut c = Counts::default();
         for row in self.sql.query(stmt::counts()).await? {
-            let n = row.get("n").and_then(|v| v.as_i64().or_else(|| v.as_f64().map(|f| f as i64))).unwrap_or(0);
+            let n = row.get("n").and_then(int_of).unwrap_or(0);
             match row.get("status").and_then(Value::as_str).and_then(Status::parse) {
                 Some(Status::Pending) => c.pending = n,
                 Some(Status::Running) => c.running = n,
@@ -350,23 +358,38 @@ impl<S: Sql> Ledger<S> {
         limit: u32,
     ) -> Result<(Vec<Job>, Option<(i64, String)>), InfraError> {
         let rows = self.sql.query(stmt::list(status, cursor, limit)).await?;
-        let jobs = rows.iter().map(Job::from_row).collect::<Result<Vec<_>, _>>()?;
+        let jobs = Job::all(&rows)?;
         let next = if jobs.len() as u32 == limit { jobs.last().map(|j| (j.created_at, j.id.clone())) } else { None };
         Ok((jobs, next))
     }
 
     /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
     pub async fn enqueue(&self, job: &JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
-        let out = self
-            .sql
-            .batch(vec![stmt::enqueue(job, now, next_run_at), stmt::existing(&job.id, job.dedupe_key.as_deref())])
-            .await?;
-        if let Some(j) = Job::first(&out[0])? {
-            return Ok((j, true));
-        }
-        let existing = Job::first(out.get(1).map(Vec::as_slice).unwrap_or_default())?
-            .ok_or_else(|| InfraError::new("D1", "enqueue wrote nothing and found no conflicting job"))?;
-        Ok((existing, false))
+        let mut out = self.enqueue_all(&[(job, next_run_at)], now).await?;
+        out.pop().ok_or_else(|| InfraError::new("D1", "enqueue returned no result"))
+    }
+
+    /// Records many API jobs PENDING in one round trip, in order: for each, `(job, inserted)`;
+    /// when not inserted, the job it duplicates (same id, or the active holder of its dedupe key).
+    pub async fn enqueue_all(&self, jobs: &[(&JobSpec, i64)], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
+        let stmts = jobs
+            .iter()
+            .flat_map(|(job, next_run_at)| {
+                [stmt::enqueue(job, now, *next_run_at), stmt::existing(&job.id, job.dedupe_key.as_deref())]
+            })
+            .collect();
+        let out = self.sql.batch(stmts).await?;
+        out.chunks(2)
+            .map(|pair| {
+                if let Some(j) = Job::first(&pair[0])? {
+                    return Ok((j, true));
+                }
+                let existing = Job::first(pair.get(1).map(Vec::as_slice).unwrap_or_default())?;
+                existing
+                    .map(|j| (j, false))
+                    .ok_or_else(|| InfraError::new("D1", "enqueue wrote nothing and found no conflicting job"))
+            })
+            .collect()
     }
 
     /// DEAD -> PENDING, or why not.

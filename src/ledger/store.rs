@@ -69,12 +69,6 @@ pub trait Sql {
     }
 }
 
-impl<S: Sql> Sql for std::rc::Rc<S> {
-    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
-        (**self).batch(stmts).await
-    }
-}
-
 impl<S: Sql> Sql for &S {
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
         (**self).batch(stmts).await
