@@ -292,6 +292,37 @@ fn a_job_delivered_twice_in_one_batch_runs_once() {
 }
 
 #[test]
+fn a_duplicate_inside_a_key_group_does_not_hold_back_the_messages_after_it() {
+    let w = World::new();
+    let a = json!({"__fedify_ordering_key__": "k", "__fedify_payload__": ok(), "__orderly_job__": {"id": "a"}});
+    let out = w.run(&[msg("m1", T0, a.clone()), msg("m2", T0 + 1, a), keyed("b", T0 + 2, "k", ok())]);
+    assert_eq!((out[0], out[2]), (Outcome::Ack, Outcome::Ack));
+    assert!(matches!(out[1], Outcome::Defer { .. }));
+    assert_eq!(w.runs(), vec!["a", "b"]);
+}
+
+#[test]
+fn a_queue_message_whose_dedupe_key_is_active_elsewhere_is_recorded_dead() {
+    let w = World::new();
+    let with_key =
+        |id: &str| msg(id, T0, json!({"type": "t", "fail": 1, "__orderly_job__": {"id": id, "dedupe_key": "d"}}));
+    w.run(&[with_key("first")]); // fails once: PENDING, its dedupe key active
+    assert_eq!(w.run(&[with_key("second")]), vec![Outcome::Ack]);
+    let j = w.job("second");
+    assert_eq!(j.status, Status::Dead);
+    assert!(j.last_error.unwrap().contains("duplicate: dedupe_key \"d\""));
+    assert_eq!(w.runs(), vec!["first"]);
+}
+
+#[test]
+fn a_dead_letter_for_a_job_running_under_a_live_lease_waits_for_the_lease() {
+    let w = World::new();
+    block_on(w.db.query(stmt::claim(&spec("m", None), "someone-else", T0, T0 + 30_000, T0))).unwrap();
+    assert_eq!(w.process(Role::DeadLetter, &[msg("m", T0, ok())]), vec![Outcome::Defer { delay_seconds: 30 }]);
+    assert_eq!(w.job("m").status, Status::Running);
+}
+
+#[test]
 fn malformed_bodies_are_dead_and_do_not_disturb_the_batch() {
     let w = World::new();
     let batch = [

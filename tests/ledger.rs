@@ -253,7 +253,9 @@ fn the_schema_refuses_an_unknown_status_and_a_running_job_without_a_lease() {
 fn redrive_moves_dead_to_pending_keeping_the_history() {
     let (db, _) = Sqlite::temp();
     let ledger = Ledger::new(&db);
-    one(&db, stmt::record_dead(&spec("a"), T0, "HTTP 404")).unwrap();
+    // Dead after a run, so the redrive has an attempt to reset.
+    claim(&db, &spec("a"), "w", T0).unwrap();
+    one(&db, stmt::fail("a", "w", T0, Status::Dead, T0, "HTTP 404")).unwrap();
     let Redrive::Redriven(j) = block_on(ledger.redrive("a", T0 + 5)).unwrap() else { panic!("redriven") };
     assert_eq!((j.status, j.attempts, j.next_run_at, j.finished_at), (Status::Pending, 0, T0 + 5, None));
     assert!(j.last_error.unwrap().contains("HTTP 404"));
