@@ -12,6 +12,44 @@ pub const MAX_DELAY_SECONDS: u32 = 43_200;
 /// Shortest `expirationTtl` Workers KV accepts.
 pub const MIN_LOCK_TTL_SECONDS: u32 = 60;
 
+/// How keyed jobs are ordered (`ORDERING_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderingMode {
+    /// SPEC 3: Fedify's best-effort KV lock. Order holds with one consumer invocation at a time.
+    Lock,
+    /// SPEC 3b: the ledger sequences every key; order holds at any consumer concurrency.
+    Strict,
+}
+
+impl OrderingMode {
+    /// The var's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderingMode::Lock => "lock",
+            OrderingMode::Strict => "strict",
+        }
+    }
+}
+
+/// What a DEAD head does to its key in strict mode (`ON_DEAD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDead {
+    /// The key moves on past it (as SQS FIFO does after its dead-letter queue).
+    Skip,
+    /// The key waits for an operator: skip it or redrive it (as pg-boss `key_strict_fifo`).
+    Block,
+}
+
+impl OnDead {
+    /// The var's spelling, also bound into the ledger's SQL.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnDead::Skip => "skip",
+            OnDead::Block => "block",
+        }
+    }
+}
+
 /// Everything the consumer, the API and maintenance read from vars.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -33,6 +71,13 @@ pub struct Config {
     pub retention_days: u32,
     /// How long one webhook delivery may take before it counts as a (retryable) timeout.
     pub webhook_timeout_seconds: u32,
+    /// Lock mode or strict mode.
+    pub ordering_mode: OrderingMode,
+    /// Strict mode: whether a DEAD head lets its key move on.
+    pub on_dead: OnDead,
+    /// Strict mode: most jobs one invocation runs by chaining, so it stays within Workers'
+    /// per-invocation subrequest and D1 query limits (1,000 on paid plans, 50 on free).
+    pub strict_run_budget: u32,
 }
 
 impl Default for Config {
@@ -47,6 +92,9 @@ impl Default for Config {
             lease_seconds: 120,
             retention_days: 7,
             webhook_timeout_seconds: 30,
+            ordering_mode: OrderingMode::Lock,
+            on_dead: OnDead::Skip,
+            strict_run_budget: 200,
         }
     }
 }
@@ -99,7 +147,28 @@ impl Config {
                 reason: "smaller than BACKOFF_BASE_SECONDS",
             });
         }
+        let ordering_mode = match lookup("ORDERING_MODE").as_deref().map(str::trim) {
+            None | Some("lock") => OrderingMode::Lock,
+            Some("strict") => OrderingMode::Strict,
+            Some(other) => {
+                return Err(ConfigError {
+                    var: "ORDERING_MODE",
+                    value: other.to_string(),
+                    reason: "not lock or strict",
+                })
+            }
+        };
+        let on_dead = match lookup("ON_DEAD").as_deref().map(str::trim) {
+            None | Some("skip") => OnDead::Skip,
+            Some("block") => OnDead::Block,
+            Some(other) => {
+                return Err(ConfigError { var: "ON_DEAD", value: other.to_string(), reason: "not skip or block" })
+            }
+        };
         Ok(Config {
+            ordering_mode,
+            on_dead,
+            strict_run_budget: num("STRICT_RUN_BUDGET", d.strict_run_budget, 1, 1000)?,
             ordering_key_prefix,
             lock_ttl_seconds,
             max_attempts: num("MAX_ATTEMPTS", d.max_attempts, 1, 1000)?,
@@ -151,6 +220,15 @@ mod tests {
         assert!(with(&[("BACKOFF_BASE_SECONDS", "50"), ("BACKOFF_CAP_SECONDS", "10")]).is_err());
         assert_eq!(with(&[("WEBHOOK_TIMEOUT_SECONDS", "0")]).unwrap_err().var, "WEBHOOK_TIMEOUT_SECONDS");
         assert_eq!(with(&[("WEBHOOK_TIMEOUT_SECONDS", "301")]).unwrap_err().reason, "too large");
+    }
+
+    #[test]
+    fn ordering_mode_and_dead_policy_are_read_and_checked() {
+        let c = with(&[("ORDERING_MODE", "strict"), ("ON_DEAD", "block"), ("STRICT_RUN_BUDGET", "30")]).unwrap();
+        assert_eq!((c.ordering_mode, c.on_dead, c.strict_run_budget), (OrderingMode::Strict, OnDead::Block, 30));
+        assert_eq!(with(&[("ORDERING_MODE", "fifo")]).unwrap_err().var, "ORDERING_MODE");
+        assert_eq!(with(&[("ON_DEAD", "drop")]).unwrap_err().var, "ON_DEAD");
+        assert_eq!(with(&[("STRICT_RUN_BUDGET", "0")]).unwrap_err().var, "STRICT_RUN_BUDGET");
     }
 
     #[test]

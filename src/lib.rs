@@ -7,9 +7,11 @@
 //! # Layout
 //! - `envelope.rs`: what a message body means (Fedify's envelope, raw bodies, `__orderly_job__`).
 //! - `batch.rs`: grouping a batch by ordering key, in send order.
-//! - `consumer.rs`: the batch algorithm; returns an ack/retry/defer outcome per message.
+//! - `consumer/`: the batch algorithm; an ack/retry/defer outcome per message. `locked.rs` is
+//!   lock mode (SPEC 3), `strict.rs` strict mode (SPEC 3b), `mod.rs` what both share.
 //! - `lock.rs`: the KV ordering lock, and an in-memory KV with real expiry.
-//! - `ledger/`: job states, the guarded SQL (`ledger/sql/*.sql`), the D1 backend.
+//! - `ledger/`: job states, the guarded SQL (`ledger/sql/*.sql`), strict mode's operations
+//!   (`ledger/strict.rs`; its run rule is `ledger/sql/claim_next.sql`), the D1 backend.
 //! - `handlers/`: job types (`webhook.rs`), one file each.
 //! - `api.rs` (+ `dashboard.html`): the operator HTTP API. `producer.rs`: sending to the queue.
 //! - `maintenance.rs`: the cron's reaper, re-sender and purge. `backoff.rs`, `config.rs`, `clock.rs`.
@@ -71,9 +73,10 @@ mod entry {
                 return Ok(());
             }
         };
-        let (kv, db) = match (env.kv(edge::KV_BINDING), env.d1(edge::DB_BINDING)) {
-            (Ok(kv), Ok(db)) => (WorkerKv(kv), D1Sql(db)),
-            (Err(e), _) | (_, Err(e)) => {
+        let bindings = (env.kv(edge::KV_BINDING), env.d1(edge::DB_BINDING), env.queue(edge::QUEUE_BINDING));
+        let (kv, db, queue) = match bindings {
+            (Ok(kv), Ok(db), Ok(q)) => (WorkerKv(kv), D1Sql(db), WorkerQueue(q)),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 defer_all(&format!("binding missing: {e}"));
                 return Ok(());
             }
@@ -98,6 +101,7 @@ mod entry {
             sql: &db,
             runner: &runner,
             clock: &SystemClock,
+            queue: &queue,
             owner: format!("inv-{}", edge::random_id()),
             random: &edge::random,
             log: &|line| console_error!("orderly: {line}"),

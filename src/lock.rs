@@ -94,6 +94,17 @@ pub async fn release<K: Kv>(kv: &K, key: &str, token: &str) -> Result<Released, 
     }
 }
 
+/// Extends our lock's TTL (a long group must not lose it mid-run).
+pub async fn refresh<K: Kv>(kv: &K, key: &str, token: &str, ttl_seconds: u32) -> Result<(), InfraError> {
+    kv.put(key, token, ttl_seconds).await
+}
+
+/// Keeps the key held in `job_id`'s name for `ttl_seconds`: a failed job holding its key until its
+/// retry comes back, so nothing behind it overtakes it.
+pub async fn hold<K: Kv>(kv: &K, key: &str, job_id: &str, ttl_seconds: u32) -> Result<(), InfraError> {
+    kv.put(key, &owner_token(job_id), ttl_seconds).await
+}
+
 /// An in-memory KV with real expiry, for tests and the benchmark's model. Counts operations and
 /// can be switched into an outage.
 pub struct MemoryKv<C: Clock> {

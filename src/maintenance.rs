@@ -2,12 +2,13 @@
 //!
 //! 1. Reap RUNNING jobs whose lease expired (their invocation died): PENDING and re-sent, or DEAD
 //!    when out of attempts. 2. Re-send PENDING jobs overdue by more than a grace period (their
-//!    message was lost). 3. Purge DONE rows older than the retention.
+//!    message was lost). 3. Strict mode: wake keys whose head is due while nothing runs them (a
+//!    wake-up was lost, or a runner died). 4. Purge DONE rows older than the retention.
 
 use serde::Serialize;
 
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, OrderingMode};
 use crate::error::InfraError;
 use crate::ledger::{stmt, Job, Ledger, Sql, Status};
 use crate::producer::{self, QueueSender};
@@ -16,6 +17,9 @@ use crate::producer::{self, QueueSender};
 /// Generous: a backlog also delays delivery, and a needless re-send costs a duplicate delivery
 /// (which the ledger absorbs), never a second run.
 pub const RESEND_GRACE_MS: i64 = 15 * 60 * 1000;
+/// Strict mode: how long a key's head may be due with nothing running it before the cron wakes it.
+/// Well under the cron's one-minute period, so a stalled key is woken by the next run.
+pub const WAKE_GRACE_MS: i64 = 30 * 1000;
 /// Rows handled per step per run; the next minute's run continues.
 pub const STEP_LIMIT: u32 = 100;
 /// DONE rows deleted per run.
@@ -30,6 +34,8 @@ pub struct Report {
     pub reaped_dead: usize,
     /// Overdue PENDING jobs re-sent.
     pub resent: usize,
+    /// Strict mode: stalled keys woken.
+    pub woken: usize,
     /// DONE rows purged.
     pub purged: usize,
 }
@@ -51,17 +57,32 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(
     // Should the send fail, these stay PENDING and step 2 of a later run re-sends them.
     producer::send_all(queue, pending.iter().filter_map(|j| producer::message_for(j, 0)).collect()).await?;
 
-    let overdue = Job::all(&ledger.sql.query(stmt::overdue(now - RESEND_GRACE_MS, STEP_LIMIT)).await?)?;
-    if !overdue.is_empty() {
-        // Take each one first, so two overlapping runs never both re-send it.
-        let taken =
-            ledger.sql.batch(overdue.iter().map(|j| stmt::mark_resent(&j.id, j.next_run_at, now)).collect()).await?;
-        let won: Vec<Job> = taken.iter().filter_map(|rows| Job::first(rows).ok().flatten()).collect();
-        report.resent = won.len();
-        producer::send_all(queue, won.iter().filter_map(|j| producer::message_for(j, 0)).collect()).await?;
+    let overdue = stmt::overdue(now - RESEND_GRACE_MS, STEP_LIMIT, cfg.ordering_mode);
+    report.resent = resend(ledger, queue, now, overdue).await?;
+    if cfg.ordering_mode == OrderingMode::Strict {
+        let stalled = stmt::stalled_heads(now - WAKE_GRACE_MS, cfg.on_dead, STEP_LIMIT);
+        report.woken = resend(ledger, queue, now, stalled).await?;
     }
 
     let cutoff = now - i64::from(cfg.retention_days) * 86_400_000;
     report.purged = ledger.sql.query(stmt::purge(cutoff, PURGE_LIMIT)).await?.len();
     Ok(report)
+}
+
+/// Re-sends the PENDING jobs `select` finds, each taken first (`mark_resent`) so two overlapping
+/// runs never both send it. How many were sent.
+async fn resend<S: Sql, Q: QueueSender>(
+    ledger: &Ledger<S>,
+    queue: &Q,
+    now: i64,
+    select: crate::ledger::Stmt,
+) -> Result<usize, InfraError> {
+    let found = Job::all(&ledger.sql.query(select).await?)?;
+    if found.is_empty() {
+        return Ok(0);
+    }
+    let taken = ledger.sql.batch(found.iter().map(|j| stmt::mark_resent(&j.id, j.next_run_at, now)).collect()).await?;
+    let won: Vec<Job> = taken.iter().filter_map(|rows| Job::first(rows).ok().flatten()).collect();
+    producer::send_all(queue, won.iter().filter_map(|j| producer::message_for(j, 0)).collect()).await?;
+    Ok(won.len())
 }

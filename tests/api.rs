@@ -3,49 +3,19 @@
 
 mod support;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 
 use futures::executor::block_on;
 use orderly::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};
 use orderly::clock::ManualClock;
 use orderly::config::{Config, ConfigError};
-use orderly::envelope::Envelope;
-use orderly::error::InfraError;
 use orderly::ledger::{stmt, JobSpec, Ledger, Sql, Status};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
-use orderly::producer::{OutMessage, QueueSender};
 use serde_json::{json, Value};
-use support::Sqlite;
+use support::{MemoryQueue as Queue, Sqlite};
 
 const T0: i64 = 1_700_000_000_000;
 const TOKEN: &str = "s3cret-token";
-
-#[derive(Default)]
-struct Queue {
-    batches: RefCell<Vec<Vec<OutMessage>>>,
-    down: Cell<bool>,
-}
-
-impl QueueSender for Queue {
-    async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
-        if self.down.get() {
-            return Err(InfraError::new("Queue", "simulated outage"));
-        }
-        self.batches.borrow_mut().push(msgs.to_vec());
-        Ok(())
-    }
-}
-
-impl Queue {
-    fn sent(&self) -> Vec<Envelope> {
-        self.batches
-            .borrow()
-            .iter()
-            .flatten()
-            .map(|m| Envelope::decode(serde_json::from_str(m.json()).unwrap()).unwrap())
-            .collect()
-    }
-}
 
 struct World {
     ledger: Ledger<Sqlite>,

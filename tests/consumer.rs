@@ -14,7 +14,7 @@ use orderly::handlers::{JobContext, JobError, Runner};
 use orderly::ledger::{stmt, Job, JobSpec, Sql, Status};
 use orderly::lock::{owner_token, Kv, MemoryKv};
 use serde_json::{json, Value};
-use support::Sqlite;
+use support::{MemoryQueue, Sqlite};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -57,6 +57,7 @@ struct World {
     cfg: Config,
     /// What the consumer reported.
     log: RefCell<Vec<String>>,
+    queue: MemoryQueue,
 }
 
 impl World {
@@ -73,7 +74,7 @@ impl World {
             seen_locks: RefCell::default(),
             watch_lock: watch_lock.map(str::to_string),
         };
-        World { clock, kv, db: Sqlite::temp().0, script, cfg, log: RefCell::default() }
+        World { clock, kv, db: Sqlite::temp().0, script, cfg, log: RefCell::default(), queue: MemoryQueue::default() }
     }
     fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
         let consumer = Consumer {
@@ -82,6 +83,7 @@ impl World {
             sql: &self.db,
             runner: &self.script,
             clock: &self.clock,
+            queue: &self.queue,
             owner: format!("inv-{}", self.clock.now_ms()),
             random: &|| 1.0,
             log: &|line| self.log.borrow_mut().push(line.to_string()),
@@ -356,6 +358,7 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
         sql: &w.db,
         runner: &registry,
         clock: &w.clock,
+        queue: &w.queue,
         owner: "inv".into(),
         random: &|| 0.5,
         log: &|_| {},

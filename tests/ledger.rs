@@ -5,6 +5,7 @@
 mod support;
 
 use futures::executor::block_on;
+use orderly::config::OrderingMode;
 use orderly::ledger::{stmt, Job, JobSpec, Ledger, Redrive, Sql, Status};
 use support::Sqlite;
 
@@ -334,7 +335,7 @@ fn purge_deletes_only_done_rows_older_than_the_cutoff() {
 fn an_overdue_job_is_taken_for_resending_once() {
     let (db, _) = Sqlite::temp();
     one(&db, stmt::note_deferral(&spec("a"), T0, T0)).unwrap();
-    let overdue = block_on(db.query(stmt::overdue(T0 + 1, 10))).unwrap();
+    let overdue = block_on(db.query(stmt::overdue(T0 + 1, 10, OrderingMode::Lock))).unwrap();
     let j = Job::from_row(&overdue[0]).unwrap();
     assert!(one(&db, stmt::mark_resent("a", j.next_run_at, T0 + 2)).is_some());
     assert_eq!(one(&db, stmt::mark_resent("a", j.next_run_at, T0 + 3)), None, "a second run does not re-send it");

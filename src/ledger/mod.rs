@@ -18,10 +18,12 @@
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
 pub mod store;
+pub mod strict;
 
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 pub use store::{Param, Row, Sql, Stmt};
 
@@ -104,6 +106,10 @@ pub struct Job {
     pub updated_at: i64,
     /// ms, when DONE or DEAD.
     pub finished_at: Option<i64>,
+    /// Place in its key's order (strict mode); `None` when unkeyed or not yet sequenced.
+    pub seq: Option<i64>,
+    /// ms, when an operator let its key move past this DEAD job.
+    pub skipped_at: Option<i64>,
 }
 
 fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -115,7 +121,7 @@ fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::
 }
 
 /// An integer column: D1 hands numbers over as JS numbers, so a whole f64 counts too.
-fn int_of(v: &Value) -> Option<i64> {
+pub(crate) fn int_of(v: &Value) -> Option<i64> {
     v.as_i64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
 }
 
@@ -145,6 +151,8 @@ impl Job {
             created_at: need_int("created_at")?,
             updated_at: need_int("updated_at")?,
             finished_at: int("finished_at"),
+            seq: int("seq"),
+            skipped_at: int("skipped_at"),
         })
     }
 
@@ -248,9 +256,48 @@ pub mod stmt {
     pub fn reap(now: i64, limit: u32) -> Stmt {
         with(sql!("reap"), vec![now.into(), limit.into()])
     }
-    /// PENDING jobs due before `due_before`.
-    pub fn overdue(due_before: i64, limit: u32) -> Stmt {
-        with(sql!("overdue"), vec![due_before.into(), limit.into()])
+    /// PENDING jobs due before `due_before`; in strict mode only those outside a key's sequence.
+    pub fn overdue(due_before: i64, limit: u32, mode: OrderingMode) -> Stmt {
+        with(sql!("overdue"), vec![due_before.into(), limit.into(), mode.as_str().into()])
+    }
+    /// Strict mode: records a delivered keyed job PENDING with its key's next seq, if new.
+    pub fn park(job: &JobSpec, now: i64) -> Stmt {
+        let mut p = job.params();
+        p.push(now.into());
+        with(sql!("park"), p)
+    }
+    /// Strict mode's run rule: claims up to `limit` of `key`'s next due jobs, in seq order, if no
+    /// job of the key runs and (when `prev` is given) `prev` is finished.
+    pub fn claim_next(key: &str, owner: &str, lease: Lease, on_dead: OnDead, limit: u32, prev: Option<&str>) -> Stmt {
+        with(
+            sql!("claim_next"),
+            vec![
+                key.into(),
+                owner.into(),
+                lease.until.into(),
+                lease.now.into(),
+                lease.due_before.into(),
+                on_dead.as_str().into(),
+                limit.into(),
+                prev.into(),
+            ],
+        )
+    }
+    /// A key's head: its first job not finished for ordering purposes.
+    pub fn head(key: &str, on_dead: OnDead) -> Stmt {
+        with(sql!("head"), vec![key.into(), on_dead.as_str().into()])
+    }
+    /// Keys whose head is an unskipped DEAD job.
+    pub fn blocked_keys(limit: u32) -> Stmt {
+        with(sql!("blocked_keys"), vec![limit.into()])
+    }
+    /// Lets `key` move past its DEAD head.
+    pub fn skip(key: &str, now: i64) -> Stmt {
+        with(sql!("skip"), vec![key.into(), now.into()])
+    }
+    /// Due heads of keys nothing runs.
+    pub fn stalled_heads(due_before: i64, on_dead: OnDead, limit: u32) -> Stmt {
+        with(sql!("stalled_heads"), vec![due_before.into(), on_dead.as_str().into(), limit.into()])
     }
     /// Takes an overdue job for re-sending, if unchanged since read.
     pub fn mark_resent(id: &str, next_run_at_read: i64, now: i64) -> Stmt {
@@ -286,6 +333,17 @@ pub mod stmt {
     pub fn purge(before: i64, limit: u32) -> Stmt {
         with(sql!("purge"), vec![before.into(), limit.into()])
     }
+}
+
+/// The times a claim binds: now, the lease's end, and how early a PENDING job may be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// ms.
+    pub now: i64,
+    /// ms; the lease's end.
+    pub until: i64,
+    /// ms; PENDING jobs due before this qualify (Queues' delays are not exact).
+    pub due_before: i64,
 }
 
 /// Counts by status, always all four.

@@ -7,8 +7,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use orderly::envelope::Envelope;
 use orderly::error::InfraError;
 use orderly::ledger::{Param, Row, Sql, Stmt};
+use orderly::producer::{OutMessage, QueueSender};
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{params_from_iter, Connection};
 use serde_json::Value;
@@ -115,5 +117,43 @@ impl Sql for Sqlite {
             return Err(InfraError::new("D1", "simulated outage"));
         }
         self.run(&stmts).map_err(|e| InfraError::new("D1", e.to_string()))
+    }
+}
+
+/// A queue producer that records what it was sent, and can go down.
+#[derive(Default)]
+pub struct MemoryQueue {
+    pub batches: std::cell::RefCell<Vec<Vec<OutMessage>>>,
+    pub down: std::cell::Cell<bool>,
+}
+
+impl QueueSender for MemoryQueue {
+    async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
+        if self.down.get() {
+            return Err(InfraError::new("Queue", "simulated outage"));
+        }
+        self.batches.borrow_mut().push(msgs.to_vec());
+        Ok(())
+    }
+}
+
+impl MemoryQueue {
+    /// Every message sent so far, decoded.
+    pub fn sent(&self) -> Vec<Envelope> {
+        self.batches
+            .borrow()
+            .iter()
+            .flatten()
+            .map(|m| Envelope::decode(serde_json::from_str(m.json()).unwrap()).unwrap())
+            .collect()
+    }
+    /// Every message sent so far, with its delay.
+    pub fn sent_with_delay(&self) -> Vec<(Envelope, u32)> {
+        self.batches
+            .borrow()
+            .iter()
+            .flatten()
+            .map(|m| (Envelope::decode(serde_json::from_str(m.json()).unwrap()).unwrap(), m.delay_seconds))
+            .collect()
     }
 }

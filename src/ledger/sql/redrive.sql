@@ -1,8 +1,9 @@
--- DEAD -> PENDING for another round: attempts reset, the old error kept in last_error. Refused
--- (no row) when the job's dedupe key is active in another job. ?1 id, ?2 now
+-- DEAD -> PENDING for another round: attempts reset, the old error kept in last_error, an
+-- operator's skip undone (in strict mode a redriven head runs before the jobs behind it again).
+-- Refused (no row) when the job's dedupe key is active in another job. ?1 id, ?2 now
 UPDATE job
 SET status = 'PENDING', attempts = 0, lease_owner = NULL, lease_until = NULL, next_run_at = ?2,
-    finished_at = NULL, updated_at = ?2,
+    finished_at = NULL, skipped_at = NULL, updated_at = ?2,
     last_error = 'redriven; before: ' || coalesce(last_error, '(none)')
 WHERE id = ?1 AND status = 'DEAD'
   AND (dedupe_key IS NULL OR NOT EXISTS (

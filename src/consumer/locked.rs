@@ -1,129 +1,24 @@
-//! The batch algorithm (SPEC 3): decode, group by key, lock, claim, run, record, settle.
-//!
-//! Generic over its ports (KV, SQL, handlers, clock), so the whole algorithm runs natively against
-//! the in-memory KV and real SQLite, and on the edge against KV and D1. It returns one [`Outcome`]
-//! per message and never fails: the edge applies outcomes with `ack()` / `retry()`. Round trips
-//! per batch: one D1 `batch()` for claims, one for completions; KV get+put per key group, get+delete
-//! on release.
+//! Lock mode (SPEC 3): group by key, take Fedify's best-effort KV lock per key group, claim the
+//! group's jobs in one D1 round trip, run them in order (groups concurrently), record every result
+//! in one more round trip, settle. Round trips per batch: two to D1; KV get+put per key group to
+//! take the lock, get+delete to release it (all lock operations are `lock.rs`'s).
 
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
-use serde_json::Value;
 
-use crate::backoff::{backoff, jitter};
+use super::{
+    decide_failure, until, Consumer, Decoded, FailureDecision, Incoming, Outcome, EARLY_DELIVERY_ALLOWANCE_MS,
+    GROUP_CONCURRENCY, INFRA_RETRY_DELAY_SECONDS,
+};
 use crate::batch::{self, Item};
 use crate::clock::Clock;
-use crate::config::{Config, MAX_DELAY_SECONDS};
-use crate::envelope::Envelope;
-use crate::handlers::{JobContext, JobError, Runner};
+use crate::handlers::{JobContext, Runner};
 use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt};
 use crate::lock::{self, Acquired, Kv};
-
-/// Delay before a message deferred for an outage (KV, D1, bad config) comes back.
-pub const INFRA_RETRY_DELAY_SECONDS: u32 = 30;
-/// A PENDING job may be claimed this long before its `next_run_at`: Queues' delays are not exact.
-pub const EARLY_DELIVERY_ALLOWANCE_MS: i64 = 2_000;
-/// Key groups (and unkeyed messages) run at once; Workers allow six open connections.
-pub const GROUP_CONCURRENCY: usize = 6;
-/// The error recorded for messages Queues gave up on.
-pub const DELIVERY_EXHAUSTED: &str = "delivery attempts exhausted";
-
-/// What to do with one message. `Retry` follows a failed attempt; `Defer` puts a message off
-/// without it counting as an attempt (key busy, outage, not yet due).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Done with: succeeded, dead, or a duplicate of a finished job.
-    Ack,
-    /// Failed; deliver again after the backoff.
-    Retry {
-        /// Seconds.
-        delay_seconds: u32,
-    },
-    /// Not run; deliver again later.
-    Defer {
-        /// Seconds.
-        delay_seconds: u32,
-    },
-}
-
-/// A delivered message, as the edge read it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Incoming {
-    /// Queue message id.
-    pub id: String,
-    /// Send time, ms.
-    pub timestamp_ms: i64,
-    /// The body as JSON, or why it is not JSON.
-    pub body: Result<Value, String>,
-}
-
-/// Which queue a batch came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// `orderly-jobs`: run the jobs.
-    Main,
-    /// `orderly-dlq`: Queues gave up on these; record them DEAD.
-    DeadLetter,
-}
-
-/// What a failed run leads to. Pure, so it is tested on its own; `fail.sql` only applies it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FailureDecision {
-    /// PENDING again, delivered after `delay_seconds`.
-    Retry {
-        /// Seconds.
-        delay_seconds: u32,
-    },
-    /// DEAD with this error.
-    Dead(String),
-}
-
-/// Decides a failed run: permanent errors and the last allowed attempt are DEAD; otherwise retry
-/// after the handler's requested delay, or jittered backoff of the attempt number.
-pub fn decide_failure(attempts: i64, max_attempts: i64, err: &JobError, cfg: &Config, random: f64) -> FailureDecision {
-    match err {
-        JobError::Permanent { reason } => FailureDecision::Dead(reason.clone()),
-        JobError::Retryable { reason, .. } if attempts >= max_attempts => {
-            FailureDecision::Dead(format!("{reason} (attempt {attempts} of {max_attempts}, no attempts left)"))
-        }
-        JobError::Retryable { retry_after, .. } => {
-            let attempt = u32::try_from(attempts).unwrap_or(u32::MAX);
-            let delay = retry_after
-                .unwrap_or_else(|| jitter(backoff(attempt, cfg.backoff_base_seconds, cfg.backoff_cap_seconds), random));
-            FailureDecision::Retry { delay_seconds: delay.min(MAX_DELAY_SECONDS) }
-        }
-    }
-}
-
-/// The consumer's ports and settings for one invocation.
-pub struct Consumer<'a, K, S, R, C> {
-    /// Checked vars.
-    pub cfg: &'a Config,
-    /// Lock store.
-    pub kv: &'a K,
-    /// Ledger backend.
-    pub sql: &'a S,
-    /// Job handlers.
-    pub runner: &'a R,
-    /// Time.
-    pub clock: &'a C,
-    /// Lease owner name, unique per invocation.
-    pub owner: String,
-    /// Uniform random numbers in [0, 1) for jitter.
-    pub random: &'a dyn Fn() -> f64,
-    /// Where outages are reported (the worker's log). They never fail the batch, but an operator
-    /// must be able to see why messages are being deferred.
-    pub log: &'a dyn Fn(&str),
-}
-
-/// A decoded message.
-struct Decoded {
-    spec: JobSpec,
-    payload: Value,
-}
+use crate::producer::QueueSender;
 
 /// The claim's verdict on one message.
 enum Claim {
@@ -185,74 +80,9 @@ struct GroupResult {
     lock_end: Option<LockEnd>,
 }
 
-impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
-    /// Processes a batch; one outcome per message, in order. Never fails.
-    pub async fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
-        let decoded: Vec<Result<Decoded, String>> = msgs.iter().map(|m| self.decode(m)).collect();
-        match role {
-            Role::DeadLetter => self.dead_letters(msgs, &decoded).await,
-            Role::Main => self.run_batch(msgs, &decoded).await,
-        }
-    }
-
-    fn decode(&self, m: &Incoming) -> Result<Decoded, String> {
-        let body = m.body.as_ref().map_err(|e| format!("body is not JSON: {e}"))?;
-        let env = Envelope::decode(body.clone()).map_err(|e| e.to_string())?;
-        let spec = JobSpec {
-            id: env.meta.id.clone().unwrap_or_else(|| m.id.clone()),
-            job_type: env.job_type().map(str::to_string),
-            ordering_key: env.ordering_key.clone(),
-            dedupe_key: env.meta.dedupe_key.clone(),
-            payload: Some(env.payload.to_string()),
-            max_attempts: env.meta.max_attempts.unwrap_or(self.cfg.max_attempts),
-        };
-        Ok(Decoded { spec, payload: env.payload })
-    }
-
-    /// The ledger row for a message that cannot be decoded: its id, its body as text.
-    fn undecodable_spec(&self, m: &Incoming) -> JobSpec {
-        JobSpec {
-            id: m.id.clone(),
-            job_type: None,
-            ordering_key: None,
-            dedupe_key: None,
-            payload: m.body.as_ref().ok().map(Value::to_string),
-            max_attempts: self.cfg.max_attempts,
-        }
-    }
-
-    async fn dead_letters(&self, msgs: &[Incoming], decoded: &[Result<Decoded, String>]) -> Vec<Outcome> {
-        let now = self.clock.now_ms();
-        let mut stmts = Vec::new();
-        for (m, d) in msgs.iter().zip(decoded) {
-            let spec = d.as_ref().map(|d| d.spec.clone()).unwrap_or_else(|_| self.undecodable_spec(m));
-            let error = match d {
-                Ok(_) => DELIVERY_EXHAUSTED.to_string(),
-                Err(e) => format!("{DELIVERY_EXHAUSTED}; {e}"),
-            };
-            stmts.push(stmt::record_dead(&spec, now, &error));
-            stmts.push(stmt::get(&spec.id));
-        }
-        let out = match self.sql.batch(stmts).await {
-            Ok(out) => out,
-            Err(e) => {
-                (self.log)(&format!("dead-letter batch deferred: {e}"));
-                return vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; msgs.len()];
-            }
-        };
-        out.chunks(2)
-            .map(|pair| match (pair.first(), pair.get(1).and_then(|rows| Job::first(rows).ok().flatten())) {
-                (Some(dead), _) if !dead.is_empty() => Outcome::Ack,
-                // Someone is running it right now: let that run finish, then look again.
-                (_, Some(j)) if j.status == Status::Running => {
-                    Outcome::Defer { delay_seconds: until(now, j.lease_until) }
-                }
-                _ => Outcome::Ack,
-            })
-            .collect()
-    }
-
-    async fn run_batch(&self, msgs: &[Incoming], decoded: &[Result<Decoded, String>]) -> Vec<Outcome> {
+impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
+    /// Lock mode's batch (SPEC 3): lock per key group, claim, run, record, settle.
+    pub(super) async fn run_locked(&self, msgs: &[Incoming], decoded: &[Result<Decoded, String>]) -> Vec<Outcome> {
         let now = self.clock.now_ms();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
         let mut settled: Vec<Settle> = Vec::with_capacity(msgs.len());
@@ -507,17 +337,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
         if let Some(l) = lock {
             if now - *lock_refreshed_at > i64::from(self.cfg.lock_ttl_seconds) * 500 {
                 // Best-effort like the lock itself: a failed refresh leaves the TTL running.
-                let _ = self.kv.put(&l.key, &l.token, self.cfg.lock_ttl_seconds).await;
+                let _ = lock::refresh(self.kv, &l.key, &l.token, self.cfg.lock_ttl_seconds).await;
                 *lock_refreshed_at = now;
             }
         }
-        let lease_ms = i64::from(self.cfg.lease_seconds) * 1000;
-        if now - renewed_at.get() > lease_ms / 2 {
-            renewed_at.set(now);
-            if let Err(e) = self.sql.query(stmt::renew(&self.owner, now, now + lease_ms)).await {
-                (self.log)(&format!("lease renewal failed, leases may expire under running jobs: {e}"));
-            }
-        }
+        self.renew_leases(renewed_at).await;
     }
 
     async fn release_all(&self, ends: Vec<LockEnd>) {
@@ -525,58 +349,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock> Consumer<'_, K, S, R, C> {
             // Best-effort: a lock we fail to release or re-write expires with its TTL.
             let _ = match e.hold_for {
                 None => lock::release(self.kv, &e.lock.key, &e.lock.token).await.map(|_| ()),
-                Some((job_id, ttl)) => self.kv.put(&e.lock.key, &lock::owner_token(&job_id), ttl).await,
+                Some((job_id, ttl)) => lock::hold(self.kv, &e.lock.key, &job_id, ttl).await,
             };
         }))
         .await;
-    }
-}
-
-/// Whole seconds from `now` until `at` (at least 1, at most the Queues maximum).
-fn until(now: i64, at: Option<i64>) -> u32 {
-    let ms = at.unwrap_or(now).saturating_sub(now).max(0);
-    ((ms.saturating_add(999) / 1000).max(1) as u64).min(u64::from(MAX_DELAY_SECONDS)) as u32
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn retry(after: Option<u32>) -> JobError {
-        JobError::Retryable { reason: "HTTP 503".into(), retry_after: after }
-    }
-
-    #[test]
-    fn a_retryable_failure_backs_off_by_attempt() {
-        let cfg = Config::default();
-        assert_eq!(decide_failure(1, 8, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_seconds: 5 });
-        assert_eq!(decide_failure(3, 8, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_seconds: 20 });
-        assert_eq!(decide_failure(3, 8, &retry(None), &cfg, 0.0), FailureDecision::Retry { delay_seconds: 10 });
-    }
-
-    #[test]
-    fn retry_after_overrides_the_backoff() {
-        let cfg = Config::default();
-        assert_eq!(decide_failure(1, 8, &retry(Some(120)), &cfg, 0.5), FailureDecision::Retry { delay_seconds: 120 });
-    }
-
-    #[test]
-    fn the_last_attempt_and_permanent_errors_are_dead() {
-        let cfg = Config::default();
-        assert!(
-            matches!(decide_failure(8, 8, &retry(None), &cfg, 0.5), FailureDecision::Dead(w) if w.contains("attempt 8 of 8"))
-        );
-        assert_eq!(
-            decide_failure(1, 8, &JobError::permanent("HTTP 404"), &cfg, 0.5),
-            FailureDecision::Dead("HTTP 404".into())
-        );
-    }
-
-    #[test]
-    fn until_rounds_up_and_stays_in_range() {
-        assert_eq!(until(1000, Some(1001)), 1);
-        assert_eq!(until(1000, Some(3500)), 3);
-        assert_eq!(until(1000, Some(0)), 1);
-        assert_eq!(until(0, Some(i64::MAX)), MAX_DELAY_SECONDS);
     }
 }

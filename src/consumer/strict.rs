@@ -1,0 +1,253 @@
+//! Strict mode (SPEC 3b): the ledger, not a lock, decides each key's order, at any number of
+//! concurrent invocations.
+//!
+//! 1. Park: every keyed message's job is recorded (new jobs take their key's next `seq`, in send
+//!    order) and, in the same D1 transaction, each key's next due jobs are claimed under the run
+//!    rule (`ledger/sql/claim_next.sql`, [`crate::ledger::stmt::claim_next`]).
+//! 2. Settle: a recorded message is acked, whether or not its job runs now: whoever runs the key
+//!    chains to it. The one exception is a message whose own job is its key's head and not yet
+//!    due (an early wake-up): it is deferred until due, so the key keeps its wake-up.
+//! 3. Chain: for each key we claimed, run the claimed jobs in order (payloads from the ledger),
+//!    then record them and claim the next ones in one round trip, until the key has nothing due
+//!    or the run budget is spent. A failure keeps the head: the chain stops and one wake-up
+//!    message is sent for the retry time. A DEAD head lets the key move on under `ON_DEAD = skip`
+//!    and stops it under `block`. A key left with due jobs gets one wake-up message.
+
+use std::cell::Cell;
+
+use futures::stream::{self, StreamExt};
+
+use super::{
+    decide_failure, until, Decoded, FailureDecision, Outcome, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
+    INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
+};
+use crate::batch::{self, Item};
+use crate::clock::Clock;
+use crate::config::OnDead;
+use crate::handlers::{JobContext, JobError, Runner};
+use crate::ledger::strict::{self as ledger, ClaimSpec, Intake, KeyState, Parked};
+use crate::ledger::{stmt, Job, Lease, Sql, Status};
+use crate::lock::Kv;
+use crate::producer::{self, OutMessage, QueueSender};
+
+/// Most jobs of one key claimed in one round trip: more means fewer D1 round trips per job, and
+/// more jobs to hand back (or for the reaper to free) when a chain stops early.
+pub const CHAIN_CHUNK: u32 = 25;
+
+/// A keyed message of the batch.
+pub(super) struct Member {
+    /// Position in the batch.
+    pub index: usize,
+    /// Send time, ms.
+    pub timestamp_ms: i64,
+    /// What it asks for.
+    pub decoded: Decoded,
+}
+
+/// Why a chain stopped with work left for later.
+enum Stop {
+    /// A retryable failure holds the key until this job's retry.
+    Retry(Job, u32),
+    /// A DEAD head under `ON_DEAD = block`: an operator decides.
+    Blocked,
+    /// The invocation's run or time budget is spent.
+    Budget,
+}
+
+/// What one invocation may still spend on chains.
+struct Budget {
+    runs: Cell<u32>,
+    deadline_ms: i64,
+}
+
+impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, S, R, C, Q> {
+    /// Strict mode for a batch's keyed messages: an outcome per member's batch position.
+    pub(super) async fn run_strict(&self, members: Vec<Member>) -> Vec<(usize, Outcome)> {
+        if members.is_empty() {
+            return Vec::new();
+        }
+        let now = self.clock.now_ms();
+        let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
+        let items: Vec<Item> = members
+            .iter()
+            .enumerate()
+            .map(|(pos, m)| Item {
+                position: pos,
+                timestamp_ms: m.timestamp_ms,
+                key: m.decoded.spec.ordering_key.as_deref(),
+            })
+            .collect();
+        let groups = batch::plan(&items);
+        let intake: Vec<Intake> = groups
+            .iter()
+            .map(|g| Intake {
+                key: g.key.unwrap_or_default(),
+                jobs: g.members.iter().map(|&p| &members[p].decoded.spec).collect(),
+            })
+            .collect();
+        let budget = Budget {
+            runs: Cell::new(self.cfg.strict_run_budget),
+            // Leave room for one more handler run and the final round trips.
+            deadline_ms: now + INVOCATION_WALL_MS - i64::from(self.cfg.webhook_timeout_seconds) * 1000 - 60_000,
+        };
+        let claim = self.claim_spec(now, &budget);
+        let parked = match ledger::park_and_claim(self.sql, &intake, claim).await {
+            Ok(p) => p,
+            Err(e) => {
+                (self.log)(&format!("keyed messages deferred, not parked: {e}"));
+                return members.iter().map(|m| (m.index, infra)).collect();
+            }
+        };
+
+        let mut outcomes = Vec::with_capacity(members.len());
+        let mut clashes = Vec::new();
+        let mut chains = Vec::new();
+        for ((g, key), verdict) in groups.iter().zip(&intake).zip(parked) {
+            for (&p, parked) in g.members.iter().zip(&verdict.parked) {
+                let m = &members[p];
+                match parked {
+                    Parked::Clash => {
+                        let why = format!(
+                            "duplicate: dedupe_key {:?} belongs to another active job",
+                            m.decoded.spec.dedupe_key.as_deref().unwrap_or_default()
+                        );
+                        clashes.push((m.index, stmt::record_dead(&m.decoded.spec, now, &why)));
+                    }
+                    Parked::Recorded(job) => outcomes.push((m.index, self.settle_parked(job, &verdict.state, now))),
+                }
+            }
+            if !verdict.state.claimed.is_empty() {
+                chains.push((key.key, verdict.state.claimed));
+            }
+        }
+
+        let renewed_at = Cell::new(now);
+        let wakes: Vec<OutMessage> = stream::iter(chains)
+            .map(|(key, claimed)| self.chain(key, claimed, &budget, &renewed_at))
+            .buffer_unordered(GROUP_CONCURRENCY)
+            .filter_map(|w| async move { w })
+            .collect()
+            .await;
+        if let Err(e) = producer::send_all(self.queue, wakes).await {
+            (self.log)(&format!("wake-up messages not sent, the cron wakes their keys: {e}"));
+        }
+
+        if !clashes.is_empty() {
+            let recorded = self.sql.batch(clashes.iter().map(|(_, s)| s.clone()).collect()).await.is_ok();
+            outcomes.extend(clashes.iter().map(|(i, _)| (*i, if recorded { Outcome::Ack } else { infra })));
+        }
+        outcomes
+    }
+
+    /// A parked message is done with, unless its job is the key's head and not yet due: then it
+    /// is the key's wake-up, and comes back when the job is due.
+    fn settle_parked(&self, job: &Job, key: &KeyState, now: i64) -> Outcome {
+        match &key.head {
+            Some(h)
+                if h.id == job.id
+                    && h.status == Status::Pending
+                    && h.next_run_at > now + EARLY_DELIVERY_ALLOWANCE_MS =>
+            {
+                Outcome::Defer { delay_seconds: until(now, Some(h.next_run_at)) }
+            }
+            _ => Outcome::Ack,
+        }
+    }
+
+    fn claim_spec(&self, now: i64, budget: &Budget) -> ClaimSpec<'_> {
+        ClaimSpec {
+            owner: &self.owner,
+            lease: Lease {
+                now,
+                until: now + i64::from(self.cfg.lease_seconds) * 1000,
+                due_before: now + EARLY_DELIVERY_ALLOWANCE_MS,
+            },
+            on_dead: self.cfg.on_dead,
+            limit: CHAIN_CHUNK.min(budget.runs.get()).max(1),
+        }
+    }
+
+    /// Runs a key's claimed jobs in order, recording each chunk and claiming the next in one round
+    /// trip. Returns the key's wake-up message when work is left for later.
+    async fn chain(
+        &self,
+        key: &str,
+        mut claimed: Vec<Job>,
+        budget: &Budget,
+        renewed_at: &Cell<i64>,
+    ) -> Option<OutMessage> {
+        loop {
+            let mut records = Vec::with_capacity(claimed.len());
+            let mut prev: Option<String> = None;
+            let mut stop: Option<Stop> = None;
+            for job in claimed {
+                let now = self.clock.now_ms();
+                if stop.is_none() && (budget.runs.get() == 0 || now >= budget.deadline_ms) {
+                    stop = Some(Stop::Budget);
+                }
+                if stop.is_some() {
+                    // Not run: handed back, its attempt returned, due now (the wake-up runs it).
+                    records.push(stmt::defer(&job.id, &self.owner, now, now));
+                    continue;
+                }
+                self.renew_leases(renewed_at).await;
+                budget.runs.set(budget.runs.get() - 1);
+                let result = match job.payload_json() {
+                    Some(payload) => {
+                        let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
+                        self.runner.run(&JobContext { id: &job.id, attempt, payload: &payload }).await
+                    }
+                    None => Err(JobError::permanent("the ledger row has no readable payload")),
+                };
+                let now = self.clock.now_ms();
+                match result {
+                    Ok(()) => records.push(stmt::complete(&job.id, &self.owner, now)),
+                    Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
+                        FailureDecision::Dead(why) => {
+                            records.push(stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why));
+                            if self.cfg.on_dead == OnDead::Block {
+                                stop = Some(Stop::Blocked);
+                            }
+                        }
+                        FailureDecision::Retry { delay_seconds } => {
+                            let at = now + i64::from(delay_seconds) * 1000;
+                            records.push(stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &e.to_string()));
+                            stop = Some(Stop::Retry(job.clone(), delay_seconds));
+                        }
+                    },
+                }
+                if stop.is_none() {
+                    prev = Some(job.id.clone());
+                }
+            }
+            if stop.is_none() && budget.runs.get() == 0 {
+                stop = Some(Stop::Budget);
+            }
+            let now = self.clock.now_ms();
+            let claim = self.claim_spec(now, budget);
+            let next = if stop.is_none() { Some((claim, prev.as_deref())) } else { None };
+            let step = match ledger::step(self.sql, key, records, next, self.cfg.on_dead).await {
+                Ok(s) => s,
+                Err(e) => {
+                    // Unrecorded: the leases expire and the reaper frees and re-sends the jobs.
+                    (self.log)(&format!("key {key:?}: results not recorded, the reaper frees its jobs: {e}"));
+                    return None;
+                }
+            };
+            if step.recorded.iter().any(|ok| !ok) {
+                (self.log)(&format!("key {key:?}: a lease was lost before its result was recorded"));
+            }
+            match stop {
+                Some(Stop::Retry(job, delay)) => return producer::message_for(&job, delay),
+                Some(Stop::Blocked) => return None,
+                Some(Stop::Budget) => {
+                    let head = step.state.head.filter(|h| h.status == Status::Pending)?;
+                    let delay = if head.next_run_at > now { until(now, Some(head.next_run_at)) } else { 0 };
+                    return producer::message_for(&head, delay);
+                }
+                None if step.state.claimed.is_empty() => return None,
+                None => claimed = step.state.claimed,
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+-- Keys blocked by a DEAD head (ON_DEAD = 'block'): the DEAD job no operator has skipped with no
+-- unfinished job before it, and how many jobs wait behind it. ?1 limit
+SELECT h.*, (SELECT count(*) FROM job AS w
+             WHERE w.ordering_key = h.ordering_key AND w.seq IS NOT NULL AND w.status <> 'DONE'
+               AND w.seq > h.seq AND w.status = 'PENDING') AS waiting
+FROM job AS h
+WHERE h.status = 'DEAD' AND h.seq IS NOT NULL AND h.skipped_at IS NULL
+  AND NOT EXISTS (
+    SELECT 1 FROM job AS e
+    WHERE e.ordering_key = h.ordering_key AND e.seq IS NOT NULL AND e.status <> 'DONE' AND e.seq < h.seq
+      AND NOT (e.status = 'DEAD' AND e.skipped_at IS NOT NULL))
+ORDER BY h.finished_at, h.id
+LIMIT ?1

@@ -1,0 +1,30 @@
+-- THE STRICT-MODE RUN RULE (SPEC 3b.2), in one statement, so it holds under any number of
+-- concurrent invocations (D1 runs statements one at a time):
+--   a keyed job may start only when every lower seq of its key is finished (DONE, or DEAD when
+--   ON_DEAD is 'skip' or an operator skipped it) and no job of its key is RUNNING.
+-- Claims the key's next due jobs in seq order, up to ?7 of them, all for one invocation (which
+-- runs them in order): the PENDING jobs below the key's first blocker, where a blocker is an
+-- unfinished job that is not PENDING-and-due (a job waiting for its retry, a RUNNING job, a DEAD
+-- head under 'block'). A RUNNING job of the key, live or expired, claims nothing: an expired
+-- lease is the reaper's to free. ?8, when given, is the job this invocation just finished: the
+-- claim only chains if that job really is finished (our record of it applied).
+-- ?1 ordering_key, ?2 lease_owner, ?3 lease_until, ?4 now, ?5 due_before, ?6 on_dead, ?7 limit,
+-- ?8 previous job id or NULL
+UPDATE job
+SET status = 'RUNNING', attempts = attempts + 1, lease_owner = ?2, lease_until = ?3, updated_at = ?4
+WHERE id IN (
+  SELECT id FROM job
+  WHERE ordering_key = ?1 AND seq IS NOT NULL AND status <> 'DONE' AND status = 'PENDING'
+    AND seq < coalesce(
+      (SELECT min(seq) FROM job AS b
+       WHERE b.ordering_key = ?1 AND b.seq IS NOT NULL AND b.status <> 'DONE'
+         AND NOT (b.status = 'DEAD' AND (?6 = 'skip' OR b.skipped_at IS NOT NULL))
+         AND NOT (b.status = 'PENDING' AND b.next_run_at <= ?5)),
+      9223372036854775807)
+    AND NOT EXISTS (
+      SELECT 1 FROM job AS r
+      WHERE r.ordering_key = ?1 AND r.seq IS NOT NULL AND r.status <> 'DONE' AND r.status = 'RUNNING')
+    AND (?8 IS NULL OR EXISTS (SELECT 1 FROM job AS p WHERE p.id = ?8 AND p.status IN ('DONE', 'DEAD')))
+  ORDER BY seq
+  LIMIT ?7)
+RETURNING *

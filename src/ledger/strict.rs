@@ -1,0 +1,205 @@
+//! Strict mode's ledger operations (SPEC 3b): park delivered jobs, claim a key's next jobs under
+//! the run rule (`sql/claim_next.sql`), record a chain's step and claim on in the same round trip,
+//! and the operator's view of blocked keys. Each operation is one D1 `batch()` and returns verdicts
+//! (parked, claimed, recorded, the key's head), never raw rows. Must not: run handlers or decide
+//! acks (the consumer's `strict` module does).
+
+use serde_json::Value;
+
+use super::{int_of, stmt, Job, JobSpec, Lease, Ledger, Row, Sql, Status, Stmt};
+use crate::config::OnDead;
+use crate::error::InfraError;
+
+/// One key's delivered jobs, in send order.
+#[derive(Debug, Clone)]
+pub struct Intake<'a> {
+    /// The ordering key.
+    pub key: &'a str,
+    /// Its jobs as the messages describe them, in send order.
+    pub jobs: Vec<&'a JobSpec>,
+}
+
+/// What parking did with one delivered job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parked {
+    /// The ledger has the job (just recorded, or already): its row.
+    Recorded(Job),
+    /// Not recorded: its dedupe key is active in another job.
+    Clash,
+}
+
+/// A key after an operation: jobs claimed for this invocation (in seq order) and the key's head.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeyState {
+    /// Claimed for us, RUNNING under our lease, to run in this order.
+    pub claimed: Vec<Job>,
+    /// The key's first unfinished job after the operation (ours when we claimed).
+    pub head: Option<Job>,
+}
+
+/// Parking's verdicts for one key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyIntake {
+    /// One per delivered job, in the intake's order.
+    pub parked: Vec<Parked>,
+    /// What the claim got and the head it left.
+    pub state: KeyState,
+}
+
+/// How a claim is made.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimSpec<'a> {
+    /// This invocation.
+    pub owner: &'a str,
+    /// Times.
+    pub lease: Lease,
+    /// The DEAD-head policy.
+    pub on_dead: OnDead,
+    /// Most jobs claimed at once.
+    pub limit: u32,
+}
+
+fn jobs_by_seq(rows: &[Row]) -> Result<Vec<Job>, InfraError> {
+    let mut jobs = Job::all(rows)?;
+    jobs.sort_by_key(|j| j.seq);
+    Ok(jobs)
+}
+
+fn at(out: &[Vec<Row>], i: usize) -> &[Row] {
+    out.get(i).map(Vec::as_slice).unwrap_or_default()
+}
+
+/// Parks every delivered keyed job and, in the same transaction, tries each key's claim: so a
+/// runner finishing the key either sees our jobs or has finished before our claim looks.
+pub async fn park_and_claim<S: Sql>(
+    sql: &S,
+    keys: &[Intake<'_>],
+    claim: ClaimSpec<'_>,
+) -> Result<Vec<KeyIntake>, InfraError> {
+    let now = claim.lease.now;
+    let mut stmts = Vec::new();
+    for k in keys {
+        for j in &k.jobs {
+            stmts.push(stmt::park(j, now));
+            stmts.push(stmt::get(&j.id));
+        }
+        stmts.push(stmt::claim_next(k.key, claim.owner, claim.lease, claim.on_dead, claim.limit, None));
+        stmts.push(stmt::head(k.key, claim.on_dead));
+    }
+    let out = sql.batch(stmts).await?;
+    let mut i = 0;
+    let mut verdicts = Vec::with_capacity(keys.len());
+    for k in keys {
+        let mut parked = Vec::with_capacity(k.jobs.len());
+        for _ in &k.jobs {
+            parked.push(match Job::first(at(&out, i + 1))? {
+                Some(j) => Parked::Recorded(j),
+                None => Parked::Clash,
+            });
+            i += 2;
+        }
+        let claimed = jobs_by_seq(at(&out, i))?;
+        let head = Job::first(at(&out, i + 1))?;
+        i += 2;
+        verdicts.push(KeyIntake { parked, state: KeyState { claimed, head } });
+    }
+    Ok(verdicts)
+}
+
+/// What a chain step recorded, and what it claimed next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Per record statement: whether it changed its row (false: our lease was lost).
+    pub recorded: Vec<bool>,
+    /// The key afterwards.
+    pub state: KeyState,
+}
+
+/// Records a chain's results for `key` and, when `next` is given, claims the key's next jobs
+/// chaining from `prev`, all in one round trip; then reads the key's head.
+pub async fn step<S: Sql>(
+    sql: &S,
+    key: &str,
+    records: Vec<Stmt>,
+    next: Option<(ClaimSpec<'_>, Option<&str>)>,
+    on_dead: OnDead,
+) -> Result<Step, InfraError> {
+    let n = records.len();
+    let mut stmts = records;
+    if let Some((c, prev)) = next {
+        stmts.push(stmt::claim_next(key, c.owner, c.lease, c.on_dead, c.limit, prev));
+    }
+    stmts.push(stmt::head(key, on_dead));
+    let out = sql.batch(stmts).await?;
+    let recorded = (0..n).map(|i| !at(&out, i).is_empty()).collect();
+    let claimed = if next.is_some() { jobs_by_seq(at(&out, n))? } else { Vec::new() };
+    let head = Job::first(at(&out, out.len().saturating_sub(1)))?;
+    Ok(Step { recorded, state: KeyState { claimed, head } })
+}
+
+/// A key waiting for an operator: its DEAD head and how many jobs wait behind it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockedKey {
+    /// The ordering key.
+    pub key: String,
+    /// The DEAD job at its head.
+    pub head: Job,
+    /// PENDING jobs behind it.
+    pub waiting: i64,
+}
+
+/// What an operator's skip did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Skip {
+    /// The key moved past `skipped`; `next` is its new head, if any (to wake).
+    Skipped {
+        /// The DEAD job passed over.
+        skipped: Job,
+        /// The key's head now.
+        next: Option<Job>,
+    },
+    /// The key's head is not an unskipped DEAD job.
+    NotBlocked,
+}
+
+impl<S: Sql> Ledger<S> {
+    /// Keys blocked by a DEAD head, oldest first.
+    pub async fn blocked_keys(&self, limit: u32) -> Result<Vec<BlockedKey>, InfraError> {
+        let rows = self.sql.query(stmt::blocked_keys(limit)).await?;
+        rows.iter()
+            .map(|r| {
+                let head = Job::from_row(r)?;
+                let key = head.ordering_key.clone().ok_or_else(|| InfraError::new("D1", "blocked head has no key"))?;
+                let waiting = r.get("waiting").and_then(int_of).unwrap_or(0);
+                Ok(BlockedKey { key, head, waiting })
+            })
+            .collect()
+    }
+
+    /// Lets `key` move past its DEAD head.
+    pub async fn skip(&self, key: &str, now: i64) -> Result<Skip, InfraError> {
+        let out = self.sql.batch(vec![stmt::skip(key, now), stmt::head(key, OnDead::Block)]).await?;
+        Ok(match Job::first(at(&out, 0))? {
+            Some(skipped) => Skip::Skipped { skipped, next: Job::first(at(&out, 1))? },
+            None => Skip::NotBlocked,
+        })
+    }
+
+    /// A key's head under `on_dead`.
+    pub async fn head(&self, key: &str, on_dead: OnDead) -> Result<Option<Job>, InfraError> {
+        Job::first(&self.sql.query(stmt::head(key, on_dead)).await?)
+    }
+}
+
+impl Job {
+    /// Whether this job, at a key's head, lets the key move on under `on_dead`.
+    pub fn passable(&self, on_dead: OnDead) -> bool {
+        self.status == Status::Done
+            || (self.status == Status::Dead && (on_dead == OnDead::Skip || self.skipped_at.is_some()))
+    }
+
+    /// The payload as JSON, if the row has a readable one.
+    pub fn payload_json(&self) -> Option<Value> {
+        serde_json::from_str(self.payload.as_deref()?).ok()
+    }
+}
