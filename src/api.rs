@@ -1,4 +1,5 @@
-//! The operator HTTP API (SPEC 5): submit, count, list, inspect and redrive jobs; and the dashboard.
+//! The operator HTTP API (SPEC 5): submit, count, list, inspect and redrive jobs, strict mode's
+//! blocked keys and skip; and the dashboard.
 //!
 //! Plain requests in, plain responses out, over the ledger and queue ports, so every route is
 //! tested natively. Every route but the dashboard shell needs `Authorization: Bearer <ADMIN_TOKEN>`
@@ -11,8 +12,9 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError, MAX_DELAY_SECONDS};
+use crate::config::{Config, ConfigError, OnDead, OrderingMode, MAX_DELAY_SECONDS};
 use crate::envelope::{checked_key, checked_max_attempts, Envelope, JobMeta};
+use crate::ledger::strict::Skip;
 use crate::ledger::{JobSpec, Ledger, Redrive, Sql, Status};
 use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES};
 
@@ -113,7 +115,11 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             ("GET", ["jobs", "counts"]) => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
             ("GET", ["jobs", id]) => self.get(&percent_decode(id)).await,
             ("POST", ["jobs", id, "redrive"]) => self.redrive(&percent_decode(id)).await,
-            (_, ["jobs"] | ["jobs", _] | ["jobs", _, "redrive"]) => Ok(ApiResponse::error(405, "method not allowed")),
+            ("GET", ["keys"]) => self.keys(cfg, &req.query).await,
+            ("POST", ["keys", key, "skip"]) => self.skip(cfg, &percent_decode(key)).await,
+            (_, ["jobs"] | ["jobs", _] | ["jobs", _, "redrive"] | ["keys"] | ["keys", _, "skip"]) => {
+                Ok(ApiResponse::error(405, "method not allowed"))
+            }
             _ => Ok(ApiResponse::error(404, format!("no route {} {}", req.method, req.path))),
         };
         result.unwrap_or_else(|e| ApiResponse::error(503, format!("{e}; try again")))
@@ -234,6 +240,63 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                     ));
                 }
                 Ok(ApiResponse::json(200, json!({ "job": j })))
+            }
+        }
+    }
+}
+
+impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
+    /// `GET /keys?state=blocked`: strict mode's keys waiting for an operator (ON_DEAD = block).
+    async fn keys(&self, cfg: &Config, query: &str) -> Result<ApiResponse, crate::error::InfraError> {
+        let mut limit = 50;
+        let mut state = None;
+        for (k, v) in query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))) {
+            let v = percent_decode(v);
+            match k {
+                "state" => state = Some(v),
+                "limit" => match v.parse::<u32>() {
+                    Ok(n) if (1..=MAX_PAGE).contains(&n) => limit = n,
+                    _ => return Ok(ApiResponse::error(400, format!("limit must be 1 to {MAX_PAGE}, got {v:?}"))),
+                },
+                _ => return Ok(ApiResponse::error(400, format!("unknown query parameter {k:?}"))),
+            }
+        }
+        if state.as_deref() != Some("blocked") {
+            return Ok(ApiResponse::error(400, "state must be \"blocked\""));
+        }
+        // Only strict mode under ON_DEAD = block ever blocks a key.
+        if cfg.ordering_mode != OrderingMode::Strict || cfg.on_dead != OnDead::Block {
+            return Ok(ApiResponse::json(200, json!({ "keys": [] })));
+        }
+        let keys: Vec<Value> = self
+            .ledger
+            .blocked_keys(limit)
+            .await?
+            .into_iter()
+            .map(|b| json!({"key": b.key, "head": b.head, "waiting": b.waiting}))
+            .collect();
+        Ok(ApiResponse::json(200, json!({ "keys": keys })))
+    }
+
+    /// `POST /keys/{key}/skip`: the key moves past its DEAD head; its next job is woken.
+    async fn skip(&self, cfg: &Config, key: &str) -> Result<ApiResponse, crate::error::InfraError> {
+        if cfg.ordering_mode != OrderingMode::Strict || cfg.on_dead != OnDead::Block {
+            return Ok(ApiResponse::error(
+                409,
+                "keys are never blocked unless ORDERING_MODE is strict and ON_DEAD is block",
+            ));
+        }
+        match self.ledger.skip(key, self.clock.now_ms()).await? {
+            Skip::NotBlocked => Ok(ApiResponse::error(409, format!("key {key:?} is not blocked by a DEAD job"))),
+            Skip::Skipped { skipped, next } => {
+                let wake = next.filter(|j| j.status == Status::Pending).and_then(|j| producer::message_for(&j, 0));
+                if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {
+                    return Ok(ApiResponse::json(
+                        503,
+                        json!({"error": format!("{e}; the key is skipped and the cron wakes it"), "skipped": skipped}),
+                    ));
+                }
+                Ok(ApiResponse::json(200, json!({ "skipped": skipped })))
             }
         }
     }

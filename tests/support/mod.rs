@@ -40,6 +40,15 @@ impl Sqlite {
         (db, path)
     }
 
+    /// A fresh, migrated database in memory (one connection; for the simulation's speed).
+    pub fn memory() -> Sqlite {
+        let conn = Connection::open_in_memory().expect("open sqlite");
+        let db =
+            Sqlite { conn, round_trips: Default::default(), down: Default::default(), down_after: Default::default() };
+        db.migrate();
+        db
+    }
+
     /// Opens another connection to `path`.
     pub fn open(path: &Path) -> Sqlite {
         let conn = Connection::open(path).expect("open sqlite");

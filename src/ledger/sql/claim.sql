@@ -1,5 +1,6 @@
 -- Claim a job for one run. Inserts it RUNNING, or moves an existing row to RUNNING when it is
--- PENDING and due, or RUNNING under an expired lease. No row back = not claimed (the caller reads
+-- PENDING and due, or RUNNING under an expired lease with attempts left (out of attempts, the
+-- reaper makes it DEAD: the dead run counted). No row back = not claimed (the caller reads
 -- the row to learn why). A new job whose dedupe key is active in another job is not inserted.
 -- ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts,
 -- ?7 lease_owner, ?8 lease_until, ?9 now, ?10 due_before (now plus a small early-delivery allowance)
@@ -15,5 +16,5 @@ ON CONFLICT (id) DO UPDATE SET
   lease_until = excluded.lease_until,
   updated_at = excluded.updated_at
 WHERE (job.status = 'PENDING' AND job.next_run_at <= ?10)
-   OR (job.status = 'RUNNING' AND job.lease_until <= ?9)
+   OR (job.status = 'RUNNING' AND job.lease_until <= ?9 AND job.attempts < job.max_attempts)
 RETURNING *

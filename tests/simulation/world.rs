@@ -1,0 +1,459 @@
+//! The simulated Cloudflare around the real code: D1 (real SQLite) and KV (the stateful in-memory
+//! KV) behind ports that pause and fail at random, a Queues broker, a producer, and a scripted job
+//! handler that watches every run.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use orderly::clock::ManualClock;
+use orderly::config::OnDead;
+use orderly::error::InfraError;
+use orderly::handlers::{JobContext, JobError, Runner};
+use orderly::ledger::{Job, Row, Sql, Status, Stmt};
+use orderly::lock::{Kv, MemoryKv};
+use orderly::producer::{OutMessage, QueueSender};
+use serde_json::Value;
+
+use crate::exec::Sched;
+use crate::support::Sqlite;
+
+/// Fault probabilities (per operation unless said otherwise).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// A D1 batch fails before it applies.
+    pub d1_fail: f64,
+    /// A D1 batch applies, then its answer is lost (the caller sees an error).
+    pub d1_lost_answer: f64,
+    /// A KV call fails.
+    pub kv_fail: f64,
+    /// A queue send fails.
+    pub send_fail: f64,
+    /// An invocation dies at an await point (per scheduler step of that invocation).
+    pub crash: f64,
+    /// An acked message is delivered again anyway.
+    pub lost_ack: f64,
+    /// A message is delivered twice.
+    pub duplicate: f64,
+    /// A handler run fails, retryably.
+    pub transient: f64,
+    /// A handler run hangs past the timeout (then fails, retryably).
+    pub hang: f64,
+}
+
+/// Who did what, for the invariants.
+#[derive(Default)]
+pub struct Observations {
+    pub runs: Vec<RunRecord>,
+    /// key -> runs in progress (job, invocation).
+    pub active: BTreeMap<String, Vec<(String, String)>>,
+    /// invocation -> jobs it finished (ran to success, or to DEAD) in this invocation.
+    pub finished_by: BTreeMap<String, BTreeSet<String>>,
+    pub crashed: BTreeSet<String>,
+    /// Invocations that saw a D1 failure (their results may not be recorded).
+    pub d1_faulted: BTreeSet<String>,
+    pub violations: Vec<String>,
+    pub faults_injected: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunRecord {
+    pub job: String,
+    pub key: Option<String>,
+    pub seq: Option<i64>,
+    pub order: Option<i64>,
+    pub inv: String,
+    pub start: i64,
+    pub ok: Option<bool>,
+}
+
+pub type Obs = Rc<RefCell<Observations>>;
+
+/// D1: real SQLite; every batch is an await point and may fail.
+pub struct SimSql {
+    pub db: Rc<Sqlite>,
+    pub sched: Rc<Sched>,
+    pub faults: Faults,
+    pub obs: Obs,
+    pub inv: String,
+}
+
+impl Sql for SimSql {
+    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
+        self.sched.jitter(1, 8).await;
+        if self.sched.chance(self.faults.d1_fail) {
+            self.fault();
+            return Err(InfraError::new("D1", "simulated failure"));
+        }
+        let out = self.db.batch(stmts).await;
+        if out.is_ok() && self.sched.chance(self.faults.d1_lost_answer) {
+            self.fault();
+            return Err(InfraError::new("D1", "simulated lost answer (the batch applied)"));
+        }
+        if let Err(e) = &out {
+            self.obs.borrow_mut().violations.push(format!("a ledger statement failed on its own: {e}"));
+        }
+        self.sched.jitter(0, 3).await;
+        out
+    }
+}
+
+impl SimSql {
+    fn fault(&self) {
+        let mut o = self.obs.borrow_mut();
+        o.faults_injected += 1;
+        o.d1_faulted.insert(self.inv.clone());
+    }
+}
+
+/// Workers KV: the stateful in-memory KV; every call is an await point and may fail.
+pub struct SimKv {
+    pub kv: Rc<MemoryKv<Rc<ManualClock>>>,
+    pub sched: Rc<Sched>,
+    pub faults: Faults,
+    pub obs: Obs,
+}
+
+impl SimKv {
+    async fn gate(&self) -> Result<(), InfraError> {
+        self.sched.jitter(0, 5).await;
+        if self.sched.chance(self.faults.kv_fail) {
+            self.obs.borrow_mut().faults_injected += 1;
+            return Err(InfraError::new("KV", "simulated failure"));
+        }
+        Ok(())
+    }
+}
+
+impl Kv for SimKv {
+    async fn get(&self, key: &str) -> Result<Option<String>, InfraError> {
+        self.gate().await?;
+        self.kv.get(key).await
+    }
+    async fn put(&self, key: &str, value: &str, ttl: u32) -> Result<(), InfraError> {
+        self.gate().await?;
+        self.kv.put(key, value, ttl).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), InfraError> {
+        self.gate().await?;
+        self.kv.delete(key).await
+    }
+}
+
+/// A queue message as the broker keeps it.
+#[derive(Debug, Clone)]
+pub struct Msg {
+    pub id: String,
+    pub body: Value,
+    pub timestamp: i64,
+    pub attempts: u32,
+    pub visible_at: i64,
+    /// Insertion order, for FIFO hand-out.
+    pub order: u64,
+}
+
+/// Queues, modelled: hands out batches of visible messages, re-queues retries after their
+/// delay, dead-letters after `max_retries`, re-delivers a crashed invocation's batch.
+pub struct Broker {
+    pub pending: Vec<Msg>,
+    pub inflight: BTreeMap<String, Vec<Msg>>,
+    pub dead_letters: Vec<Msg>,
+    pub next: u64,
+    pub max_retries: u32,
+    pub deliveries: u64,
+}
+
+impl Broker {
+    pub fn new(max_retries: u32) -> Broker {
+        Broker {
+            pending: Vec::new(),
+            inflight: BTreeMap::new(),
+            dead_letters: Vec::new(),
+            next: 0,
+            max_retries,
+            deliveries: 0,
+        }
+    }
+    pub fn send(&mut self, body: Value, now: i64, delay_ms: i64) {
+        self.next += 1;
+        let id = format!("msg-{}", self.next);
+        self.pending.push(Msg { id, body, timestamp: now, attempts: 1, visible_at: now + delay_ms, order: self.next });
+    }
+    fn requeue(&mut self, mut m: Msg, visible_at: i64) {
+        m.attempts += 1;
+        if m.attempts > self.max_retries + 1 {
+            self.dead_letters.push(m);
+            return;
+        }
+        self.next += 1;
+        m.order = self.next;
+        m.visible_at = visible_at;
+        self.pending.push(m);
+    }
+    /// Visible messages' count.
+    pub fn visible(&self, now: i64) -> usize {
+        self.pending.iter().filter(|m| m.visible_at <= now).count()
+    }
+    pub fn next_visible(&self) -> Option<i64> {
+        self.pending.iter().map(|m| m.visible_at).min()
+    }
+    /// Takes a batch of up to `max` visible messages: in arrival order, or any order when `reorder`.
+    pub fn take(&mut self, sched: &Sched, inv: &str, max: usize, reorder: bool, duplicate: f64) -> Vec<Msg> {
+        let now = sched.now();
+        let mut visible: Vec<usize> = (0..self.pending.len()).filter(|&i| self.pending[i].visible_at <= now).collect();
+        if reorder {
+            let mut rng = sched.rng.borrow_mut();
+            for i in (1..visible.len()).rev() {
+                let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+                visible.swap(i, j);
+            }
+        } else {
+            visible.sort_by_key(|&i| self.pending[i].order);
+        }
+        visible.truncate(max);
+        visible.sort_unstable_by(|a, b| b.cmp(a));
+        let mut batch: Vec<Msg> = visible.into_iter().map(|i| self.pending.remove(i)).collect();
+        if !reorder {
+            batch.sort_by_key(|m| m.order);
+        }
+        // A duplicate: the same message is also left in the queue for another delivery.
+        for m in &batch {
+            if sched.chance(duplicate) {
+                let mut copy = m.clone();
+                copy.visible_at = now + sched.rng.borrow_mut().range(0, 3_000);
+                self.pending.push(copy);
+            }
+        }
+        self.deliveries += batch.len() as u64;
+        self.inflight.insert(inv.to_string(), batch.clone());
+        batch
+    }
+    /// Applies an invocation's outcomes.
+    pub fn settle(&mut self, sched: &Sched, inv: &str, outcomes: &[orderly::consumer::Outcome], lost_ack: f64) -> u64 {
+        use orderly::consumer::Outcome;
+        let now = sched.now();
+        let batch = self.inflight.remove(inv).unwrap_or_default();
+        let mut faults = 0;
+        for (m, o) in batch.into_iter().zip(outcomes) {
+            match o {
+                Outcome::Ack if sched.chance(lost_ack) => {
+                    faults += 1;
+                    let at = now + sched.rng.borrow_mut().range(0, 5_000);
+                    self.requeue(m, at);
+                }
+                Outcome::Ack => {}
+                Outcome::Retry { delay_seconds } | Outcome::Defer { delay_seconds } => {
+                    // Queues' delays are not exact: up to a second late.
+                    let late = sched.rng.borrow_mut().range(0, 1_000);
+                    self.requeue(m, now + i64::from(*delay_seconds) * 1000 + late);
+                }
+            }
+        }
+        faults
+    }
+    /// A crashed invocation: every message of its batch comes back.
+    pub fn crashed(&mut self, sched: &Sched, inv: &str) {
+        let now = sched.now();
+        for m in self.inflight.remove(inv).unwrap_or_default() {
+            let at = now + sched.rng.borrow_mut().range(1_000, 10_000);
+            self.requeue(m, at);
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.inflight.is_empty() && self.dead_letters.is_empty()
+    }
+}
+
+/// The queue producer binding (the worker's wake-ups and re-sends, the API's sends).
+pub struct SimQueue {
+    pub broker: Rc<RefCell<Broker>>,
+    pub sched: Rc<Sched>,
+    pub faults: Faults,
+    pub obs: Obs,
+}
+
+impl QueueSender for SimQueue {
+    async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
+        self.sched.jitter(1, 5).await;
+        if self.sched.chance(self.faults.send_fail) {
+            self.obs.borrow_mut().faults_injected += 1;
+            return Err(InfraError::new("Queue", "simulated failure"));
+        }
+        let now = self.sched.now();
+        let mut b = self.broker.borrow_mut();
+        for m in msgs {
+            let body: Value = serde_json::from_str(m.json()).map_err(|e| InfraError::new("Queue", e.to_string()))?;
+            b.send(body, now, i64::from(m.delay_seconds) * 1000);
+        }
+        Ok(())
+    }
+}
+
+/// The job handler: scripted by the payload's body (`{"key", "n", "fail": k, "permanent": true}`),
+/// with random transient failures and hangs on top. It checks, as each run starts, that the run
+/// is allowed: the job is not DONE, no other run of its key is in progress, and (strict mode)
+/// every lower seq of its key is finished or was finished earlier by this same invocation.
+pub struct SimRunner {
+    pub db: Rc<Sqlite>,
+    pub sched: Rc<Sched>,
+    pub faults: Faults,
+    pub obs: Obs,
+    pub inv: String,
+    pub strict: Option<OnDead>,
+    pub timeout_ms: i64,
+}
+
+/// Ends a run's "in progress" mark even when the invocation dies mid-run.
+struct RunGuard {
+    obs: Obs,
+    key: Option<String>,
+    job: String,
+    inv: String,
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if let Some(k) = &self.key {
+            let mut o = self.obs.borrow_mut();
+            if let Some(v) = o.active.get_mut(k) {
+                v.retain(|(j, i)| !(j == &self.job && i == &self.inv));
+            }
+        }
+    }
+}
+
+fn row(db: &Sqlite, id: &str) -> Option<Job> {
+    let rows = futures::executor::block_on(db.query(orderly::ledger::stmt::get(id))).ok()?;
+    Job::first(&rows).ok().flatten()
+}
+
+fn key_jobs(db: &Sqlite, key: &str) -> Vec<Job> {
+    let mut st =
+        db.conn.prepare("SELECT id FROM job WHERE ordering_key = ?1 AND seq IS NOT NULL ORDER BY seq").unwrap();
+    let ids: Vec<String> = st.query_map([key], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    ids.iter().filter_map(|id| row(db, id)).collect()
+}
+
+impl Runner for SimRunner {
+    async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+        let body = job.payload.get("body").cloned().unwrap_or(Value::Null);
+        let key = body.get("key").and_then(Value::as_str).map(str::to_string);
+        let order = body.get("n").and_then(Value::as_i64);
+        let me = row(&self.db, job.id);
+        let seq = me.as_ref().and_then(|j| j.seq);
+        {
+            let mut o = self.obs.borrow_mut();
+            match &me {
+                Some(j) if j.status == Status::Done => o.violations.push(format!("{} ran after it was DONE", job.id)),
+                Some(j) if j.status != Status::Running => {
+                    o.violations.push(format!("{} ran while {} in the ledger", job.id, j.status.as_str()))
+                }
+                None => o.violations.push(format!("{} ran without a ledger row", job.id)),
+                _ => {}
+            }
+            if let Some(k) = &key {
+                let active = o.active.entry(k.clone()).or_default();
+                if let Some((other, inv)) = active.first() {
+                    let v = format!("runs of key {k} overlap: {} ({}) and {} ({})", other, inv, job.id, self.inv);
+                    active.push((job.id.to_string(), self.inv.clone()));
+                    o.violations.push(v);
+                } else {
+                    active.push((job.id.to_string(), self.inv.clone()));
+                }
+            }
+            if let (Some(on_dead), Some(k), Some(s)) = (self.strict, &key, seq) {
+                let mine = o.finished_by.get(&self.inv).cloned().unwrap_or_default();
+                for lower in key_jobs(&self.db, k).into_iter().filter(|j| j.seq.is_some_and(|x| x < s)) {
+                    if !lower.passable(on_dead)
+                        && !(mine.contains(&lower.id) && chained_past(&o, &self.inv, &lower, on_dead))
+                    {
+                        o.violations.push(format!(
+                            "run rule broken: {} (seq {s}) started while {} (seq {:?}) is {}",
+                            job.id,
+                            lower.id,
+                            lower.seq,
+                            lower.status.as_str()
+                        ));
+                    }
+                }
+            }
+            let start = self.sched.now();
+            o.runs.push(RunRecord {
+                job: job.id.to_string(),
+                key: key.clone(),
+                seq,
+                order,
+                inv: self.inv.clone(),
+                start,
+                ok: None,
+            });
+        }
+        let at = self.obs.borrow().runs.len() - 1;
+        let _guard =
+            RunGuard { obs: self.obs.clone(), key: key.clone(), job: job.id.to_string(), inv: self.inv.clone() };
+
+        let hang = self.sched.chance(self.faults.hang);
+        let result = if hang {
+            self.obs.borrow_mut().faults_injected += 1;
+            self.sched.pause(self.timeout_ms).await;
+            Err(JobError::retry(format!("timed out after {} ms", self.timeout_ms)))
+        } else {
+            self.sched.jitter(1, 400).await;
+            let scripted = body.get("fail").and_then(Value::as_u64).unwrap_or(0);
+            if body.get("permanent").and_then(Value::as_bool) == Some(true) {
+                Err(JobError::permanent("HTTP 404 (scripted)"))
+            } else if u64::from(job.attempt) <= scripted {
+                Err(JobError::retry("HTTP 503 (scripted)"))
+            } else if self.sched.chance(self.faults.transient) {
+                self.obs.borrow_mut().faults_injected += 1;
+                Err(JobError::retry("HTTP 502 (injected)"))
+            } else {
+                Ok(())
+            }
+        };
+        let mut o = self.obs.borrow_mut();
+        o.runs[at].ok = Some(result.is_ok());
+        let max_attempts = me.as_ref().map_or(1, |j| j.max_attempts);
+        let dead = matches!(result, Err(JobError::Permanent { .. }))
+            || (result.is_err() && i64::from(job.attempt) >= max_attempts);
+        if result.is_ok() || dead {
+            o.finished_by.entry(self.inv.clone()).or_default().insert(job.id.to_string());
+        }
+        result
+    }
+}
+
+/// Whether invocation `inv` may have moved past `lower` within its own chain: a success, or a
+/// DEAD job under `skip` (not yet recorded when the next job of the chunk starts).
+fn chained_past(o: &Observations, inv: &str, lower: &Job, on_dead: OnDead) -> bool {
+    let last = o.runs.iter().rev().find(|r| r.job == lower.id && r.inv == inv);
+    match last.and_then(|r| r.ok) {
+        Some(true) => true,
+        Some(false) => on_dead == OnDead::Skip,
+        None => false,
+    }
+}
+
+/// Counts, for the soak table.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub seeds: u64,
+    pub jobs: u64,
+    pub faults: u64,
+    pub lost: u64,
+    pub stuck: u64,
+    pub order_violations: u64,
+    pub overlaps: u64,
+    pub crash_repeats: u64,
+    pub other_violations: u64,
+    pub deliveries: u64,
+    pub crashes: u64,
+}
+
+pub type Shared<T> = Rc<RefCell<T>>;
+pub fn shared<T>(t: T) -> Shared<T> {
+    Rc::new(RefCell::new(t))
+}
+pub fn counter() -> Rc<Cell<u64>> {
+    Rc::new(Cell::new(0))
+}
