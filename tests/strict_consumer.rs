@@ -1,0 +1,246 @@
+//! Strict mode's consumer (SPEC 3b) on the host: the real algorithm over real SQLite and a
+//! recording queue. Parking acks, chaining in seq order across invocations, failures holding the
+//! head with one delayed wake-up, the run budget's wake-up, `ON_DEAD`, and the ledger's payload
+//! being the one that runs.
+
+mod support;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use futures::executor::block_on;
+use orderly::clock::{Clock, ManualClock};
+use orderly::config::{Config, OnDead, OrderingMode};
+use orderly::consumer::{Consumer, Incoming, Outcome, Role};
+use orderly::handlers::{JobContext, JobError, Runner};
+use orderly::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status};
+use orderly::lock::MemoryKv;
+use serde_json::{json, Value};
+use support::{MemoryQueue, Sqlite};
+
+const T0: i64 = 1_700_000_000_000;
+
+/// Runs jobs as their payload says: `{"fail": n}` fails the first n attempts, `{"permanent":
+/// true}` fails for good. Records (id, attempt, payload "v").
+#[derive(Default)]
+struct Script {
+    runs: RefCell<Vec<(String, u32, Value)>>,
+}
+
+impl Runner for Script {
+    async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+        self.runs.borrow_mut().push((
+            job.id.to_string(),
+            job.attempt,
+            job.payload.get("v").cloned().unwrap_or(Value::Null),
+        ));
+        if job.payload.get("permanent").is_some() {
+            return Err(JobError::permanent("HTTP 404"));
+        }
+        if u64::from(job.attempt) <= job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0) {
+            return Err(JobError::retry("HTTP 503"));
+        }
+        Ok(())
+    }
+}
+
+struct World {
+    clock: Rc<ManualClock>,
+    kv: MemoryKv<Rc<ManualClock>>,
+    db: Sqlite,
+    script: Script,
+    queue: MemoryQueue,
+    cfg: Config,
+}
+
+impl World {
+    fn new(on_dead: OnDead) -> World {
+        let clock = Rc::new(ManualClock::new(T0));
+        let cfg = Config { ordering_mode: OrderingMode::Strict, on_dead, ..Config::default() };
+        World {
+            kv: MemoryKv::new(clock.clone()),
+            clock,
+            db: Sqlite::temp().0,
+            script: Script::default(),
+            queue: MemoryQueue::default(),
+            cfg,
+        }
+    }
+    fn run_as(&self, owner: &str, msgs: &[Incoming]) -> Vec<Outcome> {
+        let consumer = Consumer {
+            cfg: &self.cfg,
+            kv: &self.kv,
+            sql: &self.db,
+            runner: &self.script,
+            clock: &self.clock,
+            queue: &self.queue,
+            owner: owner.into(),
+            random: &|| 1.0,
+            log: &|_| {},
+        };
+        block_on(consumer.process(Role::Main, msgs))
+    }
+    fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
+        self.run_as(&format!("inv-{}", self.clock.now_ms()), msgs)
+    }
+    fn runs(&self) -> Vec<String> {
+        self.script.runs.borrow().iter().map(|(id, _, _)| id.clone()).collect()
+    }
+    fn job(&self, id: &str) -> Job {
+        Job::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("row")
+    }
+    /// Wake-ups sent: (job id, delay).
+    fn wakes(&self) -> Vec<(String, u32)> {
+        self.queue.sent_with_delay().into_iter().map(|(e, d)| (e.meta.id.unwrap_or_default(), d)).collect()
+    }
+    /// Records jobs of key `k` through the API's path, in order.
+    fn submit(&self, jobs: &[(&str, Value)]) {
+        let specs: Vec<JobSpec> = jobs
+            .iter()
+            .map(|(id, p)| JobSpec {
+                id: id.to_string(),
+                job_type: Some("t".into()),
+                ordering_key: Some("k".into()),
+                dedupe_key: None,
+                payload: Some(p.to_string()),
+                max_attempts: 8,
+            })
+            .collect();
+        block_on(Ledger::new(&self.db).enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+    }
+}
+
+fn keyed(id: &str, ts: i64, payload: Value) -> Incoming {
+    Incoming {
+        id: format!("m-{id}"),
+        timestamp_ms: ts,
+        body: Ok(json!({"__fedify_ordering_key__": "k", "__fedify_payload__": payload, "__orderly_job__": {"id": id}})),
+    }
+}
+
+fn ok() -> Value {
+    json!({"type": "t"})
+}
+
+#[test]
+fn out_of_turn_deliveries_are_parked_and_acked_and_the_finisher_chains_to_them() {
+    let w = World::new(OnDead::Skip);
+    w.submit(&[("a", ok()), ("b", ok()), ("c", ok())]);
+    // c and b arrive first, in another invocation than a's: a is the head, so they only park...
+    // ...but nothing runs a yet, so the claim for the key takes a, b, c in order at once.
+    assert_eq!(w.run(&[keyed("c", T0 + 3, ok()), keyed("b", T0 + 2, ok())]), vec![Outcome::Ack; 2]);
+    assert_eq!(w.runs(), vec!["a", "b", "c"], "the claim chains from the head, payloads from the ledger");
+    // a's own message comes later: a duplicate of a DONE job, acked without running.
+    assert_eq!(w.run(&[keyed("a", T0 + 1, ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.runs().len(), 3);
+    assert!(["a", "b", "c"].iter().all(|id| w.job(id).status == Status::Done));
+    assert!(w.wakes().is_empty(), "no wake-up when nothing is left");
+}
+
+#[test]
+fn a_delivery_while_the_key_runs_elsewhere_is_parked_for_that_runner() {
+    let w = World::new(OnDead::Skip);
+    w.submit(&[("a", ok()), ("b", ok())]);
+    // Another invocation holds a RUNNING.
+    block_on(w.db.query(stmt::claim_next(
+        "k",
+        "other",
+        orderly::ledger::Lease { now: T0, until: T0 + 120_000, due_before: T0 },
+        OnDead::Skip,
+        1,
+        None,
+    )))
+    .unwrap();
+    let trips = w.db.round_trips.get();
+    assert_eq!(w.run(&[keyed("b", T0 + 2, ok())]), vec![Outcome::Ack]);
+    assert!(w.runs().is_empty(), "b must wait for a");
+    assert_eq!(w.job("b").status, Status::Pending);
+    assert_eq!(w.db.round_trips.get() - trips, 1, "park and claim: one D1 round trip");
+}
+
+#[test]
+fn a_failed_head_holds_its_key_and_schedules_one_wake_up_for_its_retry() {
+    let w = World::new(OnDead::Skip);
+    w.submit(&[("a", json!({"type": "t", "fail": 1})), ("b", ok())]);
+    assert_eq!(
+        w.run(&[keyed("b", T0 + 2, ok()), keyed("a", T0 + 1, json!({"type": "t", "fail": 1}))]),
+        vec![Outcome::Ack; 2]
+    );
+    assert_eq!(w.runs(), vec!["a"], "b does not overtake the failed a");
+    assert_eq!(w.wakes(), vec![("a".to_string(), 5)]);
+    let (a, b) = (w.job("a"), w.job("b"));
+    assert_eq!((a.status, a.attempts, a.next_run_at), (Status::Pending, 1, T0 + 5_000));
+    assert_eq!((b.status, b.attempts), (Status::Pending, 0), "b was handed back, its attempt returned");
+
+    // b's duplicate arrives early: parked again, nothing runs.
+    assert_eq!(w.run(&[keyed("b", T0 + 2, ok())]), vec![Outcome::Ack]);
+    // The wake-up, delivered 3 s early: deferred until a is due, so the key keeps its wake-up.
+    w.clock.advance_ms(2_000);
+    assert_eq!(w.run(&[keyed("a", T0 + 1, ok())]), vec![Outcome::Defer { delay_seconds: 3 }]);
+    // On time: a runs again, then b, in one chain.
+    w.clock.advance_ms(3_000);
+    assert_eq!(w.run(&[keyed("a", T0 + 1, ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "a", "b"]);
+    assert_eq!(w.job("b").status, Status::Done);
+}
+
+#[test]
+fn the_run_budget_leaves_the_rest_to_one_wake_up() {
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.strict_run_budget = 2;
+    w.submit(&[("a", ok()), ("b", ok()), ("c", ok()), ("d", ok())]);
+    assert_eq!(w.run(&[keyed("a", T0, ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "b"]);
+    assert_eq!(w.wakes(), vec![("c".to_string(), 0)], "one wake-up, for the key's head");
+    assert_eq!((w.job("c").status, w.job("c").attempts), (Status::Pending, 0));
+    assert_eq!(w.run(&[keyed("c", T0, ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "b", "c", "d"]);
+}
+
+#[test]
+fn a_dead_head_is_skipped_under_skip_and_blocks_under_block() {
+    for (on_dead, expect) in [(OnDead::Skip, vec!["a", "b"]), (OnDead::Block, vec!["a"])] {
+        let w = World::new(on_dead);
+        w.submit(&[("a", json!({"type": "t", "permanent": true})), ("b", ok())]);
+        assert_eq!(w.run(&[keyed("a", T0, ok())]), vec![Outcome::Ack]);
+        assert_eq!(w.runs(), expect, "{on_dead:?}");
+        assert_eq!(w.job("a").status, Status::Dead);
+        assert!(w.wakes().is_empty());
+    }
+}
+
+#[test]
+fn direct_producers_get_first_recorded_order_by_send_time_within_a_batch() {
+    let w = World::new(OnDead::Skip);
+    let out = w.run(&[keyed("y", T0 + 2, ok()), keyed("x", T0 + 1, ok()), keyed("z", T0 + 3, ok())]);
+    assert_eq!(out, vec![Outcome::Ack; 3]);
+    assert_eq!(w.runs(), vec!["x", "y", "z"]);
+    assert_eq!((w.job("x").seq, w.job("y").seq, w.job("z").seq), (Some(1), Some(2), Some(3)));
+}
+
+#[test]
+fn the_ledgers_payload_runs_not_the_messages() {
+    let w = World::new(OnDead::Skip);
+    w.submit(&[("a", json!({"type": "t", "v": "recorded"}))]);
+    w.run(&[keyed("a", T0, json!({"type": "t", "v": "forged"}))]);
+    assert_eq!(w.script.runs.borrow()[0].2, json!("recorded"));
+}
+
+#[test]
+fn an_outage_while_parking_defers_every_keyed_message() {
+    let w = World::new(OnDead::Skip);
+    w.db.down.set(true);
+    let out = w.run(&[keyed("a", T0, ok()), keyed("b", T0, ok())]);
+    assert_eq!(out, vec![Outcome::Defer { delay_seconds: 30 }; 2]);
+    assert!(w.runs().is_empty());
+}
+
+#[test]
+fn unkeyed_messages_in_strict_mode_run_as_in_lock_mode_without_touching_kv() {
+    let w = World::new(OnDead::Skip);
+    let unkeyed = Incoming { id: "u".into(), timestamp_ms: T0, body: Ok(ok()) };
+    assert_eq!(w.run(&[unkeyed, keyed("a", T0, ok())]), vec![Outcome::Ack; 2]);
+    assert_eq!(w.job("u").status, Status::Done);
+    assert_eq!(w.job("a").status, Status::Done);
+    assert_eq!(w.kv.ops.get(), 0, "strict mode takes no KV lock");
+}
