@@ -153,9 +153,9 @@ fn a_delivery_while_the_key_runs_elsewhere_is_parked_for_that_runner() {
     .unwrap();
     let trips = w.db.round_trips.get();
     assert_eq!(w.run(&[keyed("b", T0 + 2, ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.db.round_trips.get() - trips, 1, "park and claim: one D1 round trip");
     assert!(w.runs().is_empty(), "b must wait for a");
     assert_eq!(w.job("b").status, Status::Pending);
-    assert_eq!(w.db.round_trips.get() - trips, 1, "park and claim: one D1 round trip");
 }
 
 #[test]
