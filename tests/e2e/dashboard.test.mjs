@@ -54,3 +54,39 @@ test("the dashboard says so when the token is wrong", async () => {
     await w.dispose();
   }
 });
+
+test("the dashboard lists a blocked key and its Skip button lets the key move on", async () => {
+  const w = await start({ vars: { ORDERING_MODE: "strict", ON_DEAD: "block" } });
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync"],
+  });
+  try {
+    const r = await w.api("POST", "/jobs", {
+      jobs: [
+        { payload: webhook("/status/404/dash-blk"), ordering_key: "acct/1" },
+        { payload: webhook("/ok/dash-blk"), ordering_key: "acct/1" },
+      ],
+    });
+    const [head, next] = r.json.jobs.map((j) => j.id);
+    await waitFor(async () => (await w.job(head))?.status === "DEAD", "the head DEAD");
+
+    const page = await browser.newPage();
+    await page.goto(w.url.href);
+    await page.fill("#token", TOKEN);
+    await page.click("button[type=submit]");
+    const row = 'tr[data-key="acct/1"]';
+    await page.waitForSelector(row);
+    assert.equal(await page.textContent(`${row} td:nth-child(2)`), head);
+    assert.equal(await page.textContent(`${row} td:nth-child(3)`), "1");
+    assert.match(await page.textContent(`${row} td.err`), /HTTP 404/);
+
+    await page.click(`${row} button[data-action=skip]`);
+    await waitFor(async () => (await w.job(next))?.status === "DONE", "the job behind DONE");
+    await page.waitForFunction(() => document.querySelectorAll("#blocked tr").length === 0);
+  } finally {
+    await browser.close();
+    await w.dispose();
+  }
+});
