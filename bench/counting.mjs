@@ -1,9 +1,14 @@
-// Counts what a consumer costs: deliveries it was handed, KV operations, D1 round trips. Wraps the
-// bindings in classes with the binding names workers-rs checks for, so the Rust worker accepts them.
-export const stats = { batches: 0, deliveries: 0, kvOps: 0, d1RoundTrips: 0 };
+// Counts what a consumer costs: deliveries it was handed, KV operations, D1 round trips; and
+// captures what it sends to its own queue (wake-ups, re-sends, API submissions) so the model of
+// Queues delivers those too. Wraps the bindings in classes with the names workers-rs checks for,
+// so the Rust worker accepts them.
+export const stats = { batches: 0, deliveries: 0, kvOps: 0, d1RoundTrips: 0, sent: 0 };
+/** Messages the worker sent, not yet collected by the model: {body, delaySeconds}. */
+let outbox = [];
 
 export function reset() {
   for (const k of Object.keys(stats)) stats[k] = 0;
+  outbox = [];
 }
 
 class KvNamespace {
@@ -22,15 +27,34 @@ class D1Database {
   exec(sql) { stats.d1RoundTrips++; return this.inner.exec(sql); }
 }
 
-/** The same env with counting KV and D1 bindings. */
-export function counted(env) {
-  return { ...env, ORDERING_KV: new KvNamespace(env.ORDERING_KV), ...(env.DB ? { DB: new D1Database(env.DB) } : {}) };
+class WorkerQueue {
+  async send(body, options) {
+    stats.sent++;
+    outbox.push({ body, delaySeconds: options?.delaySeconds ?? 0 });
+  }
+  async sendBatch(messages, options) {
+    for (const m of messages) {
+      stats.sent++;
+      outbox.push({ body: m.body, delaySeconds: m.delaySeconds ?? options?.delaySeconds ?? 0 });
+    }
+  }
 }
 
-/** `/__stats` and `/__reset` answers, or null for other requests. */
+/** The same env with counting KV and D1 bindings and a captured queue producer. */
+export function counted(env) {
+  return {
+    ...env,
+    ORDERING_KV: new KvNamespace(env.ORDERING_KV),
+    ...(env.DB ? { DB: new D1Database(env.DB) } : {}),
+    JOBS: new WorkerQueue(),
+  };
+}
+
+/** `/__stats`, `/__reset` and `/__outbox` answers, or null for other requests. */
 export function statsRoute(request) {
   const path = new URL(request.url).pathname;
   if (path === "/__stats") return Response.json(stats);
   if (path === "/__reset") { reset(); return Response.json(stats); }
+  if (path === "/__outbox") { const out = outbox; outbox = []; return Response.json(out); }
   return null;
 }

@@ -25,6 +25,7 @@ async function webhook(job) {
     headers: { "content-type": "application/json" },
     body: JSON.stringify(job.body ?? null),
   });
+  await res.body?.cancel();
   if (!res.ok) throw new Error(`HTTP ${res.status}`);
 }
 

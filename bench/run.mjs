@@ -1,14 +1,17 @@
-// The benchmark (SPEC 10): orderly against a consumer following Fedify's documented algorithm,
-// side by side in one run, same handler, same queue settings, under miniflare.
+// The benchmark (SPEC 10): orderly in lock mode and in strict mode, a consumer following Fedify's
+// documented algorithm, and an ack-only floor, side by side in one run, under miniflare.
 //
 // Queues itself is modelled here so that consumer concurrency is a setting (Cloudflare runs up to
-// `max_concurrency` invocations at once; miniflare runs one): messages are handed out in batches of
-// up to 100 to up to C concurrent `queue()` invocations of the real worker, and each message's
-// ack / retry(delay) is applied as Queues would, including `max_retries` and the dead-letter queue.
-// KV and D1 are miniflare's; the webhook target is in-process and answers after a short latency.
+// `max_concurrency` invocations at once; miniflare runs one): visible messages are handed out in
+// batches of up to 100 to up to C concurrent `queue()` invocations of the real worker, each
+// message's ack / retry(delay) is applied as Queues would (with `max_retries` and the dead-letter
+// queue), and what the worker sends to its own queue (API submissions, strict mode's wake-ups)
+// goes back into the model and counts as deliveries. KV and D1 are miniflare's; the webhook
+// target is in-process, answers after a short latency and counts per-key order inversions.
 //
-//   npm run bench                       all workloads, concurrency 1 and 4, 3 runs each
-//   BENCH_MESSAGES=1000 BENCH_RUNS=3 BENCH_CONCURRENCY=1,4 BENCH_WORKLOADS=hot,keys20,unkeyed
+//   npm run bench
+//   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail
+//   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,fedify-direct,floor-direct
 import { Miniflare } from "miniflare";
 import { copyFileSync } from "node:fs";
 import { join, dirname } from "node:path";
@@ -17,40 +20,49 @@ import { migrate, MODULES_RULES } from "../tests/e2e/harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
-const RUNS = Number(process.env.BENCH_RUNS ?? 3);
-const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,4").split(",").map(Number);
-const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed").split(",");
+const RUNS = Number(process.env.BENCH_RUNS ?? 1);
+const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,4,16").split(",").map(Number);
+const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail").split(",");
+const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-api,strict-direct,fedify-direct,floor-direct").split(",");
 const HANDLER_LATENCY_MS = Number(process.env.BENCH_HANDLER_MS ?? 2);
 const MAX_BATCH = 100;
-const MAX_RETRIES = 100; // wrangler.toml's setting, for both consumers
+const MAX_RETRIES = 100; // wrangler.toml's setting, for every consumer
 const DRAIN_LIMIT_MS = 600_000;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** The bodies of a workload: Fedify envelopes with a sequence number per key. */
+/** Jobs of a workload: key and per-key sequence number; `hotfail` fails every 10th job once. */
 function workload(name) {
-  const keyOf = { hot: () => "hot", keys20: (i) => `k${i % 20}`, unkeyed: () => null }[name];
+  const keyOf = { hot: () => "hot", hotfail: () => "hot", keys20: (i) => `k${i % 20}`, unkeyed: () => null }[name];
   const seqs = new Map();
   return Array.from({ length: MESSAGES }, (_, i) => {
     const key = keyOf(i);
     const seq = (seqs.get(key) ?? 0) + 1;
     seqs.set(key, seq);
-    const payload = { type: "webhook", url: "http://target.test/hook", body: { key, seq } };
-    return key === null ? payload : { __fedify_ordering_key__: key, __fedify_payload__: payload };
+    const failOnce = name === "hotfail" && seq % 10 === 0;
+    return { key, payload: { type: "webhook", url: "http://target.test/hook", body: { key, seq, failOnce } } };
   });
 }
 
-/** The webhook target: counts runs and per-key order inversions. */
+/** A producer's message body for a job sent straight to the queue (Fedify's envelope when keyed). */
+const directBody = ({ key, payload }) => (key === null ? payload : { __fedify_ordering_key__: key, __fedify_payload__: payload });
+
+/** The webhook target: counts runs, distinct jobs run, and per-key order inversions. */
 function target() {
-  const t = { runs: 0, inversions: 0, last: new Map() };
+  const t = { runs: 0, inversions: 0, last: new Map(), done: new Set(), attempts: new Map() };
   t.handle = async (request) => {
-    const { key, seq } = await request.json();
+    const { key, seq, failOnce } = await request.json();
     t.runs++;
+    const id = `${key}/${seq}`;
+    const n = (t.attempts.get(id) ?? 0) + 1;
+    t.attempts.set(id, n);
+    if (HANDLER_LATENCY_MS > 0) await sleep(HANDLER_LATENCY_MS);
+    if (failOnce && n === 1) return new Response("busy", { status: 503, headers: { "retry-after": "0" } });
     if (key !== null) {
       if (seq < (t.last.get(key) ?? 0)) t.inversions++;
       t.last.set(key, Math.max(seq, t.last.get(key) ?? 0));
     }
-    if (HANDLER_LATENCY_MS > 0) await sleep(HANDLER_LATENCY_MS);
+    t.done.add(id);
     return new Response("ok");
   };
   return t;
@@ -64,30 +76,40 @@ async function startConsumer(kind, t) {
     cf: false,
     kvNamespaces: ["ORDERING_KV"],
     outboundService: (req) => t.handle(req),
+    modulesRoot: join(root, "build"),
   };
-  const mf =
-    kind === "orderly"
-      ? new Miniflare({
-          ...common,
-          scriptPath: join(root, "build/bench-orderly.mjs"),
-          modulesRoot: join(root, "build"),
-          d1Databases: ["DB"],
-          queueProducers: { JOBS: { queueName: "orderly-jobs" } },
-          bindings: { ADMIN_TOKEN: "bench", LOCK_RETRY_DELAY_SECONDS: "2", LEASE_SECONDS: "120" },
-        })
-      : new Miniflare({ ...common, scriptPath: join(root, "build/bench-fedify.mjs"), modulesRoot: join(root, "build") });
+  const vars = { ADMIN_TOKEN: "bench", LOCK_RETRY_DELAY_SECONDS: "2", LEASE_SECONDS: "120", BACKOFF_BASE_SECONDS: "1" };
+  const orderly = (mode) => new Miniflare({
+    ...common,
+    scriptPath: join(root, "build/bench-orderly.mjs"),
+    d1Databases: ["DB"],
+    queueProducers: { JOBS: { queueName: "orderly-jobs" } },
+    bindings: { ...vars, ORDERING_MODE: mode },
+  });
+  const mf = {
+    lock: () => orderly("lock"),
+    strict: () => orderly("strict"),
+    fedify: () => new Miniflare({ ...common, scriptPath: join(root, "build/bench-fedify.mjs") }),
+    floor: () => new Miniflare({ ...common, scriptPath: join(root, "build/bench-floor.mjs") }),
+  }[kind]();
   await mf.ready;
-  if (kind === "orderly") await migrate(await mf.getD1Database("DB"));
+  if (kind === "lock" || kind === "strict") await migrate(await mf.getD1Database("DB"));
   return { mf, worker: await mf.getWorker() };
 }
 
 /** Queues, modelled: batches of up to 100 visible messages to up to `concurrency` invocations. */
-async function drain(worker, bodies, concurrency) {
+async function drain(mf, worker, initial, concurrency) {
   const t0 = Date.now();
   let seq = 0;
-  let pending = bodies.map((body) => ({ id: `m${seq++}`, body, timestamp: new Date(t0), attempts: 1, visibleAt: t0 }));
+  const message = (body, delaySeconds = 0) =>
+    ({ id: `m${seq++}`, body, timestamp: new Date(), attempts: 1, visibleAt: Date.now() + delaySeconds * 1000 });
+  let pending = initial.map((m) => message(m.body, m.delaySeconds));
   const m = { deliveries: 0, deadLettered: 0, batches: 0 };
   const inflight = new Set();
+  const collect = async () => {
+    const out = await (await mf.dispatchFetch("http://bench.test/__outbox")).json();
+    for (const o of out) pending.push(message(o.body, o.delaySeconds));
+  };
   while (pending.length > 0 || inflight.size > 0) {
     if (Date.now() - t0 > DRAIN_LIMIT_MS) throw new Error("drain did not finish in time");
     const now = Date.now();
@@ -100,7 +122,7 @@ async function drain(worker, bodies, concurrency) {
       m.deliveries += batch.length;
       const run = worker
         .queue("orderly-jobs", batch.map(({ id, body, timestamp, attempts }) => ({ id, body, timestamp, attempts })))
-        .then((r) => {
+        .then(async (r) => {
           const retries = new Map(r.retryMessages.map((x) => [x.msgId, x.delaySeconds ?? 0]));
           for (const msg of batch) {
             const retried = retries.has(msg.id) || (r.retryBatch?.retry && !r.explicitAcks.includes(msg.id)) || (r.outcome !== "ok" && !r.explicitAcks.includes(msg.id));
@@ -112,6 +134,7 @@ async function drain(worker, bodies, concurrency) {
             const delay = retries.get(msg.id) ?? r.retryBatch?.delaySeconds ?? 0;
             pending.push({ ...msg, attempts: msg.attempts + 1, visibleAt: Date.now() + delay * 1000 });
           }
+          await collect();
         })
         .finally(() => inflight.delete(run));
       inflight.add(run);
@@ -125,15 +148,35 @@ async function drain(worker, bodies, concurrency) {
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-async function measure(kind, name, concurrency) {
+/** One consumer on one workload at one concurrency: medians over RUNS. */
+async function measure(consumer, name, concurrency) {
+  const [kind, path] = consumer.split("-");
   const results = [];
   for (let r = 0; r < RUNS; r++) {
     const t = target();
     const { mf, worker } = await startConsumer(kind, t);
     try {
-      const q = await drain(worker, workload(name), concurrency);
+      const jobs = workload(name);
+      let initial;
+      if (path === "api") {
+        // Submitted through POST /jobs (recorded, sequenced, sent): the sends are the messages.
+        for (let i = 0; i < jobs.length; i += 1000) {
+          const chunk = jobs.slice(i, i + 1000).map((j) => ({ payload: j.payload, ordering_key: j.key }));
+          const res = await mf.dispatchFetch("http://bench.test/jobs", {
+            method: "POST",
+            headers: { authorization: "Bearer bench", "content-type": "application/json" },
+            body: JSON.stringify({ jobs: chunk }),
+          });
+          if (res.status !== 202) throw new Error(`POST /jobs answered ${res.status}: ${await res.text()}`);
+        }
+        initial = await (await mf.dispatchFetch("http://bench.test/__outbox")).json();
+        await mf.dispatchFetch("http://bench.test/__reset");
+      } else {
+        initial = jobs.map((j) => ({ body: directBody(j), delaySeconds: 0 }));
+      }
+      const q = await drain(mf, worker, initial, concurrency);
       const stats = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
-      results.push({ ...q, ...stats, runs: t.runs, inversions: t.inversions });
+      results.push({ ...q, ...stats, runs: t.runs, inversions: t.inversions, neverRun: MESSAGES - t.done.size });
     } finally {
       await mf.dispose();
     }
@@ -141,37 +184,38 @@ async function measure(kind, name, concurrency) {
   const pick = (k) => median(results.map((x) => x[k]));
   return {
     drainMs: pick("drainMs"),
-    deliveriesPerMsg: pick("deliveries") / MESSAGES,
-    kvOpsPerMsg: pick("kvOps") / MESSAGES,
-    d1PerBatch: pick("d1RoundTrips") / pick("batches"),
+    deliveriesPerJob: pick("deliveries") / MESSAGES,
+    kvOpsPerJob: pick("kvOps") / MESSAGES,
+    d1PerJob: pick("d1RoundTrips") / MESSAGES,
     inversions: pick("inversions"),
+    neverRun: pick("neverRun"),
     deadLettered: pick("deadLettered"),
-    handlerRunsPerMsg: pick("runs") / MESSAGES,
+    runsPerJob: pick("runs") / MESSAGES,
   };
 }
 
 const fmt = (x, d = 2) => (Number.isInteger(x) ? String(x) : x.toFixed(d));
 
 async function main() {
-  copyFileSync(join(root, "bench/orderly-entry.mjs"), join(root, "build/bench-orderly.mjs"));
-  copyFileSync(join(root, "bench/fedify-consumer.mjs"), join(root, "build/bench-fedify.mjs"));
-  copyFileSync(join(root, "bench/counting.mjs"), join(root, "build/counting.mjs"));
-  console.log(`orderly vs Fedify's algorithm: ${MESSAGES} messages per workload, median of ${RUNS} runs, ` +
-    `batches of ${MAX_BATCH}, max_retries ${MAX_RETRIES}, handler latency ${HANDLER_LATENCY_MS} ms\n`);
-  const header = ["workload", "C", "consumer", "drain ms", "deliv/msg", "KV ops/msg", "D1 trips/batch", "inversions", "dead-lettered", "runs/msg"];
+  for (const f of ["orderly-entry.mjs:bench-orderly.mjs", "fedify-consumer.mjs:bench-fedify.mjs", "floor-consumer.mjs:bench-floor.mjs", "counting.mjs:counting.mjs"]) {
+    const [from, to] = f.split(":");
+    copyFileSync(join(root, "bench", from), join(root, "build", to));
+  }
+  console.log(`${MESSAGES} jobs per workload, median of ${RUNS} run(s), batches of ${MAX_BATCH}, max_retries ${MAX_RETRIES}, ` +
+    `handler latency ${HANDLER_LATENCY_MS} ms; api = submitted through POST /jobs, direct = sent straight to the queue\n`);
+  const header = ["workload", "C", "consumer", "drain ms", "deliveries/job", "inversions", "never run", "dead-lettered", "KV ops/job", "D1 trips/job", "handler runs/job"];
   const rows = [header];
-  const ratios = [["workload", "C", "drain (F/o)", "deliveries (F/o)", "KV ops (F/o)"]];
+  const drains = new Map();
   for (const name of WORKLOADS) {
     for (const c of CONCURRENCY) {
-      const o = await measure("orderly", name, c);
-      const f = await measure("fedify", name, c);
-      for (const [label, x] of [["orderly", o], ["fedify-algorithm", f]]) {
-        rows.push([name, String(c), label, String(x.drainMs), fmt(x.deliveriesPerMsg), fmt(x.kvOpsPerMsg), label === "orderly" ? fmt(x.d1PerBatch) : "-",
-          String(x.inversions), String(x.deadLettered), fmt(x.handlerRunsPerMsg)]);
+      for (const consumer of CONSUMERS) {
+        const x = await measure(consumer, name, c);
+        drains.set(`${name}/${c}/${consumer}`, x.drainMs);
+        const orderly = consumer.startsWith("lock") || consumer.startsWith("strict");
+        rows.push([name, String(c), consumer, String(x.drainMs), fmt(x.deliveriesPerJob), name === "unkeyed" ? "-" : String(x.inversions),
+          String(x.neverRun), String(x.deadLettered), fmt(x.kvOpsPerJob), orderly ? fmt(x.d1PerJob) : "-", fmt(x.runsPerJob)]);
+        console.error(`done: ${name} C=${c} ${consumer} ${x.drainMs} ms`);
       }
-      ratios.push([name, String(c), fmt(f.drainMs / o.drainMs), fmt(f.deliveriesPerMsg / o.deliveriesPerMsg),
-        o.kvOpsPerMsg > 0 ? fmt(f.kvOpsPerMsg / o.kvOpsPerMsg) : (f.kvOpsPerMsg > 0 ? "inf" : "-")]);
-      console.error(`done: ${name} C=${c}`);
     }
   }
   const table = (t) => {
@@ -179,8 +223,16 @@ async function main() {
     return t.map((r) => "| " + r.map((c, i) => c.padEnd(w[i])).join(" | ") + " |").join("\n");
   };
   console.log(table(rows));
-  console.log("\nratios, Fedify's algorithm / orderly (above 1: orderly is better)\n");
-  console.log(table(ratios));
+  // The targets of the strict-mode work, as ratios of drain times from this one run.
+  const d = (k) => drains.get(k);
+  const ratios = [["comparison", "ratio (below 1: the first is faster)"]];
+  const add = (label, a, b) => { if (d(a) && d(b)) ratios.push([label, fmt(d(a) / d(b))]); };
+  add("strict-api hot C=16 / lock-api hot C=1", "hot/16/strict-api", "hot/1/lock-api");
+  add("strict-api keys20 C=4 / lock-api keys20 C=1", "keys20/4/strict-api", "keys20/1/lock-api");
+  add("strict-api keys20 C=4 / strict-api unkeyed C=4", "keys20/4/strict-api", "unkeyed/4/strict-api");
+  add("strict-api keys20 C=4 / fedify-direct keys20 C=4", "keys20/4/strict-api", "keys20/4/fedify-direct");
+  add("strict-api hot C=4 / fedify-direct hot C=4", "hot/4/strict-api", "hot/4/fedify-direct");
+  console.log("\n" + table(ratios));
 }
 
 await main();
