@@ -54,6 +54,15 @@ enum Stop {
     Budget,
 }
 
+/// How a key's chain starts.
+#[derive(Clone)]
+enum Start {
+    /// With these jobs, claimed while parking.
+    Claimed(Vec<Job>),
+    /// By claiming when a slot frees; the key's head as parking saw it.
+    Later(Job),
+}
+
 /// What one invocation may still spend on chains.
 struct Budget {
     runs: Cell<u32>,
@@ -78,11 +87,25 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             })
             .collect();
         let groups = batch::plan(&items);
+        // Keys in a random order, and only as many claimed at once as run at once: concurrent
+        // invocations with the same keys in their batches then start different keys, and each
+        // claims the rest of its keys as its chains finish (unless another invocation has by then).
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        for i in (1..order.len()).rev() {
+            let j = (((self.random)() * (i + 1) as f64) as usize).min(i);
+            order.swap(i, j);
+        }
+        let mut first_wave = vec![false; groups.len()];
+        for &g in order.iter().take(GROUP_CONCURRENCY) {
+            first_wave[g] = true;
+        }
         let intake: Vec<Intake> = groups
             .iter()
-            .map(|g| Intake {
+            .zip(&first_wave)
+            .map(|(g, &claim)| Intake {
                 key: g.key.unwrap_or_default(),
                 jobs: g.members.iter().map(|&p| &members[p].decoded.spec).collect(),
+                claim,
             })
             .collect();
         let budget = Budget {
@@ -101,8 +124,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
 
         let mut outcomes = Vec::with_capacity(members.len());
         let mut clashes = Vec::new();
-        let mut chains = Vec::new();
-        for ((g, key), verdict) in groups.iter().zip(&intake).zip(parked) {
+        let mut chains: Vec<Option<(&str, Start)>> = vec![None; groups.len()];
+        for (gi, ((g, key), verdict)) in groups.iter().zip(&intake).zip(parked).enumerate() {
             for (&p, parked) in g.members.iter().zip(&verdict.parked) {
                 let m = &members[p];
                 match parked {
@@ -116,14 +139,18 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     Parked::Recorded(job) => outcomes.push((m.index, self.settle_parked(job, &verdict.state, now))),
                 }
             }
-            if !verdict.state.claimed.is_empty() {
-                chains.push((key.key, verdict.state.claimed));
-            }
+            let due = |h: &Job| h.status == Status::Pending && h.next_run_at <= now + EARLY_DELIVERY_ALLOWANCE_MS;
+            chains[gi] = match (key.claim, verdict.state.claimed, verdict.state.head) {
+                (true, claimed, _) if !claimed.is_empty() => Some((key.key, Start::Claimed(claimed))),
+                // Not claimed yet, and nothing runs it: claim it when a slot frees.
+                (false, _, Some(head)) if due(&head) => Some((key.key, Start::Later(head))),
+                _ => None,
+            };
         }
 
         let renewed_at = Cell::new(now);
-        let wakes: Vec<OutMessage> = stream::iter(chains)
-            .map(|(key, claimed)| self.chain(key, claimed, &budget, &renewed_at))
+        let wakes: Vec<OutMessage> = stream::iter(order.into_iter().filter_map(|g| chains[g].take()))
+            .map(|(key, start)| self.chain(key, start, &budget, &renewed_at))
             .buffer_unordered(GROUP_CONCURRENCY)
             .filter_map(|w| async move { w })
             .collect()
@@ -169,13 +196,26 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
 
     /// Runs a key's claimed jobs in order, recording each chunk and claiming the next in one round
     /// trip. Returns the key's wake-up message when work is left for later.
-    async fn chain(
-        &self,
-        key: &str,
-        mut claimed: Vec<Job>,
-        budget: &Budget,
-        renewed_at: &Cell<i64>,
-    ) -> Option<OutMessage> {
+    async fn chain(&self, key: &str, start: Start, budget: &Budget, renewed_at: &Cell<i64>) -> Option<OutMessage> {
+        let mut claimed = match start {
+            Start::Claimed(jobs) => jobs,
+            Start::Later(head) => {
+                let now = self.clock.now_ms();
+                if budget.runs.get() == 0 || now >= budget.deadline_ms {
+                    // Parked and acked here, and nothing runs the key: it needs its wake-up.
+                    return producer::message_for(&head, 0);
+                }
+                let claim = self.claim_spec(now, budget);
+                match ledger::step(self.sql, key, Vec::new(), Some((claim, None)), self.cfg.on_dead).await {
+                    Ok(step) if step.state.claimed.is_empty() => return None,
+                    Ok(step) => step.state.claimed,
+                    Err(e) => {
+                        (self.log)(&format!("key {key:?}: not claimed, waking it for later: {e}"));
+                        return producer::message_for(&head, INFRA_RETRY_DELAY_SECONDS);
+                    }
+                }
+            }
+        };
         loop {
             let mut records = Vec::with_capacity(claimed.len());
             let mut prev: Option<String> = None;

@@ -17,6 +17,8 @@ pub struct Intake<'a> {
     pub key: &'a str,
     /// Its jobs as the messages describe them, in send order.
     pub jobs: Vec<&'a JobSpec>,
+    /// Whether to claim the key's next jobs in the same transaction (else only its head is read).
+    pub claim: bool,
 }
 
 /// What parking did with one delivered job.
@@ -69,8 +71,9 @@ fn at(out: &[Vec<Row>], i: usize) -> &[Row] {
     out.get(i).map(Vec::as_slice).unwrap_or_default()
 }
 
-/// Parks every delivered keyed job and, in the same transaction, tries each key's claim: so a
-/// runner finishing the key either sees our jobs or has finished before our claim looks.
+/// Parks every delivered keyed job and, in the same transaction, tries the claim of each key
+/// marked `claim`: so a runner finishing the key either sees our jobs or has finished before our
+/// claim looks. Every key's head is read afterwards.
 pub async fn park_and_claim<S: Sql>(
     sql: &S,
     keys: &[Intake<'_>],
@@ -83,7 +86,9 @@ pub async fn park_and_claim<S: Sql>(
             stmts.push(stmt::park(j, now));
             stmts.push(stmt::get(&j.id));
         }
-        stmts.push(stmt::claim_next(k.key, claim.owner, claim.lease, claim.on_dead, claim.limit, None));
+        if k.claim {
+            stmts.push(stmt::claim_next(k.key, claim.owner, claim.lease, claim.on_dead, claim.limit, None));
+        }
         stmts.push(stmt::head(k.key, claim.on_dead));
     }
     let out = sql.batch(stmts).await?;
@@ -98,9 +103,14 @@ pub async fn park_and_claim<S: Sql>(
             });
             i += 2;
         }
-        let claimed = jobs_by_seq(at(&out, i))?;
-        let head = Job::first(at(&out, i + 1))?;
-        i += 2;
+        let claimed = if k.claim {
+            i += 1;
+            jobs_by_seq(at(&out, i - 1))?
+        } else {
+            Vec::new()
+        };
+        let head = Job::first(at(&out, i))?;
+        i += 1;
         verdicts.push(KeyIntake { parked, state: KeyState { claimed, head } });
     }
     Ok(verdicts)
