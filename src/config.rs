@@ -75,6 +75,10 @@ pub struct Config {
     pub ordering_mode: OrderingMode,
     /// Strict mode: whether a DEAD head lets its key move on.
     pub on_dead: OnDead,
+    /// The main queue's name: its batches are run as jobs.
+    pub jobs_queue: String,
+    /// The dead-letter queue's name: its batches are recorded DEAD.
+    pub dead_letter_queue: String,
     /// Strict mode: most jobs one invocation runs by chaining, so it stays within Workers'
     /// per-invocation subrequest and D1 query limits (1,000 on paid plans, 50 on free).
     pub strict_run_budget: u32,
@@ -95,6 +99,8 @@ impl Default for Config {
             ordering_mode: OrderingMode::Lock,
             on_dead: OnDead::Skip,
             strict_run_budget: 200,
+            jobs_queue: "orderly-jobs".to_string(),
+            dead_letter_queue: "orderly-dlq".to_string(),
         }
     }
 }
@@ -165,7 +171,22 @@ impl Config {
                 return Err(ConfigError { var: "ON_DEAD", value: other.to_string(), reason: "not skip or block" })
             }
         };
+        let jobs_queue = lookup("JOBS_QUEUE").map(|q| q.trim().to_string()).unwrap_or(d.jobs_queue);
+        let dead_letter_queue =
+            lookup("DEAD_LETTER_QUEUE").map(|q| q.trim().to_string()).unwrap_or(d.dead_letter_queue);
+        if jobs_queue.is_empty() || jobs_queue == dead_letter_queue {
+            return Err(ConfigError {
+                var: "JOBS_QUEUE",
+                value: jobs_queue,
+                reason: "empty, or the same as DEAD_LETTER_QUEUE",
+            });
+        }
+        if dead_letter_queue.is_empty() {
+            return Err(ConfigError { var: "DEAD_LETTER_QUEUE", value: dead_letter_queue, reason: "empty" });
+        }
         Ok(Config {
+            jobs_queue,
+            dead_letter_queue,
             ordering_mode,
             on_dead,
             strict_run_budget: num("STRICT_RUN_BUDGET", d.strict_run_budget, 1, 1000)?,

@@ -48,9 +48,6 @@ mod entry {
     use crate::ledger::d1::D1Sql;
     use crate::ledger::Ledger;
 
-    /// The dead-letter queue's name (`wrangler.toml`): its messages are recorded DEAD.
-    const DEAD_LETTER_QUEUE: &str = "orderly-dlq";
-
     #[event(start)]
     fn start() {
         console_error_panic_hook::set_once();
@@ -106,7 +103,15 @@ mod entry {
             random: &edge::random,
             log: &|line| console_error!("orderly: {line}"),
         };
-        let role = if batch.queue() == DEAD_LETTER_QUEUE { Role::DeadLetter } else { Role::Main };
+        let Some(role) = crate::consumer::role_of(&cfg, &batch.queue()) else {
+            defer_all(&format!(
+                "queue {:?} is neither JOBS_QUEUE ({:?}) nor DEAD_LETTER_QUEUE ({:?})",
+                batch.queue(),
+                cfg.jobs_queue,
+                cfg.dead_letter_queue
+            ));
+            return Ok(());
+        };
         let outcomes = consumer.process(role, &incoming).await;
         let count = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
         console_log!(

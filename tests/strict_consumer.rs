@@ -244,3 +244,56 @@ fn unkeyed_messages_in_strict_mode_run_as_in_lock_mode_without_touching_kv() {
     assert_eq!(w.job("a").status, Status::Done);
     assert_eq!(w.kv.ops.get(), 0, "strict mode takes no KV lock");
 }
+
+#[test]
+fn a_batch_with_more_keys_than_run_at_once_claims_the_rest_as_chains_finish() {
+    let w = World::new(OnDead::Skip);
+    // Nine keys, two jobs each, in one batch: six are claimed while parking, three later.
+    let msgs: Vec<Incoming> = (0..9)
+        .flat_map(|k| {
+            (0..2).map(move |n| Incoming {
+                id: format!("m{k}-{n}"),
+                timestamp_ms: T0 + n,
+                body: Ok(json!({"__fedify_ordering_key__": format!("key{k}"), "__fedify_payload__": {"type": "t"}, "__orderly_job__": {"id": format!("j{k}-{n}")}})),
+            })
+        })
+        .collect();
+    assert_eq!(w.run(&msgs), vec![Outcome::Ack; 18]);
+    let runs = w.runs();
+    assert_eq!(runs.len(), 18, "every key ran: {runs:?}");
+    for k in 0..9 {
+        let first = runs.iter().position(|r| r == &format!("j{k}-0")).unwrap();
+        let second = runs.iter().position(|r| r == &format!("j{k}-1")).unwrap();
+        assert!(first < second, "key{k} in order");
+    }
+    assert!(w.wakes().is_empty());
+}
+
+#[test]
+fn a_key_another_invocation_claimed_first_is_left_to_it() {
+    let w = World::new(OnDead::Skip);
+    let msgs: Vec<Incoming> = (0..8)
+        .map(|k| Incoming {
+            id: format!("m{k}"),
+            timestamp_ms: T0,
+            body: Ok(json!({"__fedify_ordering_key__": format!("key{k}"), "__fedify_payload__": {"type": "t"}, "__orderly_job__": {"id": format!("j{k}")}})),
+        })
+        .collect();
+    // Every key gets a second job that another invocation is already running.
+    for k in 0..8 {
+        let spec = JobSpec {
+            id: format!("other{k}"),
+            job_type: Some("t".into()),
+            ordering_key: Some(format!("key{k}")),
+            dedupe_key: None,
+            payload: Some(ok().to_string()),
+            max_attempts: 8,
+        };
+        block_on(w.db.query(stmt::park(&spec, T0))).unwrap();
+        let lease = orderly::ledger::Lease { now: T0, until: T0 + 120_000, due_before: T0 };
+        block_on(w.db.query(stmt::claim_next(&format!("key{k}"), "other", lease, OnDead::Skip, 1, None))).unwrap();
+    }
+    assert_eq!(w.run(&msgs), vec![Outcome::Ack; 8]);
+    assert!(w.runs().is_empty(), "every key runs elsewhere: parked only");
+    assert!(w.wakes().is_empty(), "their runner chains to them");
+}

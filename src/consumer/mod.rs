@@ -75,6 +75,18 @@ pub enum Role {
     DeadLetter,
 }
 
+/// The role of the queue a batch came from, by its name in the configuration; `None` for a
+/// queue this worker was not configured to consume (its batch is deferred, never run or killed).
+pub fn role_of(cfg: &Config, queue: &str) -> Option<Role> {
+    if queue == cfg.jobs_queue {
+        Some(Role::Main)
+    } else if queue == cfg.dead_letter_queue {
+        Some(Role::DeadLetter)
+    } else {
+        None
+    }
+}
+
 /// What a failed run leads to. Pure, so it is tested on its own; `fail.sql` only applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FailureDecision {

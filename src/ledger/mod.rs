@@ -317,13 +317,16 @@ pub mod stmt {
     pub fn counts() -> Stmt {
         with(sql!("counts"), vec![])
     }
-    /// A page, newest first, after `cursor` = (created_at, id).
+    /// A page, newest first, after `cursor` = (created_at, id); one status's through its index.
     pub fn list(status: Option<Status>, cursor: Option<(i64, &str)>, limit: u32) -> Stmt {
         let (c_at, c_id) = match cursor {
             Some((at, id)) => (Param::Int(at), Param::from(id)),
             None => (Param::Null, Param::Null),
         };
-        with(sql!("list"), vec![status.map(Status::as_str).into(), c_at, c_id, limit.into()])
+        match status {
+            Some(s) => with(sql!("list"), vec![s.as_str().into(), c_at, c_id, limit.into()]),
+            None => with(sql!("list_all"), vec![c_at, c_id, limit.into()]),
+        }
     }
     /// DEAD -> PENDING.
     pub fn redrive(id: &str, now: i64) -> Stmt {

@@ -1,0 +1,6 @@
+-- A page of jobs of every status, newest first, after a (created_at, id) cursor.
+-- ?1 cursor created_at or NULL, ?2 cursor id, ?3 limit
+SELECT * FROM job
+WHERE (?1 IS NULL OR created_at < ?1 OR (created_at = ?1 AND id < ?2))
+ORDER BY created_at DESC, id DESC
+LIMIT ?3
