@@ -31,7 +31,8 @@ use world::*;
 const T0: i64 = 1_700_000_000_000;
 /// Simulated time after which unfinished jobs count as stuck.
 const HORIZON_MS: i64 = 4 * 3600 * 1000;
-const MAX_STEPS: u64 = 3_000_000;
+/// Far above what a run takes (a few thousand steps): past it, the run is livelocked.
+const MAX_STEPS: u64 = 300_000;
 
 /// One kind of run: ordering mode, concurrency, faults, workload.
 #[derive(Debug, Clone, Copy)]
@@ -403,8 +404,10 @@ impl Sim {
         Task { fut: Box::pin(fut), wake_at: self.sched.now(), tag: Tag::Background }
     }
 
-    /// The operator under `ON_DEAD = block`: redrives a blocked head once, skips it the next time.
+    /// The operator. Under `ON_DEAD = block`: redrives a blocked head once, skips it the next
+    /// time. Under `skip`: redrives one DEAD job once (it runs again after jobs behind it ran).
     fn operator(&self, redriven: Shared<Vec<String>>) -> Task<Tag> {
+        let block = self.setup.on_dead == OnDead::Block;
         let (sql, queue, sched, cfg) = (self.sql("operator"), self.queue(), self.sched.clone(), self.cfg.clone());
         let fut = async move {
             let ledger = Ledger::new(sql);
@@ -423,6 +426,19 @@ impl Sim {
                 authorization: Some("Bearer sim-token".into()),
                 body: Vec::new(),
             };
+            if !block {
+                let mut list = req("GET", "/jobs".into());
+                list.query = "status=DEAD&limit=20".into();
+                let r = api.handle(&list).await;
+                let dead = r.json_body().get("jobs").and_then(Value::as_array).cloned().unwrap_or_default();
+                let fresh =
+                    dead.iter().filter_map(|j| j["id"].as_str()).find(|id| !redriven.borrow().iter().any(|r| r == id));
+                if let Some(id) = fresh.map(str::to_string) {
+                    redriven.borrow_mut().push(id.clone());
+                    api.handle(&req("POST", format!("/jobs/{id}/redrive"))).await;
+                }
+                return;
+            }
             let mut list = req("GET", "/keys".into());
             list.query = "state=blocked".into();
             let r = api.handle(&list).await;
@@ -495,7 +511,7 @@ impl Sim {
                 next_cron += 60_000;
                 tasks.push(self.cron());
             }
-            if now >= next_operator && self.setup.on_dead == OnDead::Block {
+            if now >= next_operator && self.setup.mode == OrderingMode::Strict {
                 next_operator += 120_000;
                 tasks.push(self.operator(redriven.clone()));
             }
@@ -510,7 +526,7 @@ impl Sim {
                     break;
                 }
                 let mut next = next_cron;
-                if self.setup.on_dead == OnDead::Block {
+                if self.setup.mode == OrderingMode::Strict {
                     next = next.min(next_operator);
                 }
                 next = tasks.iter().map(|t| t.wake_at).fold(next, i64::min);
@@ -548,8 +564,9 @@ impl Sim {
             }
         }
         drop(tasks);
+        let redriven = redriven.borrow().clone();
         if std::env::var("SIM_TRACE").is_ok() {
-            println!("ended at +{} s after {steps} steps", (self.sched.now() - T0) / 1000);
+            println!("ended at +{} s after {steps} steps; redriven {redriven:?}", (self.sched.now() - T0) / 1000);
             let mut st = self.db.conn.prepare("SELECT id, ordering_key, seq, status, attempts, deferrals, last_error FROM job ORDER BY ordering_key, seq").unwrap();
             let rows = st
                 .query_map([], |r| {
@@ -569,14 +586,14 @@ impl Sim {
                 println!("{}", r.unwrap());
             }
             for r in &self.obs.borrow().runs {
-                println!("run {} by {} at +{} ok={:?}", r.job, r.inv, (r.start - T0) / 1000, r.ok);
+                println!("run {} (seq {:?}) by {} at +{} ok={:?}", r.job, r.seq, r.inv, (r.start - T0) / 1000, r.ok);
             }
             println!("crashed: {:?}", self.obs.borrow().crashed);
         }
-        self.check(violations, crashes)
+        self.check(violations, crashes, &redriven)
     }
 
-    fn check(self, mut violations: Vec<String>, crashes: u64) -> Outcome {
+    fn check(self, mut violations: Vec<String>, crashes: u64, redriven: &[String]) -> Outcome {
         let obs = self.obs.borrow();
         let mut t = Tally {
             seeds: 1,
@@ -632,12 +649,12 @@ impl Sim {
             }
         }
         // Per key, first successes in start order follow the key's order (seq in strict mode, the
-        // production order in lock mode).
+        // production order in lock mode). A job an operator redrove runs when the operator says.
         let mut seen = std::collections::BTreeSet::new();
         let mut last: BTreeMap<String, (i64, String)> = BTreeMap::new();
         for r in obs.runs.iter().filter(|r| r.ok == Some(true)) {
             let Some(key) = &r.key else { continue };
-            if !seen.insert(r.job.clone()) {
+            if redriven.contains(&r.job) || !seen.insert(r.job.clone()) {
                 continue;
             }
             let order = match self.setup.mode {

@@ -2,7 +2,7 @@
 //! KV) behind ports that pause and fail at random, a Queues broker, a producer, and a scripted job
 //! handler that watches every run.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
@@ -377,14 +377,13 @@ impl Runner for SimRunner {
                     }
                 }
             }
-            let start = self.sched.now();
             o.runs.push(RunRecord {
                 job: job.id.to_string(),
                 key: key.clone(),
                 seq,
                 order,
                 inv: self.inv.clone(),
-                start,
+                start: self.sched.now(),
                 ok: None,
             });
         }
@@ -453,7 +452,4 @@ pub struct Tally {
 pub type Shared<T> = Rc<RefCell<T>>;
 pub fn shared<T>(t: T) -> Shared<T> {
     Rc::new(RefCell::new(t))
-}
-pub fn counter() -> Rc<Cell<u64>> {
-    Rc::new(Cell::new(0))
 }
