@@ -293,3 +293,15 @@ fn racing_connections_claim_a_key_exactly_once() {
         assert_eq!(seqs, (1..=10).collect::<Vec<_>>(), "every parked job got its own seq");
     }
 }
+
+#[test]
+fn a_redriven_job_below_a_running_one_waits_for_it() {
+    let (db, _) = Sqlite::temp();
+    enqueue(&db, &["a", "b", "c"]);
+    // `a` went DEAD under skip, the key moved on, and `b` runs; an operator redrives `a`.
+    set(&db, "a", &format!("status = 'DEAD', finished_at = {T0}, last_error = 'x'"));
+    assert_eq!(claim(&db, "k", "w1", T0, OnDead::Skip, 1, None), vec!["b"]);
+    assert!(matches!(block_on(Ledger::new(&db).redrive("a", T0 + 1)).unwrap(), orderly::ledger::Redrive::Redriven(_)));
+    assert!(claim(&db, "k", "w2", T0 + 2, OnDead::Skip, 5, None).is_empty(), "never two jobs of a key at once");
+    assert_eq!(get(&db, "a").status, Status::Pending);
+}

@@ -409,6 +409,7 @@ impl Sim {
     fn operator(&self, redriven: Shared<Vec<String>>) -> Task<Tag> {
         let block = self.setup.on_dead == OnDead::Block;
         let (sql, queue, sched, cfg) = (self.sql("operator"), self.queue(), self.sched.clone(), self.cfg.clone());
+        let obs = self.obs.clone();
         let fut = async move {
             let ledger = Ledger::new(sql);
             let api = Api {
@@ -435,6 +436,7 @@ impl Sim {
                     dead.iter().filter_map(|j| j["id"].as_str()).find(|id| !redriven.borrow().iter().any(|r| r == id));
                 if let Some(id) = fresh.map(str::to_string) {
                     redriven.borrow_mut().push(id.clone());
+                    obs.borrow_mut().redriven.insert(id.clone());
                     api.handle(&req("POST", format!("/jobs/{id}/redrive"))).await;
                 }
                 return;
@@ -448,6 +450,7 @@ impl Sim {
                 let first_time = !redriven.borrow().iter().any(|id| id == head);
                 if first_time {
                     redriven.borrow_mut().push(head.to_string());
+                    obs.borrow_mut().redriven.insert(head.to_string());
                     api.handle(&req("POST", format!("/jobs/{head}/redrive"))).await;
                 } else {
                     api.handle(&req("POST", format!("/keys/{key}/skip"))).await;
@@ -471,7 +474,7 @@ impl Sim {
         let mut tasks: Vec<Task<Tag>> = vec![self.producer()];
         let mut next_inv = 0u64;
         let mut next_cron = T0 + 60_000;
-        let mut next_operator = T0 + 120_000;
+        let mut next_operator = T0 + 15_000;
         let redriven: Shared<Vec<String>> = shared(Vec::new());
         let mut steps = 0u64;
         let mut crashes = 0u64;
@@ -512,7 +515,9 @@ impl Sim {
                 tasks.push(self.cron());
             }
             if now >= next_operator && self.setup.mode == OrderingMode::Strict {
-                next_operator += 120_000;
+                // Under skip the operator redrives while keys are still busy, so a redriven job
+                // lands below a running one.
+                next_operator += if self.setup.on_dead == OnDead::Block { 120_000 } else { 15_000 };
                 tasks.push(self.operator(redriven.clone()));
             }
 

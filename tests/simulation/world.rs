@@ -54,6 +54,9 @@ pub struct Observations {
     pub d1_faulted: BTreeSet<String>,
     pub violations: Vec<String>,
     pub faults_injected: u64,
+    /// Jobs an operator redrove: put back below jobs that may already be claimed, so the run
+    /// rule (checked when a claim is made) is not re-checked against them at run start.
+    pub redriven: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -364,9 +367,8 @@ impl Runner for SimRunner {
             if let (Some(on_dead), Some(k), Some(s)) = (self.strict, &key, seq) {
                 let mine = o.finished_by.get(&self.inv).cloned().unwrap_or_default();
                 for lower in key_jobs(&self.db, k).into_iter().filter(|j| j.seq.is_some_and(|x| x < s)) {
-                    if !lower.passable(on_dead)
-                        && !(mine.contains(&lower.id) && chained_past(&o, &self.inv, &lower, on_dead))
-                    {
+                    let finished_here = mine.contains(&lower.id) && chained_past(&o, &self.inv, &lower, on_dead);
+                    if !lower.passable(on_dead) && !finished_here && !o.redriven.contains(&lower.id) {
                         o.violations.push(format!(
                             "run rule broken: {} (seq {s}) started while {} (seq {:?}) is {}",
                             job.id,
