@@ -12,6 +12,10 @@ pub const MAX_DELAY_SECONDS: u32 = 43_200;
 /// Shortest `expirationTtl` Workers KV accepts.
 pub const MIN_LOCK_TTL_SECONDS: u32 = 60;
 
+/// What a lock or lease must have left beyond one handler run's longest time, and how much longer
+/// than that run both must be (so a fresh one always outlives a run).
+pub const KEEPALIVE_MARGIN_SECONDS: u32 = 15;
+
 /// How keyed jobs are ordered (`ORDERING_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OrderingMode {
@@ -118,6 +122,13 @@ pub struct ConfigError {
 }
 
 impl Config {
+    /// How long after writing a lock or lease of `ttl_seconds` it must be renewed before the next
+    /// handler run starts: when less than one run (the webhook timeout) plus a margin is left.
+    pub fn refresh_after_ms(&self, ttl_seconds: u32) -> i64 {
+        let keep = i64::from(self.webhook_timeout_seconds + KEEPALIVE_MARGIN_SECONDS);
+        (i64::from(ttl_seconds) - keep).max(0) * 1000
+    }
+
     /// Reads every var through `lookup` (None = unset = default) and checks it.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let d = Config::default();
@@ -184,7 +195,28 @@ impl Config {
         if dead_letter_queue.is_empty() {
             return Err(ConfigError { var: "DEAD_LETTER_QUEUE", value: dead_letter_queue, reason: "empty" });
         }
+        let webhook_timeout_seconds = num("WEBHOOK_TIMEOUT_SECONDS", d.webhook_timeout_seconds, 1, 300)?;
+        let lease_seconds = num("LEASE_SECONDS", d.lease_seconds, 10, MAX_DELAY_SECONDS)?;
+        // A lease or lock must outlive the longest handler run, or the reaper (or another group)
+        // could take a job or key while it still runs.
+        let floor = webhook_timeout_seconds + KEEPALIVE_MARGIN_SECONDS;
+        if lease_seconds < floor {
+            return Err(ConfigError {
+                var: "LEASE_SECONDS",
+                value: lease_seconds.to_string(),
+                reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lease must outlive the longest run",
+            });
+        }
+        if lock_ttl_seconds < floor {
+            return Err(ConfigError {
+                var: "ORDERING_LOCK_TTL",
+                value: lock_ttl_seconds.to_string(),
+                reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lock must outlive the longest run",
+            });
+        }
         Ok(Config {
+            webhook_timeout_seconds,
+            lease_seconds,
             jobs_queue,
             dead_letter_queue,
             ordering_mode,
@@ -201,10 +233,7 @@ impl Config {
                 0,
                 MAX_DELAY_SECONDS,
             )?,
-            lease_seconds: num("LEASE_SECONDS", d.lease_seconds, 10, MAX_DELAY_SECONDS)?,
             retention_days: num("RETENTION_DAYS", d.retention_days, 1, 3650)?,
-            // Workers cap a queue invocation's wall time at 15 minutes; one request must fit well within.
-            webhook_timeout_seconds: num("WEBHOOK_TIMEOUT_SECONDS", d.webhook_timeout_seconds, 1, 300)?,
         })
     }
 }
@@ -250,6 +279,22 @@ mod tests {
         assert_eq!(with(&[("ORDERING_MODE", "fifo")]).unwrap_err().var, "ORDERING_MODE");
         assert_eq!(with(&[("ON_DEAD", "drop")]).unwrap_err().var, "ON_DEAD");
         assert_eq!(with(&[("STRICT_RUN_BUDGET", "0")]).unwrap_err().var, "STRICT_RUN_BUDGET");
+    }
+
+    #[test]
+    fn leases_and_locks_shorter_than_one_run_are_refused() {
+        assert_eq!(
+            with(&[("WEBHOOK_TIMEOUT_SECONDS", "300"), ("LEASE_SECONDS", "120")]).unwrap_err().var,
+            "LEASE_SECONDS"
+        );
+        let e = with(&[("WEBHOOK_TIMEOUT_SECONDS", "300"), ("LEASE_SECONDS", "600")]).unwrap_err();
+        assert_eq!(e.var, "ORDERING_LOCK_TTL");
+        assert!(
+            with(&[("WEBHOOK_TIMEOUT_SECONDS", "300"), ("LEASE_SECONDS", "600"), ("ORDERING_LOCK_TTL", "315")]).is_ok()
+        );
+        assert_eq!(with(&[("LEASE_SECONDS", "10")]).unwrap_err().var, "LEASE_SECONDS");
+        // At the defaults a lock (60 s) is refreshed before a run once 15 s have passed.
+        assert_eq!(Config::default().refresh_after_ms(60), 15_000);
     }
 
     #[test]

@@ -24,6 +24,10 @@ struct Script {
     clock: Rc<ManualClock>,
     kv: Rc<MemoryKv<Rc<ManualClock>>>,
     runs: RefCell<Vec<(String, u32)>>,
+    /// The payload each run was given.
+    payloads: RefCell<Vec<Value>>,
+    /// When set, a run of this job id loses its lease mid-run (as if the reaper took it).
+    steal: RefCell<Option<(String, std::path::PathBuf)>>,
     /// The lock value seen at each run of a keyed job (lock key, value).
     seen_locks: RefCell<Vec<Option<String>>>,
     watch_lock: Option<String>,
@@ -32,6 +36,17 @@ struct Script {
 impl Runner for Script {
     async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
         self.runs.borrow_mut().push((job.id.to_string(), job.attempt));
+        self.payloads.borrow_mut().push(job.payload.clone());
+        if let Some((id, path)) = self.steal.borrow().as_ref().filter(|(id, _)| id == job.id) {
+            let other = Sqlite::open(path);
+            other
+                .conn
+                .execute(
+                    "UPDATE job SET status = 'PENDING', lease_owner = NULL, lease_until = NULL WHERE id = ?1",
+                    [id],
+                )
+                .unwrap();
+        }
         if let Some(k) = &self.watch_lock {
             self.seen_locks.borrow_mut().push(self.kv.peek(k));
         }
@@ -58,6 +73,8 @@ struct World {
     /// What the consumer reported.
     log: RefCell<Vec<String>>,
     queue: MemoryQueue,
+    /// The database file (for a second connection that acts behind the consumer's back).
+    path: std::path::PathBuf,
 }
 
 impl World {
@@ -71,10 +88,13 @@ impl World {
             clock: clock.clone(),
             kv: kv.clone(),
             runs: RefCell::default(),
+            payloads: RefCell::default(),
+            steal: RefCell::default(),
             seen_locks: RefCell::default(),
             watch_lock: watch_lock.map(str::to_string),
         };
-        World { clock, kv, db: Sqlite::temp().0, script, cfg, log: RefCell::default(), queue: MemoryQueue::default() }
+        let (db, path) = Sqlite::temp();
+        World { clock, kv, db, path, script, cfg, log: RefCell::default(), queue: MemoryQueue::default() }
     }
     fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
         let consumer = Consumer {
@@ -438,4 +458,67 @@ fn a_custom_prefix_names_the_lock_key() {
     let w = World::with(cfg, Some("app:lock:k"));
     w.run(&[keyed("a", T0, "k", ok())]);
     assert_eq!(w.script.seen_locks.borrow().as_slice(), &[Some("orderly:a".to_string())]);
+}
+
+#[test]
+fn an_early_delivery_of_a_failed_job_keeps_its_key_held_in_its_name() {
+    let w = World::new();
+    let a = keyed("a", T0, "k", json!({"type": "t", "fail": 1}));
+    let b = keyed("b", T0 + 1, "k", ok());
+    w.run(&[a.clone(), b.clone()]);
+    assert_eq!(w.lock("k"), Some(owner_token("a")));
+    // A duplicate of `a` arrives before its retry is due: it takes its own lock, finds `a` not
+    // due, and must leave the key held in `a`'s name, not release it.
+    w.clock.advance_ms(1_000);
+    assert!(matches!(w.run(&[a.clone()])[0], Outcome::Defer { .. }));
+    assert_eq!(w.lock("k"), Some(owner_token("a")), "the hold survives the early delivery");
+    assert!(matches!(w.run(&[b.clone()])[0], Outcome::Defer { .. }), "b does not overtake a");
+    assert_eq!(w.runs(), vec!["a"]);
+}
+
+#[test]
+fn a_result_whose_lease_was_lost_is_not_acked() {
+    let w = World::new();
+    *w.script.steal.borrow_mut() = Some(("a".into(), w.path.clone()));
+    let out = w.run(&[keyed("a", T0, "k", ok())]);
+    assert!(matches!(out[0], Outcome::Defer { .. }), "{out:?}");
+    assert_eq!(w.job("a").status, Status::Pending, "the completion changed nothing");
+    assert!(w.log.borrow().iter().any(|l| l.contains("lease lost")), "{:?}", w.log.borrow());
+    // The message comes back and the ledger decides: the job runs again (nothing is lost).
+    *w.script.steal.borrow_mut() = None;
+    w.clock.advance_ms(2_000);
+    assert_eq!(w.run(&[keyed("a", T0, "k", ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.job("a").status, Status::Done);
+}
+
+#[test]
+fn a_failure_whose_lease_was_lost_writes_no_hold() {
+    let w = World::new();
+    *w.script.steal.borrow_mut() = Some(("a".into(), w.path.clone()));
+    w.run(&[keyed("a", T0, "k", json!({"type": "t", "fail": 1}))]);
+    assert_eq!(w.lock("k"), None, "the key is not held in the name of an unrecorded failure");
+}
+
+#[test]
+fn a_message_naming_a_recorded_job_runs_the_recorded_payload() {
+    let w = World::new();
+    let mut recorded = spec("a", Some("k"));
+    recorded.payload = Some(json!({"type": "t", "v": "recorded"}).to_string());
+    block_on(orderly::ledger::Ledger::new(&w.db).enqueue_all(&[(&recorded, T0)], T0)).unwrap();
+    w.run(&[keyed("a", T0, "k", json!({"type": "t", "v": "forged"}))]);
+    assert_eq!(w.script.payloads.borrow()[0]["v"], json!("recorded"));
+}
+
+#[test]
+fn a_group_waiting_for_a_slot_refreshes_a_lock_taken_before_it_started() {
+    let w = World::with(Config::default(), Some("__fedify_ordering_k9"));
+    // Seven keys: six groups run first (each takes 20 s of the shared clock); the seventh's lock,
+    // taken with the others, is older than its TTL by the time that group starts.
+    let slow = json!({"type": "t", "takes_ms": 20_000});
+    let mut batch: Vec<Incoming> =
+        (0..6).map(|i| keyed(&format!("s{i}"), T0, &format!("k{i}"), slow.clone())).collect();
+    batch.push(keyed("last", T0, "k9", ok()));
+    assert_eq!(w.run(&batch), vec![Outcome::Ack; 7]);
+    let seen = w.script.seen_locks.borrow();
+    assert!(seen.iter().all(|v| v.as_deref() == Some("orderly:last")), "k9 stays locked while it waits: {seen:?}");
 }

@@ -64,6 +64,43 @@ fn claim_takes_over_an_expired_lease_and_counts_the_attempt() {
 }
 
 #[test]
+fn an_expired_lease_out_of_attempts_is_left_to_the_reaper() {
+    let (db, _) = Sqlite::temp();
+    // max_attempts 3: three claims whose runners all died.
+    claim(&db, &spec("a"), "w1", T0).unwrap();
+    claim(&db, &spec("a"), "w2", T0 + LEASE).unwrap();
+    claim(&db, &spec("a"), "w3", T0 + 2 * LEASE).unwrap();
+    let before = get(&db, "a");
+    assert_eq!(claim(&db, &spec("a"), "w4", T0 + 3 * LEASE), None, "a fourth run would exceed max_attempts");
+    assert_eq!(get(&db, "a"), before);
+    let reaped = Job::all(&block_on(db.query(stmt::reap(T0 + 3 * LEASE, 10))).unwrap()).unwrap();
+    assert_eq!((reaped[0].status, reaped[0].attempts), (Status::Dead, 3));
+}
+
+#[test]
+fn a_list_of_one_status_reads_its_index_not_the_table() {
+    let (db, _) = Sqlite::temp();
+    let s = stmt::list(Some(Status::Dead), None, 50);
+    let plan: Vec<String> = db
+        .conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {}", s.sql))
+        .unwrap()
+        .query_map(
+            rusqlite::params_from_iter(s.params.iter().map(|p| match p {
+                orderly::ledger::Param::Null => rusqlite::types::Value::Null,
+                orderly::ledger::Param::Int(i) => rusqlite::types::Value::Integer(*i),
+                orderly::ledger::Param::Text(t) => rusqlite::types::Value::Text(t.clone()),
+            })),
+            |r| r.get::<_, String>(3),
+        )
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(plan.iter().any(|p| p.contains("job_status_created")), "{plan:?}");
+    assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "no sort: {plan:?}");
+}
+
+#[test]
 fn claim_of_a_finished_job_changes_nothing() {
     let (db, _) = Sqlite::temp();
     claim(&db, &spec("a"), "w1", T0).unwrap();

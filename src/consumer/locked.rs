@@ -3,7 +3,7 @@
 //! in one more round trip, settle. Round trips per batch: two to D1; KV get+put per key group to
 //! take the lock, get+delete to release it (all lock operations are `lock.rs`'s).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
 use futures::future::join_all;
@@ -15,7 +15,7 @@ use super::{
 };
 use crate::batch::{self, Item};
 use crate::clock::Clock;
-use crate::handlers::{JobContext, Runner};
+use crate::handlers::{JobContext, JobError, Runner};
 use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt};
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::QueueSender;
@@ -36,6 +36,8 @@ enum Claim {
 struct HeldLock {
     key: String,
     token: String,
+    /// When it was written (its TTL runs from then, also while the group waits for a slot).
+    taken_at: i64,
 }
 
 /// A group's lock situation.
@@ -63,14 +65,20 @@ struct Settle {
     index: usize,
     record: Option<Stmt>,
     outcome: Outcome,
+    /// For a transition guarded by our lease (complete, fail, defer): the job. If it changes no
+    /// row, our lease was lost and the outcome may not be applied.
+    guarded: Option<String>,
 }
 
 impl Settle {
     fn plain(index: usize, outcome: Outcome) -> Self {
-        Settle { index, record: None, outcome }
+        Settle { index, record: None, outcome, guarded: None }
     }
     fn recorded(index: usize, record: Stmt, outcome: Outcome) -> Self {
-        Settle { index, record: Some(record), outcome }
+        Settle { index, record: Some(record), outcome, guarded: None }
+    }
+    fn guarded(index: usize, job: &str, record: Stmt, outcome: Outcome) -> Self {
+        Settle { index, record: Some(record), outcome, guarded: Some(job.to_string()) }
     }
 }
 
@@ -120,7 +128,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             let ids: Vec<&str> = g.members.iter().map(|&i| spec(i).id.as_str()).collect();
             let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
             match lock::acquire(self.kv, &key, &ids, self.cfg.lock_ttl_seconds).await {
-                Ok(Acquired::Taken { token }) => GroupLock::Taken(HeldLock { key, token }),
+                Ok(Acquired::Taken { token }) => {
+                    GroupLock::Taken(HeldLock { key, token, taken_at: self.clock.now_ms() })
+                }
                 Ok(Acquired::Held { holder }) => GroupLock::Held { holder },
                 Err(e) => {
                     (self.log)(&format!("key {key:?} deferred: {e}"));
@@ -199,6 +209,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
         };
         let renewed_at = Cell::new(now);
+        // Every lock this batch holds, with when it was last written: kept alive together, so a
+        // group waiting for a slot does not lose its key before it starts.
+        let held: RefCell<Vec<(HeldLock, i64)>> = RefCell::new(
+            locks
+                .iter()
+                .filter_map(|l| if let GroupLock::Taken(h) = l { Some((h.clone(), h.taken_at)) } else { None })
+                .collect(),
+        );
         let runs: Vec<GroupResult> = stream::iter(groups.iter().zip(&locks))
             .filter_map(|(g, l)| async move {
                 let lock = match l {
@@ -210,7 +228,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             })
             .map(|(g, lock)| {
                 let members: Vec<(usize, Claim)> = g.members.iter().map(|&i| (i, verdict(i))).collect();
-                self.run_group(members, decoded, lock, &renewed_at)
+                self.run_group(members, decoded, lock, &renewed_at, &held)
             })
             .buffer_unordered(GROUP_CONCURRENCY)
             .collect()
@@ -223,25 +241,42 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
         // One D1 round trip records every result; only recorded results are acked. Unrecorded
         // ones come back later and the ledger's lease decides.
+        // A guarded transition that changes no row means our lease was lost (the reaper or another
+        // invocation has the job): its outcome is not applied; the message comes back shortly and
+        // the ledger decides (DONE: acked; PENDING: run again; RUNNING elsewhere: deferred).
         let mut records: Vec<Stmt> = Vec::new();
         let mut decided = Vec::with_capacity(settled.len());
         for s in settled {
-            decided.push((s.index, s.outcome, s.record.is_some()));
+            decided.push((s.index, s.outcome, s.record.as_ref().map(|_| records.len()), s.guarded));
             records.extend(s.record);
         }
-        let recorded = match if records.is_empty() { Ok(Vec::new()) } else { self.sql.batch(records).await } {
-            Ok(_) => true,
+        let rows = match if records.is_empty() { Ok(Vec::new()) } else { self.sql.batch(records).await } {
+            Ok(rows) => Some(rows),
             Err(e) => {
                 (self.log)(&format!("results not recorded, their messages are deferred: {e}"));
-                false
+                None
             }
         };
+        let lost = Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds.max(1) };
         let mut outcomes = vec![infra; msgs.len()];
-        for (index, outcome, needs_record) in decided {
-            outcomes[index] = if recorded || !needs_record { outcome } else { infra };
+        let mut lost_jobs = HashSet::new();
+        for (index, outcome, record_at, guarded) in decided {
+            outcomes[index] = match (&rows, record_at, guarded) {
+                (_, None, _) => outcome,
+                (None, Some(_), _) => infra,
+                (Some(rows), Some(at), Some(job)) if rows.get(at).is_none_or(Vec::is_empty) => {
+                    (self.log)(&format!("job {job:?}: lease lost before its result was recorded; not acked"));
+                    lost_jobs.insert(job);
+                    lost
+                }
+                (Some(_), Some(_), _) => outcome,
+            };
         }
-        if !recorded {
-            lock_ends.iter_mut().for_each(|e| e.hold_for = None);
+        for e in &mut lock_ends {
+            // A hold is written only in the name of a failure that was recorded.
+            if rows.is_none() || e.hold_for.as_ref().is_some_and(|(job, _)| lost_jobs.contains(job)) {
+                e.hold_for = None;
+            }
         }
         self.release_all(lock_ends).await;
         outcomes
@@ -264,12 +299,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         decoded: &[Result<Decoded, String>],
         lock: Option<HeldLock>,
         renewed_at: &Cell<i64>,
+        held: &RefCell<Vec<(HeldLock, i64)>>,
     ) -> GroupResult {
         let keyed = lock.is_some();
         let mut settled = Vec::with_capacity(members.len());
         let mut stopped: Option<u32> = None; // the key is held: the rest wait this long
         let mut hold_for: Option<(String, u32)> = None;
-        let mut lock_refreshed_at = self.clock.now_ms();
         for (i, claim) in members {
             let Ok(d) = &decoded[i] else { continue };
             let now = self.clock.now_ms();
@@ -285,28 +320,38 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 Claim::NotNow(delay) => {
                     if keyed {
                         stopped = Some(stopped.unwrap_or(0).max(delay));
+                        // The job waits for its retry (or runs elsewhere): the key stays held in
+                        // its name, so nothing behind it overtakes it when this group releases.
+                        hold_for.get_or_insert_with(|| (d.spec.id.clone(), delay));
                     }
                     settled.push(Settle::plain(i, Outcome::Defer { delay_seconds: delay }));
                 }
                 Claim::Won(job) => {
                     if let Some(delay) = stopped {
                         let at = now + i64::from(delay) * 1000;
-                        settled.push(Settle::recorded(
+                        settled.push(Settle::guarded(
                             i,
+                            &job.id,
                             stmt::defer(&job.id, &self.owner, now, at),
                             Outcome::Defer { delay_seconds: delay },
                         ));
                         continue;
                     }
-                    self.keep_alive(lock.as_ref(), &mut lock_refreshed_at, renewed_at).await;
+                    self.keep_alive(held, renewed_at).await;
                     let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
-                    let result = self.runner.run(&JobContext { id: &job.id, attempt, payload: &d.payload }).await;
+                    // The ledger row is the truth: a message naming an existing job runs its
+                    // recorded payload, never the message's.
+                    let result = match job.payload_json() {
+                        Some(payload) => self.runner.run(&JobContext { id: &job.id, attempt, payload: &payload }).await,
+                        None => Err(JobError::permanent("the ledger row has no readable payload")),
+                    };
                     let now = self.clock.now_ms();
                     settled.push(match result {
-                        Ok(()) => Settle::recorded(i, stmt::complete(&job.id, &self.owner, now), Outcome::Ack),
+                        Ok(()) => Settle::guarded(i, &job.id, stmt::complete(&job.id, &self.owner, now), Outcome::Ack),
                         Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
-                            FailureDecision::Dead(why) => Settle::recorded(
+                            FailureDecision::Dead(why) => Settle::guarded(
                                 i,
+                                &job.id,
                                 stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why),
                                 Outcome::Ack,
                             ),
@@ -318,7 +363,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                                 }
                                 let at = now + i64::from(delay_seconds) * 1000;
                                 let fail = stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &e.to_string());
-                                Settle::recorded(i, fail, Outcome::Retry { delay_seconds })
+                                Settle::guarded(i, &job.id, fail, Outcome::Retry { delay_seconds })
                             }
                         },
                     });
@@ -331,16 +376,21 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         GroupResult { settled, lock_end }
     }
 
-    /// Keeps a long group's lock and the invocation's leases from expiring under it.
-    async fn keep_alive(&self, lock: Option<&HeldLock>, lock_refreshed_at: &mut i64, renewed_at: &Cell<i64>) {
+    /// Before each job: keeps every lock of the batch and the invocation's leases alive for at
+    /// least one more handler run (the longest a webhook may take, plus a margin).
+    async fn keep_alive(&self, held: &RefCell<Vec<(HeldLock, i64)>>, renewed_at: &Cell<i64>) {
         let now = self.clock.now_ms();
-        if let Some(l) = lock {
-            if now - *lock_refreshed_at > i64::from(self.cfg.lock_ttl_seconds) * 500 {
-                // Best-effort like the lock itself: a failed refresh leaves the TTL running.
-                let _ = lock::refresh(self.kv, &l.key, &l.token, self.cfg.lock_ttl_seconds).await;
-                *lock_refreshed_at = now;
-            }
-        }
+        let due: Vec<HeldLock> = held
+            .borrow_mut()
+            .iter_mut()
+            .filter(|(_, at)| now - *at > self.cfg.refresh_after_ms(self.cfg.lock_ttl_seconds))
+            .map(|(l, at)| {
+                *at = now;
+                l.clone()
+            })
+            .collect();
+        // Best-effort like the lock itself: a failed refresh leaves the TTL running.
+        join_all(due.iter().map(|l| lock::refresh(self.kv, &l.key, &l.token, self.cfg.lock_ttl_seconds))).await;
         self.renew_leases(renewed_at).await;
     }
 

@@ -139,11 +139,11 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     pub log: &'a dyn Fn(&str),
 }
 
-/// A decoded message: the job it asks for.
+/// A decoded message: the job it asks for. Its payload is in `spec` for recording; what runs is
+/// always the ledger row's payload.
 #[derive(Debug, Clone)]
 struct Decoded {
     spec: JobSpec,
-    payload: Value,
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
@@ -205,7 +205,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             payload: Some(env.payload.to_string()),
             max_attempts: env.meta.max_attempts.unwrap_or(self.cfg.max_attempts),
         };
-        Ok(Decoded { spec, payload: env.payload })
+        Ok(Decoded { spec })
     }
 
     /// The ledger row for a message that cannot be decoded: its id, its body as text.
@@ -251,11 +251,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             .collect()
     }
 
-    /// Extends this invocation's leases once half of the lease has passed since the last renewal.
+    /// Before a handler run: extends this invocation's leases when what is left of them might not
+    /// outlast the run (see [`Config::refresh_after_ms`]).
     async fn renew_leases(&self, renewed_at: &Cell<i64>) {
         let now = self.clock.now_ms();
         let lease_ms = i64::from(self.cfg.lease_seconds) * 1000;
-        if now - renewed_at.get() > lease_ms / 2 {
+        if now - renewed_at.get() > self.cfg.refresh_after_ms(self.cfg.lease_seconds) {
             renewed_at.set(now);
             if let Err(e) = self.sql.query(stmt::renew(&self.owner, now, now + lease_ms)).await {
                 (self.log)(&format!("lease renewal failed, leases may expire under running jobs: {e}"));
