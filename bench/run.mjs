@@ -78,7 +78,7 @@ async function startConsumer(kind, t) {
     outboundService: (req) => t.handle(req),
     modulesRoot: join(root, "build"),
   };
-  const vars = { ADMIN_TOKEN: "bench", LOCK_RETRY_DELAY_SECONDS: "2", LEASE_SECONDS: "120", BACKOFF_BASE_SECONDS: "1" };
+  const vars = { ADMIN_TOKEN: "bench-token-0123456789", LOCK_RETRY_DELAY_SECONDS: "2", LEASE_SECONDS: "120", BACKOFF_BASE_SECONDS: "1" };
   const orderly = (mode) => new Miniflare({
     ...common,
     scriptPath: join(root, "build/bench-orderly.mjs"),
@@ -164,7 +164,7 @@ async function measure(consumer, name, concurrency) {
           const chunk = jobs.slice(i, i + 1000).map((j) => ({ payload: j.payload, ordering_key: j.key }));
           const res = await mf.dispatchFetch("http://bench.test/jobs", {
             method: "POST",
-            headers: { authorization: "Bearer bench", "content-type": "application/json" },
+            headers: { authorization: "Bearer bench-token-0123456789", "content-type": "application/json" },
             body: JSON.stringify({ jobs: chunk }),
           });
           if (res.status !== 202) throw new Error(`POST /jobs answered ${res.status}: ${await res.text()}`);

@@ -20,8 +20,28 @@ use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
-/// Most jobs in one `POST /jobs`.
-pub const MAX_JOBS_PER_REQUEST: usize = 1000;
+/// Most jobs in one `POST /jobs`: one D1 statement each (plus one more for each duplicate), within
+/// Workers' 1,000 D1 queries per invocation on paid plans. (The free plan allows 50: submit at
+/// most 20 jobs per request there.)
+pub const MAX_JOBS_PER_REQUEST: usize = 500;
+/// Shortest `ADMIN_TOKEN` accepted: a guessable token is a configuration error, not a lock.
+pub const MIN_TOKEN_BYTES: usize = 16;
+/// The dashboard's Content-Security-Policy: nothing but its own inline script and style (by hash)
+/// and calls to its own origin; never framed.
+fn dashboard_csp() -> String {
+    let hash = |tag: &str| {
+        let open = format!("<{tag}>");
+        let close = format!("</{tag}>");
+        let body = DASHBOARD.split_once(&open).and_then(|(_, rest)| rest.split_once(&close)).map_or("", |(b, _)| b);
+        base64::engine::general_purpose::STANDARD.encode(Sha256::digest(body.as_bytes()))
+    };
+    format!(
+        "default-src 'none'; script-src 'sha256-{}'; style-src 'sha256-{}'; connect-src 'self'; \
+         base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        hash("script"),
+        hash("style")
+    )
+}
 /// Largest page.
 pub const MAX_PAGE: u32 = 200;
 
@@ -51,14 +71,24 @@ pub struct ApiResponse {
     pub content_type: &'static str,
     /// Body text.
     pub body: String,
+    /// Headers beyond content type (the edge adds `cache-control` and `nosniff` to every answer).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl ApiResponse {
     fn json(status: u16, v: Value) -> Self {
-        ApiResponse { status, content_type: "application/json", body: v.to_string() }
+        ApiResponse { status, content_type: "application/json", body: v.to_string(), headers: Vec::new() }
     }
     fn error(status: u16, msg: impl Into<String>) -> Self {
         Self::json(status, json!({ "error": msg.into() }))
+    }
+    /// An error answer with a JSON body already built.
+    pub fn json_error(status: u16, body: Value) -> Self {
+        Self::json(status, body)
+    }
+    /// 413 for a body over `limit` bytes.
+    pub fn too_large(limit: usize) -> Self {
+        Self::error(413, format!("body is larger than {limit} bytes"))
     }
     /// The body parsed as JSON (for tests and callers that inspect responses).
     pub fn json_body(&self) -> Value {
@@ -89,20 +119,45 @@ pub fn constant_time_eq(a: &str, b: &str) -> bool {
 }
 
 impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
-    /// Answers one request. Never fails: errors are responses.
-    pub async fn handle(&self, req: &ApiRequest) -> ApiResponse {
-        if req.method == "GET" && (req.path == "/" || req.path == "/index.html") {
-            return ApiResponse { status: 200, content_type: "text/html; charset=utf-8", body: DASHBOARD.to_string() };
+    /// What to answer before the body is read: the dashboard page, or a refusal (no token
+    /// configured, a token too short, a missing or wrong bearer token). `None`: read the body and
+    /// call [`Api::handle`].
+    pub fn gate(&self, method: &str, path: &str, authorization: Option<&str>) -> Option<ApiResponse> {
+        if method == "GET" && (path == "/" || path == "/index.html") {
+            return Some(ApiResponse {
+                status: 200,
+                content_type: "text/html; charset=utf-8",
+                body: DASHBOARD.to_string(),
+                headers: vec![("content-security-policy", dashboard_csp()), ("x-frame-options", "DENY".into())],
+            });
         }
-        let Some(token) = self.admin_token.filter(|t| !t.is_empty()) else {
-            return ApiResponse::error(
+        let Some(token) = self.admin_token.map(str::trim).filter(|t| !t.is_empty()) else {
+            return Some(ApiResponse::error(
                 503,
                 "ADMIN_TOKEN is not configured; set it with `wrangler secret put ADMIN_TOKEN`",
-            );
+            ));
         };
-        let presented = req.authorization.as_deref().and_then(|h| h.strip_prefix("Bearer "));
-        if !presented.is_some_and(|p| constant_time_eq(p.trim(), token)) {
-            return ApiResponse::error(401, "missing or wrong bearer token");
+        if token.len() < MIN_TOKEN_BYTES {
+            return Some(ApiResponse::error(
+                500,
+                format!("ADMIN_TOKEN is shorter than {MIN_TOKEN_BYTES} characters; set a longer one"),
+            ));
+        }
+        // RFC 9110: the scheme is case-insensitive.
+        let presented = authorization.and_then(|h| {
+            let (scheme, credentials) = h.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| credentials.trim())
+        });
+        if !presented.is_some_and(|p| constant_time_eq(p, token)) {
+            return Some(ApiResponse::error(401, "missing or wrong bearer token"));
+        }
+        None
+    }
+
+    /// Answers one request. Never fails: errors are responses.
+    pub async fn handle(&self, req: &ApiRequest) -> ApiResponse {
+        if let Some(answer) = self.gate(&req.method, &req.path, req.authorization.as_deref()) {
+            return answer;
         }
         let cfg = match self.cfg {
             Ok(c) => c,
@@ -207,6 +262,17 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         }
         let (jobs, next) = self.ledger.list(status, cursor.as_ref().map(|(at, id)| (*at, id.as_str())), limit).await?;
         let next_cursor = next.map(|(at, id)| B64URL.encode(format!("{at}:{id}")));
+        // Payloads stay out of lists (up to 128 KB each); `GET /jobs/{id}` has them.
+        let jobs: Vec<Value> = jobs
+            .iter()
+            .map(|j| {
+                let mut v = json!(j);
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("payload");
+                }
+                v
+            })
+            .collect();
         Ok(ApiResponse::json(200, json!({ "jobs": jobs, "next_cursor": next_cursor })))
     }
 

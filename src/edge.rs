@@ -13,6 +13,7 @@ use worker::{
     RequestInit,
 };
 
+use crate::api::ApiResponse;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::error::InfraError;
@@ -77,6 +78,31 @@ pub fn body_json(body: JsValue) -> Result<Value, String> {
 /// serde-wasm-bindgen turns maps into JS `Map`s, which arrive as `{}`.
 pub fn to_js(json: &str) -> Result<JsValue, InfraError> {
     js_sys::JSON::parse(json).map_err(|e| InfraError::new("Queue", format!("JSON.parse failed: {e:?}")))
+}
+
+/// Reads a request body, at most `limit` bytes, whether or not it declares its length: a body
+/// that declares more, or streams more, is refused (413) without reading the rest.
+pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, ApiResponse> {
+    use futures::StreamExt;
+    let declared = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiResponse::too_large(limit));
+    }
+    let mut stream = match req.stream() {
+        Ok(s) => s,
+        // No body at all.
+        Err(_) => return Ok(Vec::new()),
+    };
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiResponse::json_error(400, serde_json::json!({"error": format!("body unreadable: {e}")})))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiResponse::too_large(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// Workers KV.

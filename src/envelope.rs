@@ -16,6 +16,8 @@ pub const PAYLOAD_FIELD: &str = "__fedify_payload__";
 pub const JOB_FIELD: &str = "__orderly_job__";
 /// Longest ordering key, job id or dedupe key accepted (KV keys are limited to 512 bytes).
 pub const MAX_KEY_BYTES: usize = 256;
+/// Job ids that no URL `/jobs/{id}` can reach.
+pub const RESERVED_IDS: [&str; 3] = ["counts", ".", ".."];
 /// Highest per-job `max_attempts`.
 pub const MAX_ATTEMPTS_LIMIT: u32 = 1000;
 
@@ -118,6 +120,11 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
         }
     };
     let id = text(&mut m, "id")?;
+    if let Some(id) = id.as_deref().filter(|id| RESERVED_IDS.contains(id)) {
+        // `GET /jobs/counts` is a route, and URLs fold `.` and `..` away: such a job could never
+        // be fetched or redriven.
+        return Err(bad(format!("{JOB_FIELD}.id {id:?} is reserved")));
+    }
     let dedupe_key = text(&mut m, "dedupe_key")?;
     let max_attempts = match m.remove("max_attempts") {
         None | Some(Value::Null) => None,
@@ -163,6 +170,16 @@ fn kind(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_no_url_can_reach_are_refused() {
+        for id in RESERVED_IDS {
+            let body = serde_json::json!({"type": "t", JOB_FIELD: {"id": id}});
+            let err = Envelope::decode(body).unwrap_err();
+            assert!(err.to_string().contains("reserved"), "{id}: {err}");
+        }
+        assert!(Envelope::decode(serde_json::json!({"type": "t", JOB_FIELD: {"id": "counts-1"}})).is_ok());
+    }
     use serde_json::json;
 
     #[test]

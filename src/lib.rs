@@ -41,8 +41,8 @@ mod entry {
     use worker::{console_error, console_log, event, Context, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder};
     use worker::{Request, Response, ScheduleContext, ScheduledEvent};
 
-    use crate::api::{Api, ApiRequest, MAX_BODY_BYTES};
-    use crate::consumer::{Consumer, Incoming, Outcome, Role, INFRA_RETRY_DELAY_SECONDS};
+    use crate::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};
+    use crate::consumer::{Consumer, Incoming, Outcome, INFRA_RETRY_DELAY_SECONDS};
     use crate::edge::{self, SystemClock, WorkerFetch, WorkerKv, WorkerQueue};
     use crate::handlers::{Registry, Services};
     use crate::ledger::d1::D1Sql;
@@ -135,7 +135,6 @@ mod entry {
 
     #[event(fetch)]
     pub async fn fetch(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
-        let declared = req.headers().get("content-length").ok().flatten().and_then(|l| l.parse::<usize>().ok());
         let url = req.url()?;
         let mut api_req = ApiRequest {
             method: req.method().to_string(),
@@ -144,23 +143,13 @@ mod entry {
             authorization: req.headers().get("authorization").ok().flatten(),
             body: Vec::new(),
         };
-        if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
-            return respond(
-                413,
-                "application/json",
-                &format!("{{\"error\":\"body is larger than {MAX_BODY_BYTES} bytes\"}}"),
-            );
-        }
-        if api_req.method == "POST" {
-            api_req.body = req.bytes().await.unwrap_or_default();
-        }
         let cfg = edge::config(&env);
         let admin_token = edge::secret(&env, "ADMIN_TOKEN");
         let (db, queue) = match (env.d1(edge::DB_BINDING), env.queue(edge::QUEUE_BINDING)) {
             (Ok(db), Ok(q)) => (db, q),
             (Err(e), _) | (_, Err(e)) => {
                 let body = serde_json::json!({ "error": format!("binding missing: {e}") });
-                return respond(500, "application/json", &body.to_string());
+                return respond(ApiResponse::json_error(500, body));
             }
         };
         let ledger = Ledger::new(D1Sql(db));
@@ -172,15 +161,28 @@ mod entry {
             admin_token: admin_token.as_deref(),
             new_id: &edge::random_id,
         };
-        let r = api.handle(&api_req).await;
-        respond(r.status, r.content_type, &r.body)
+        // The token is checked before a byte of the body is read.
+        if let Some(answer) = api.gate(&api_req.method, &api_req.path, api_req.authorization.as_deref()) {
+            return respond(answer);
+        }
+        if api_req.method == "POST" {
+            match edge::read_capped(&mut req, MAX_BODY_BYTES).await {
+                Ok(body) => api_req.body = body,
+                Err(answer) => return respond(answer),
+            }
+        }
+        respond(api.handle(&api_req).await)
     }
 
-    fn respond(status: u16, content_type: &str, body: &str) -> worker::Result<Response> {
-        let resp = Response::ok(body)?.with_status(status);
+    fn respond(r: ApiResponse) -> worker::Result<Response> {
+        let resp = Response::ok(r.body)?.with_status(r.status);
         let headers = resp.headers().clone();
-        headers.set("content-type", content_type)?;
+        headers.set("content-type", r.content_type)?;
         headers.set("cache-control", "no-store")?;
+        headers.set("x-content-type-options", "nosniff")?;
+        for (name, value) in &r.headers {
+            headers.set(name, value)?;
+        }
         Ok(resp.with_headers(headers))
     }
 

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use support::{MemoryQueue as Queue, Sqlite};
 
 const T0: i64 = 1_700_000_000_000;
-const TOKEN: &str = "s3cret-token";
+const TOKEN: &str = "s3cret-token-0123456789";
 
 struct World {
     ledger: Ledger<Sqlite>,
@@ -315,4 +315,63 @@ fn maintenance_resends_overdue_pending_jobs_once_and_purges_old_done_rows() {
     assert_eq!(block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg)).unwrap().purged, 1);
     assert!(block_on(w.ledger.get("done")).unwrap().is_none());
     assert!(block_on(w.ledger.get("job-001")).unwrap().is_some(), "PENDING rows are never purged");
+}
+
+fn gate(token: Option<&str>, authorization: Option<&str>, method: &str, path: &str) -> Option<ApiResponse> {
+    let w = World::new();
+    let api = Api {
+        ledger: &w.ledger,
+        queue: &w.queue,
+        clock: &w.clock,
+        cfg: Ok(&w.cfg),
+        admin_token: token,
+        new_id: &|| "x".into(),
+    };
+    api.gate(method, path, authorization)
+}
+
+#[test]
+fn the_bearer_scheme_is_case_insensitive_and_a_padded_token_still_matches() {
+    assert!(gate(Some(TOKEN), Some(&format!("bearer {TOKEN}")), "GET", "/jobs").is_none());
+    assert!(gate(Some(TOKEN), Some(&format!("BEARER  {TOKEN} ")), "GET", "/jobs").is_none());
+    assert!(gate(Some(&format!(" {TOKEN}\n")), Some(&format!("Bearer {TOKEN}")), "GET", "/jobs").is_none());
+    assert_eq!(gate(Some(TOKEN), Some(&format!("Basic {TOKEN}")), "GET", "/jobs").map(|r| r.status), Some(401));
+}
+
+#[test]
+fn a_short_admin_token_is_a_configuration_error() {
+    let r = gate(Some("x"), Some("Bearer x"), "GET", "/jobs").expect("refused");
+    assert_eq!(r.status, 500);
+    assert!(r.json_body()["error"].as_str().unwrap().contains("shorter than 16"));
+}
+
+#[test]
+fn the_gate_answers_without_the_body_and_serves_the_dashboard_with_a_strict_policy() {
+    assert_eq!(gate(Some(TOKEN), None, "POST", "/jobs").map(|r| r.status), Some(401));
+    let page = gate(Some(TOKEN), None, "GET", "/").expect("the page");
+    let csp = page.headers.iter().find(|(n, _)| *n == "content-security-policy").map(|(_, v)| v.clone()).unwrap();
+    assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(csp.contains("script-src 'sha256-") && !csp.contains("unsafe-inline"), "{csp}");
+}
+
+#[test]
+fn lists_leave_payloads_out_and_one_job_has_it() {
+    let w = World::new();
+    let r = w.call("POST", "/jobs", Some(json!({"payload": webhook(1)})));
+    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
+    let list = w.call("GET", "/jobs", None).json_body();
+    assert!(list["jobs"][0].get("payload").is_none(), "{list}");
+    assert_eq!(list["jobs"][0]["id"], json!(id));
+    assert_eq!(w.call("GET", &format!("/jobs/{id}"), None).json_body()["job"]["payload"], webhook(1));
+}
+
+#[test]
+fn a_submission_takes_one_statement_per_job_and_at_most_500_jobs() {
+    let w = World::new();
+    let jobs: Vec<Value> = (0..500).map(|n| json!({"payload": webhook(n)})).collect();
+    let before = w.ledger.sql.round_trips.get();
+    assert_eq!(w.call("POST", "/jobs", Some(json!({"jobs": jobs}))).status, 202);
+    assert_eq!(w.ledger.sql.round_trips.get() - before, 1, "no duplicates: one round trip");
+    let too_many: Vec<Value> = (0..501).map(|n| json!({"payload": webhook(n)})).collect();
+    assert_eq!(w.call("POST", "/jobs", Some(json!({"jobs": too_many}))).status, 413);
 }

@@ -430,25 +430,32 @@ impl<S: Sql> Ledger<S> {
         out.pop().ok_or_else(|| InfraError::new("D1", "enqueue returned no result"))
     }
 
-    /// Records many API jobs PENDING in one round trip, in order: for each, `(job, inserted)`;
-    /// when not inserted, the job it duplicates (same id, or the active holder of its dedupe key).
+    /// Records many API jobs PENDING in one round trip, in order (one statement each): for each,
+    /// `(job, inserted)`; when not inserted, the job it duplicates (same id, or the active holder of
+    /// its dedupe key), read in a second round trip only when there are duplicates.
     pub async fn enqueue_all(&self, jobs: &[(&JobSpec, i64)], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
-        let stmts = jobs
-            .iter()
-            .flat_map(|(job, next_run_at)| {
-                [stmt::enqueue(job, now, *next_run_at), stmt::existing(&job.id, job.dedupe_key.as_deref())]
-            })
-            .collect();
-        let out = self.sql.batch(stmts).await?;
-        out.chunks(2)
-            .map(|pair| {
-                if let Some(j) = Job::first(&pair[0])? {
-                    return Ok((j, true));
-                }
-                let existing = Job::first(pair.get(1).map(Vec::as_slice).unwrap_or_default())?;
-                existing
+        let out = self
+            .sql
+            .batch(jobs.iter().map(|(job, next_run_at)| stmt::enqueue(job, now, *next_run_at)).collect())
+            .await?;
+        let inserted: Vec<Option<Job>> = out.iter().map(|rows| Job::first(rows)).collect::<Result<_, _>>()?;
+        let missing: Vec<usize> = (0..jobs.len()).filter(|&i| inserted.get(i).is_none_or(Option::is_none)).collect();
+        let existing = if missing.is_empty() {
+            Vec::new()
+        } else {
+            let reads =
+                missing.iter().map(|&i| stmt::existing(&jobs[i].0.id, jobs[i].0.dedupe_key.as_deref())).collect();
+            self.sql.batch(reads).await?
+        };
+        let mut existing = missing.iter().zip(existing).collect::<std::collections::HashMap<_, _>>();
+        inserted
+            .into_iter()
+            .enumerate()
+            .map(|(i, job)| match job {
+                Some(j) => Ok((j, true)),
+                None => Job::first(existing.remove(&i).as_deref().unwrap_or_default())?
                     .map(|j| (j, false))
-                    .ok_or_else(|| InfraError::new("D1", "enqueue wrote nothing and found no conflicting job"))
+                    .ok_or_else(|| InfraError::new("D1", "enqueue wrote nothing and found no conflicting job")),
             })
             .collect()
     }

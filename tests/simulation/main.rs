@@ -290,7 +290,7 @@ impl Sim {
                 let req = ApiRequest {
                     method: "POST".into(),
                     path: "/jobs".into(),
-                    authorization: Some("Bearer sim-token".into()),
+                    authorization: Some("Bearer sim-token-0123456789".into()),
                     body: serde_json::to_vec(&json!({"jobs": jobs})).unwrap_or_default(),
                     ..ApiRequest::default()
                 };
@@ -301,7 +301,7 @@ impl Sim {
                         queue: &queue,
                         clock: &*sched.clock,
                         cfg: Ok(&*cfg),
-                        admin_token: Some("sim-token"),
+                        admin_token: Some("sim-token-0123456789"),
                         new_id: &new_id,
                     };
                     let r = api.handle(&req).await;
@@ -417,14 +417,14 @@ impl Sim {
                 queue: &queue,
                 clock: &*sched.clock,
                 cfg: Ok(&*cfg),
-                admin_token: Some("sim-token"),
+                admin_token: Some("sim-token-0123456789"),
                 new_id: &String::new,
             };
             let req = |method: &str, path: String| ApiRequest {
                 method: method.into(),
                 path,
                 query: String::new(),
-                authorization: Some("Bearer sim-token".into()),
+                authorization: Some("Bearer sim-token-0123456789".into()),
                 body: Vec::new(),
             };
             if !block {
