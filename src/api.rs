@@ -403,8 +403,15 @@ fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessa
         meta: JobMeta { id: Some(id.clone()), dedupe_key: dedupe_key.clone(), max_attempts },
     };
     let msg = OutMessage::new(&env.encode(), delay);
-    if msg.size() > MAX_MESSAGE_BYTES {
-        return Err((413, format!("job is larger than the {MAX_MESSAGE_BYTES}-byte queue message limit")));
+    if !msg.fits() {
+        return Err((
+            413,
+            format!(
+                "job is {} bytes as a queue message; Cloudflare Queues takes at most {MAX_MESSAGE_BYTES} \
+                 (128,000 with its metadata)",
+                msg.size()
+            ),
+        ));
     }
     let spec = JobSpec {
         id,

@@ -16,6 +16,7 @@ use worker::{
 use crate::api::ApiResponse;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
+use crate::envelope::MAX_BODY_JSON_BYTES;
 use crate::error::InfraError;
 use crate::handlers::{HttpClient, HttpRequest, HttpResponse};
 use crate::lock::Kv;
@@ -71,6 +72,9 @@ pub fn body_json(body: JsValue) -> Result<Value, String> {
     }
     let text = js_sys::JSON::stringify(&body).map_err(|e| format!("JSON.stringify failed: {e:?}"))?;
     let text = text.as_string().ok_or("the body has no JSON form")?;
+    if text.len() > MAX_BODY_JSON_BYTES {
+        return Err(format!("the body is {} bytes as JSON, over the {MAX_BODY_JSON_BYTES}-byte limit", text.len()));
+    }
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 

@@ -16,6 +16,11 @@ pub const PAYLOAD_FIELD: &str = "__fedify_payload__";
 pub const JOB_FIELD: &str = "__orderly_job__";
 /// Longest ordering key, job id or dedupe key accepted (KV keys are limited to 512 bytes).
 pub const MAX_KEY_BYTES: usize = 256;
+/// Largest message body accepted, as JSON text. Queues caps a message at 128,000 bytes, but a
+/// body sent in another content type (`v8`) can grow when read as JSON (a sparse array of a few
+/// bytes is megabytes of `null`s); past this it is recorded DEAD without its payload, so it can
+/// never sink its batch-mates' D1 round trip.
+pub const MAX_BODY_JSON_BYTES: usize = 256_000;
 /// Job ids that no URL `/jobs/{id}` can reach.
 pub const RESERVED_IDS: [&str; 3] = ["counts", ".", ".."];
 /// Highest per-job `max_attempts`.

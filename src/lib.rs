@@ -196,9 +196,14 @@ mod entry {
             (Ok(db), Ok(q)) => (db, q),
             (Err(e), _) | (_, Err(e)) => return console_error!("orderly maintenance skipped: binding missing: {e}"),
         };
-        match crate::maintenance::run(&Ledger::new(D1Sql(db)), &WorkerQueue(queue), &SystemClock, &cfg).await {
-            Ok(r) => console_log!("orderly maintenance: {}", serde_json::to_string(&r).unwrap_or_default()),
-            Err(e) => console_error!("orderly maintenance failed, the next run retries: {e}"),
+        let r = crate::maintenance::run(&Ledger::new(D1Sql(db)), &WorkerQueue(queue), &SystemClock, &cfg).await;
+        if r.errors.is_empty() {
+            console_log!("orderly maintenance: {}", serde_json::to_string(&r).unwrap_or_default());
+        } else {
+            console_error!(
+                "orderly maintenance, failed steps retry next run: {}",
+                serde_json::to_string(&r).unwrap_or_default()
+            );
         }
     }
 }

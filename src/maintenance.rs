@@ -26,7 +26,7 @@ pub const STEP_LIMIT: u32 = 100;
 pub const PURGE_LIMIT: u32 = 1000;
 
 /// What one run did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
     /// Expired leases moved back to PENDING and re-sent.
     pub reaped: usize,
@@ -38,39 +38,55 @@ pub struct Report {
     pub woken: usize,
     /// DONE rows purged.
     pub purged: usize,
+    /// Steps that failed, and why (the others still ran).
+    pub errors: Vec<String>,
 }
 
-/// Runs all steps once.
-pub async fn run<S: Sql, Q: QueueSender, C: Clock>(
-    ledger: &Ledger<S>,
-    queue: &Q,
-    clock: &C,
-    cfg: &Config,
-) -> Result<Report, InfraError> {
+/// Runs all steps once. A step that fails (D1 or Queues unavailable) is reported and the next
+/// step still runs: one stuck send never stops the reaper or the purge.
+pub async fn run<S: Sql, Q: QueueSender, C: Clock>(ledger: &Ledger<S>, queue: &Q, clock: &C, cfg: &Config) -> Report {
     let now = clock.now_ms();
     let mut report = Report::default();
+    let mut note = |step: &str, e: InfraError| report_error(&mut report.errors, step, e);
 
-    let reaped = Job::all(&ledger.sql.query(stmt::reap(now, STEP_LIMIT)).await?)?;
-    let (pending, dead): (Vec<Job>, Vec<Job>) = reaped.into_iter().partition(|j| j.status == Status::Pending);
-    report.reaped_dead = dead.len();
-    report.reaped = pending.len();
-    // Should the send fail, these stay PENDING and step 2 of a later run re-sends them.
-    producer::send_all(queue, pending.iter().filter_map(|j| producer::message_for(j, 0)).collect()).await?;
-
+    match reap(ledger, queue, now).await {
+        Ok((reaped, dead)) => (report.reaped, report.reaped_dead) = (reaped, dead),
+        // Jobs reaped but not re-sent stay PENDING: the overdue step of a later run sends them.
+        Err(e) => note("reap", e),
+    }
     let overdue = stmt::overdue(now - RESEND_GRACE_MS, STEP_LIMIT, cfg.ordering_mode);
-    report.resent = resend(ledger, queue, now, overdue).await?;
+    match resend(ledger, queue, now, overdue).await {
+        Ok(n) => report.resent = n,
+        Err(e) => note("re-send", e),
+    }
     if cfg.ordering_mode == OrderingMode::Strict {
         let stalled = stmt::stalled_heads(now - WAKE_GRACE_MS, cfg.on_dead, STEP_LIMIT);
-        report.woken = resend(ledger, queue, now, stalled).await?;
+        match resend(ledger, queue, now, stalled).await {
+            Ok(n) => report.woken = n,
+            Err(e) => note("wake", e),
+        }
     }
-
     let cutoff = now - i64::from(cfg.retention_days) * 86_400_000;
-    report.purged = ledger.sql.query(stmt::purge(cutoff, PURGE_LIMIT)).await?.len();
-    Ok(report)
+    match ledger.sql.query(stmt::purge(cutoff, PURGE_LIMIT)).await {
+        Ok(rows) => report.purged = rows.len(),
+        Err(e) => note("purge", e),
+    }
+    report
+}
+
+fn report_error(errors: &mut Vec<String>, step: &str, e: InfraError) {
+    errors.push(format!("{step}: {e}"));
+}
+
+async fn reap<S: Sql, Q: QueueSender>(ledger: &Ledger<S>, queue: &Q, now: i64) -> Result<(usize, usize), InfraError> {
+    let reaped = Job::all(&ledger.sql.query(stmt::reap(now, STEP_LIMIT)).await?)?;
+    let (pending, dead): (Vec<Job>, Vec<Job>) = reaped.into_iter().partition(|j| j.status == Status::Pending);
+    send_jobs(ledger, queue, &pending, now).await?;
+    Ok((pending.len(), dead.len()))
 }
 
 /// Re-sends the PENDING jobs `select` finds, each taken first (`mark_resent`) so two overlapping
-/// runs never both send it. How many were sent.
+/// runs never both send it. How many were taken.
 async fn resend<S: Sql, Q: QueueSender>(
     ledger: &Ledger<S>,
     queue: &Q,
@@ -83,6 +99,37 @@ async fn resend<S: Sql, Q: QueueSender>(
     }
     let taken = ledger.sql.batch(found.iter().map(|j| stmt::mark_resent(&j.id, j.next_run_at, now)).collect()).await?;
     let won: Vec<Job> = taken.iter().filter_map(|rows| Job::first(rows).ok().flatten()).collect();
-    producer::send_all(queue, won.iter().filter_map(|j| producer::message_for(j, 0)).collect()).await?;
+    send_jobs(ledger, queue, &won, now).await?;
     Ok(won.len())
+}
+
+/// Sends PENDING jobs' messages. A job whose message can never be sent (over Queues' size limit,
+/// or no readable payload) is recorded DEAD with the reason instead of failing every later run.
+async fn send_jobs<S: Sql, Q: QueueSender>(
+    ledger: &Ledger<S>,
+    queue: &Q,
+    jobs: &[Job],
+    now: i64,
+) -> Result<(), InfraError> {
+    let mut sendable = Vec::with_capacity(jobs.len());
+    let mut unsendable = Vec::new();
+    for j in jobs {
+        match producer::message_for(j, 0) {
+            Some(m) if m.fits() => sendable.push(m),
+            Some(m) => unsendable.push(stmt::record_dead(
+                &j.spec(),
+                now,
+                &format!(
+                    "its queue message is {} bytes, over Cloudflare Queues' limit of {} (128,000 with metadata)",
+                    m.size(),
+                    producer::MAX_MESSAGE_BYTES
+                ),
+            )),
+            None => unsendable.push(stmt::record_dead(&j.spec(), now, "no readable payload to send")),
+        }
+    }
+    if !unsendable.is_empty() {
+        ledger.sql.batch(unsendable).await?;
+    }
+    producer::send_all(queue, sendable).await
 }

@@ -1,8 +1,9 @@
 //! Sending jobs to the queue: envelopes from ledger rows, and batches within Queues' limits.
 //!
-//! Pure apart from the [`QueueSender`] port. Queues takes at most 100 messages and 256 KB per
-//! `sendBatch`, and 128 KB per message; `split` keeps to those so a large submission never fails
-//! as a whole.
+//! Pure apart from the [`QueueSender`] port. Queues takes at most 100 messages and 256,000 bytes
+//! per `sendBatch`, and 128,000 bytes per message, metadata included (Cloudflare's KB is 1,000
+//! bytes); `split` keeps to those so a large submission never fails as a whole, and a message that
+//! could never be sent is refused where it is made.
 
 use serde_json::Value;
 
@@ -12,12 +13,12 @@ use crate::ledger::Job;
 
 /// Most messages in one `sendBatch`.
 pub const MAX_BATCH_MESSAGES: usize = 100;
-/// Most bytes in one `sendBatch`.
-pub const MAX_BATCH_BYTES: usize = 256 * 1024;
-/// Most bytes in one message.
-pub const MAX_MESSAGE_BYTES: usize = 128 * 1024;
-/// Bytes counted per message beyond its body: Queues adds metadata, so stay clear of the limit.
-const PER_MESSAGE_OVERHEAD: usize = 256;
+/// Most bytes in one `sendBatch` (Cloudflare's limit).
+pub const MAX_BATCH_BYTES: usize = 256_000;
+/// Bytes counted per message beyond its body: Queues adds about 100 bytes of metadata.
+pub const PER_MESSAGE_OVERHEAD: usize = 256;
+/// Most bytes in one message body: Cloudflare's 128,000 per message, less the metadata.
+pub const MAX_MESSAGE_BYTES: usize = 128_000 - PER_MESSAGE_OVERHEAD;
 
 /// A message to send. The body is serialized once, here: its size is checked against the limits
 /// and the same text is what the edge sends.
@@ -40,6 +41,10 @@ impl OutMessage {
     /// The body's size as sent.
     pub fn size(&self) -> usize {
         self.json.len()
+    }
+    /// Whether Queues would take it.
+    pub fn fits(&self) -> bool {
+        self.size() <= MAX_MESSAGE_BYTES
     }
 }
 
@@ -69,12 +74,20 @@ pub fn split(msgs: Vec<OutMessage>) -> Vec<Vec<OutMessage>> {
     batches
 }
 
-/// Sends all messages, batch by batch, stopping at the first failure.
+/// Sends all messages, batch by batch. A failed batch does not stop the others; the first
+/// failure is returned once every batch was tried. A message too large to ever send is never
+/// handed to Queues (callers refuse or dead-letter it first; see [`OutMessage::fits`]).
 pub async fn send_all<Q: QueueSender>(queue: &Q, msgs: Vec<OutMessage>) -> Result<(), InfraError> {
-    for batch in split(msgs) {
-        queue.send_batch(&batch).await?;
+    let (fit, too_big): (Vec<OutMessage>, Vec<OutMessage>) = msgs.into_iter().partition(OutMessage::fits);
+    let mut first_error = too_big.first().map(|m| {
+        InfraError::new("Queue", format!("a {}-byte message exceeds the {MAX_MESSAGE_BYTES}-byte limit", m.size()))
+    });
+    for batch in split(fit) {
+        if let Err(e) = queue.send_batch(&batch).await {
+            first_error.get_or_insert(e);
+        }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 /// The message that (re)delivers a ledger job. `None` for a row with no readable payload (only
@@ -125,6 +138,15 @@ mod tests {
         let flat: Vec<Value> =
             split(msgs).into_iter().flatten().map(|m| serde_json::from_str(m.json()).unwrap()).collect();
         assert_eq!(flat, (0..205).map(|i| json!(i)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_limits_are_cloudflares_in_bytes_of_1000() {
+        assert_eq!(MAX_MESSAGE_BYTES + PER_MESSAGE_OVERHEAD, 128_000);
+        assert_eq!(MAX_BATCH_BYTES, 256_000);
+        let at_limit = OutMessage { json: "x".repeat(MAX_MESSAGE_BYTES), delay_seconds: 0 };
+        assert!(at_limit.fits());
+        assert!(!OutMessage { json: "x".repeat(MAX_MESSAGE_BYTES + 1), delay_seconds: 0 }.fits());
     }
 
     #[test]

@@ -522,3 +522,15 @@ fn a_group_waiting_for_a_slot_refreshes_a_lock_taken_before_it_started() {
     let seen = w.script.seen_locks.borrow();
     assert!(seen.iter().all(|v| v.as_deref() == Some("orderly:last")), "k9 stays locked while it waits: {seen:?}");
 }
+
+#[test]
+fn an_oversized_body_is_dead_without_its_payload_and_its_batch_mates_run() {
+    let w = World::new();
+    let huge = msg("huge", T0, json!({"type": "t", "pad": "x".repeat(300_000)}));
+    let out = w.run(&[huge, keyed("fine", T0, "k", ok())]);
+    assert_eq!(out, vec![Outcome::Ack; 2]);
+    let dead = w.job("huge");
+    assert_eq!((dead.status, dead.payload.as_deref()), (Status::Dead, None));
+    assert!(dead.last_error.as_deref().unwrap().contains("over the 256000-byte limit"), "{:?}", dead.last_error);
+    assert_eq!(w.job("fine").status, Status::Done);
+}

@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::backoff::{backoff, jitter};
 use crate::clock::Clock;
 use crate::config::{Config, OrderingMode, MAX_DELAY_SECONDS};
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, MAX_BODY_JSON_BYTES};
 use crate::handlers::{JobError, Runner};
 use crate::ledger::{stmt, Job, JobSpec, Sql, Status};
 use crate::lock::Kv;
@@ -197,25 +197,33 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     fn decode(&self, m: &Incoming) -> Result<Decoded, String> {
         let body = m.body.as_ref().map_err(|e| format!("body is not JSON: {e}"))?;
         let env = Envelope::decode(body.clone()).map_err(|e| e.to_string())?;
+        let payload = env.payload.to_string();
+        if payload.len() > MAX_BODY_JSON_BYTES {
+            return Err(format!(
+                "payload is {} bytes as JSON, over the {MAX_BODY_JSON_BYTES}-byte limit",
+                payload.len()
+            ));
+        }
         let spec = JobSpec {
             id: env.meta.id.clone().unwrap_or_else(|| m.id.clone()),
             job_type: env.job_type().map(str::to_string),
             ordering_key: env.ordering_key.clone(),
             dedupe_key: env.meta.dedupe_key.clone(),
-            payload: Some(env.payload.to_string()),
+            payload: Some(payload),
             max_attempts: env.meta.max_attempts.unwrap_or(self.cfg.max_attempts),
         };
         Ok(Decoded { spec })
     }
 
-    /// The ledger row for a message that cannot be decoded: its id, its body as text.
+    /// The ledger row for a message that cannot be decoded: its id, its body as text (unless the
+    /// body is over the size limit: then the reason says so and the row has no payload).
     fn undecodable_spec(&self, m: &Incoming) -> JobSpec {
         JobSpec {
             id: m.id.clone(),
             job_type: None,
             ordering_key: None,
             dedupe_key: None,
-            payload: m.body.as_ref().ok().map(Value::to_string),
+            payload: m.body.as_ref().ok().map(Value::to_string).filter(|p| p.len() <= MAX_BODY_JSON_BYTES),
             max_attempts: self.cfg.max_attempts,
         }
     }

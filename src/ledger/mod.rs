@@ -165,6 +165,18 @@ impl Job {
     pub fn all(rows: &[Row]) -> Result<Vec<Job>, InfraError> {
         rows.iter().map(Job::from_row).collect()
     }
+
+    /// What the row says the job is (for statements that take a spec).
+    pub fn spec(&self) -> JobSpec {
+        JobSpec {
+            id: self.id.clone(),
+            job_type: self.job_type.clone(),
+            ordering_key: self.ordering_key.clone(),
+            dedupe_key: self.dedupe_key.clone(),
+            payload: self.payload.clone(),
+            max_attempts: u32::try_from(self.max_attempts).unwrap_or(1),
+        }
+    }
 }
 
 /// What a job is, as known from its message or API request.

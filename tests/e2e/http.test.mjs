@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { request } from "node:http";
-import { start, TOKEN } from "./harness.mjs";
+import { start, webhook, waitFor, TOKEN } from "./harness.mjs";
 
 /** Sends a chunked POST, writing `chunks` (strings) without a declared length; `end` ends it. */
 function chunked(url, headers, chunks, end) {
@@ -58,6 +58,41 @@ test("the dashboard is served with a strict content security policy", async () =
     const api = await fetch(new URL("/jobs/counts", w.url), { headers: { authorization: `BEARER ${TOKEN}` } });
     assert.equal(api.status, 200, "the scheme is case-insensitive");
     assert.equal(api.headers.get("x-content-type-options"), "nosniff");
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("a job that fits a queue message is delivered, one that does not is refused at submission", async () => {
+  const w = await start();
+  try {
+    // The message is the envelope around this payload: aim just under Cloudflare's 128,000 bytes.
+    const fits = await w.api("POST", "/jobs", { payload: webhook("/ok/near-limit", { pad: "x".repeat(127_200) }) });
+    assert.equal(fits.status, 202, fits.text);
+    const id = fits.json.jobs[0].id;
+    await waitFor(async () => (await w.job(id))?.status === "DONE", "the near-limit job DONE");
+    const over = await w.api("POST", "/jobs", { payload: webhook("/ok/over-limit", { pad: "x".repeat(128_000) }) });
+    assert.equal(over.status, 413);
+    assert.match(over.json.error, /128,000/);
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("a poisonous v8 body is recorded DEAD and its batch-mates run", async () => {
+  const w = await start();
+  try {
+    const sparse = [];
+    sparse[3_000_000] = 1; // a few bytes as v8, megabytes of nulls as JSON
+    await w.queue.sendBatch([
+      { body: sparse, contentType: "v8" },
+      { body: { ...webhook("/ok/mate"), __orderly_job__: { id: "mate" } } },
+    ]);
+    await waitFor(async () => (await w.job("mate"))?.status === "DONE", "the batch-mate DONE");
+    const dead = await w.db.prepare("SELECT * FROM job WHERE status = 'DEAD'").all();
+    assert.equal(dead.results.length, 1);
+    assert.match(dead.results[0].last_error, /over the 256000-byte limit/);
+    assert.equal(dead.results[0].payload, null);
   } finally {
     await w.dispose();
   }

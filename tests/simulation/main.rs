@@ -399,7 +399,7 @@ impl Sim {
     fn cron(&self) -> Task<Tag> {
         let (sql, queue, sched, cfg) = (self.sql("cron"), self.queue(), self.sched.clone(), self.cfg.clone());
         let fut = async move {
-            let _ = orderly::maintenance::run(&Ledger::new(sql), &queue, &*sched.clock, &cfg).await;
+            orderly::maintenance::run(&Ledger::new(sql), &queue, &*sched.clock, &cfg).await;
         };
         Task { fut: Box::pin(fut), wake_at: self.sched.now(), tag: Tag::Background }
     }
