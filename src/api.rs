@@ -396,7 +396,7 @@ fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessa
     if let Some(k) = o.keys().next() {
         return Err(bad(format!("unknown field {k:?}")));
     }
-    crate::handlers::check(&payload).map_err(|e| bad(e.to_string()))?;
+    crate::handlers::check(&payload, cfg).map_err(|e| bad(e.to_string()))?;
     let env = Envelope {
         ordering_key: ordering_key.clone(),
         payload,

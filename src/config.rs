@@ -79,6 +79,8 @@ pub struct Config {
     pub ordering_mode: OrderingMode,
     /// Strict mode: whether a DEAD head lets its key move on.
     pub on_dead: OnDead,
+    /// Whether webhooks may target loopback, private and link-local addresses (`WEBHOOK_ALLOW_PRIVATE`).
+    pub allow_private_targets: bool,
     /// The main queue's name: its batches are run as jobs.
     pub jobs_queue: String,
     /// The dead-letter queue's name: its batches are recorded DEAD.
@@ -103,6 +105,7 @@ impl Default for Config {
             ordering_mode: OrderingMode::Lock,
             on_dead: OnDead::Skip,
             strict_run_budget: 200,
+            allow_private_targets: false,
             jobs_queue: "orderly-jobs".to_string(),
             dead_letter_queue: "orderly-dlq".to_string(),
         }
@@ -214,7 +217,19 @@ impl Config {
                 reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lock must outlive the longest run",
             });
         }
+        let allow_private_targets = match lookup("WEBHOOK_ALLOW_PRIVATE").as_deref().map(str::trim) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(ConfigError {
+                    var: "WEBHOOK_ALLOW_PRIVATE",
+                    value: other.to_string(),
+                    reason: "not true or false",
+                })
+            }
+        };
         Ok(Config {
+            allow_private_targets,
             webhook_timeout_seconds,
             lease_seconds,
             jobs_queue,

@@ -10,7 +10,7 @@ use serde_json::Value;
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{
     AbortController, Delay, Env, Fetch, Headers, KvStore, Method, Queue, QueueContentType, RawMessageBuilder, Request,
-    RequestInit,
+    RequestInit, RequestRedirect, ResponseBody,
 };
 
 use crate::api::ApiResponse;
@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::envelope::MAX_BODY_JSON_BYTES;
 use crate::error::InfraError;
-use crate::handlers::{HttpClient, HttpRequest, HttpResponse};
+use crate::handlers::{HttpClient, HttpRequest, HttpResponse, SendError};
 use crate::lock::Kv;
 use crate::producer::{OutMessage, QueueSender};
 
@@ -142,20 +142,24 @@ impl QueueSender for WorkerQueue {
     }
 }
 
-/// `fetch` with a timeout that aborts the request.
+/// `fetch` with a timeout that aborts the request. Redirects are not followed (a 3xx is the
+/// answer), and the response body is cancelled unread: Workers stall new fetches while six
+/// responses are open.
 pub struct WorkerFetch;
 
 impl HttpClient for WorkerFetch {
-    async fn send(&self, req: HttpRequest, timeout_ms: u32) -> Result<HttpResponse, String> {
+    async fn send(&self, req: HttpRequest, timeout_ms: u32) -> Result<HttpResponse, SendError> {
         let headers = Headers::new();
         for (name, value) in &req.headers {
-            headers.set(name, value).map_err(|e| format!("bad header {name}: {e}"))?;
+            headers.set(name, value).map_err(|e| SendError::Invalid(format!("bad header {name}: {e}")))?;
         }
         let mut init = RequestInit::new();
         init.with_method(Method::from(req.method.clone()))
             .with_headers(headers)
+            .with_redirect(RequestRedirect::Manual)
             .with_body(Some(JsValue::from_str(&req.body)));
-        let request = Request::new_with_init(&req.url, &init).map_err(|e| format!("bad request: {e}"))?;
+        let request =
+            Request::new_with_init(&req.url, &init).map_err(|e| SendError::Invalid(format!("bad request: {e}")))?;
         let controller = AbortController::default();
         let signal = controller.signal();
         let fetch = Box::pin(async move { Fetch::Request(request).send_with_signal(&signal).await });
@@ -163,12 +167,17 @@ impl HttpClient for WorkerFetch {
         match select(fetch, timeout).await {
             Either::Left((Ok(resp), _)) => {
                 let retry_after = resp.headers().get("retry-after").ok().flatten();
-                Ok(HttpResponse { status: resp.status_code(), retry_after })
+                let status = resp.status_code();
+                if let ResponseBody::Stream(body) = resp.body() {
+                    // Fire and forget: the cancellation itself frees the connection.
+                    let _ = body.cancel();
+                }
+                Ok(HttpResponse { status, retry_after })
             }
-            Either::Left((Err(e), _)) => Err(format!("network error: {e}")),
+            Either::Left((Err(e), _)) => Err(SendError::Network(format!("network error: {e}"))),
             Either::Right(_) => {
                 controller.abort();
-                Err(format!("timed out after {timeout_ms} ms"))
+                Err(SendError::Network(format!("timed out after {timeout_ms} ms")))
             }
         }
     }

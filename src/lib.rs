@@ -86,10 +86,21 @@ mod entry {
                 body: edge::body_json(m.body()),
             })
             .collect();
+        let webhook_key = match edge::secret(&env, "WEBHOOK_SECRET").map(|s| crate::handlers::webhook::signing_key(&s))
+        {
+            None => None,
+            Some(Ok(key)) => Some(key),
+            Some(Err(e)) => {
+                defer_all(&format!("configuration error: {e}"));
+                return Ok(());
+            }
+        };
         let runner = Registry(Services {
             http: WorkerFetch,
             clock: SystemClock,
-            webhook_secret: edge::secret(&env, "WEBHOOK_SECRET"),
+            webhook_key,
+            allow_private_targets: cfg.allow_private_targets,
+            retry_after_cap_seconds: cfg.backoff_cap_seconds,
             http_timeout_ms: cfg.webhook_timeout_seconds * 1000,
         });
         let consumer = Consumer {

@@ -369,7 +369,9 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
     let registry = orderly::handlers::Registry(orderly::handlers::Services {
         http: NoHttp,
         clock: ManualClock::new(T0),
-        webhook_secret: None,
+        webhook_key: None,
+        allow_private_targets: false,
+        retry_after_cap_seconds: 3600,
         http_timeout_ms: 1_000,
     });
     let consumer = Consumer {
@@ -396,8 +398,12 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
 
 struct NoHttp;
 impl orderly::handlers::HttpClient for NoHttp {
-    async fn send(&self, _: orderly::handlers::HttpRequest, _: u32) -> Result<orderly::handlers::HttpResponse, String> {
-        Err("no network in this test".into())
+    async fn send(
+        &self,
+        _: orderly::handlers::HttpRequest,
+        _: u32,
+    ) -> Result<orderly::handlers::HttpResponse, orderly::handlers::SendError> {
+        Err(orderly::handlers::SendError::Network("no network in this test".into()))
     }
 }
 

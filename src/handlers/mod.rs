@@ -11,6 +11,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::clock::Clock;
+use crate::config::Config;
 
 /// How a failed run should be treated.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -83,11 +84,21 @@ pub struct HttpResponse {
     pub retry_after: Option<String>,
 }
 
-/// Sends HTTP requests; `fetch` on the edge. An `Err` is a network failure or timeout.
+/// Why a request got no response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendError {
+    /// Network failure or timeout: worth another try.
+    Network(String),
+    /// The request cannot be built (bad URL or header): it never will be.
+    Invalid(String),
+}
+
+/// Sends HTTP requests; `fetch` on the edge. Redirects are never followed: a 3xx is the answer.
+/// The response body is not read (and must be consumed or cancelled by the client).
 #[allow(async_fn_in_trait)]
 pub trait HttpClient {
     /// Sends `req`, giving up after `timeout_ms`.
-    async fn send(&self, req: HttpRequest, timeout_ms: u32) -> Result<HttpResponse, String>;
+    async fn send(&self, req: HttpRequest, timeout_ms: u32) -> Result<HttpResponse, SendError>;
 }
 
 /// What handlers may use.
@@ -96,8 +107,12 @@ pub struct Services<H, C> {
     pub http: H,
     /// The clock (webhook timestamps).
     pub clock: C,
-    /// `WEBHOOK_SECRET`, if set.
-    pub webhook_secret: Option<String>,
+    /// The signing key from `WEBHOOK_SECRET`, if set (see [`webhook::signing_key`]).
+    pub webhook_key: Option<Vec<u8>>,
+    /// Whether webhooks may target loopback, private and link-local addresses.
+    pub allow_private_targets: bool,
+    /// Longest `Retry-After` honoured (`BACKOFF_CAP_SECONDS`).
+    pub retry_after_cap_seconds: u32,
     /// Per-request timeout of outbound HTTP, milliseconds.
     pub http_timeout_ms: u32,
 }
@@ -109,7 +124,7 @@ pub trait JobHandler {
     const TYPE: &'static str;
     /// Checks a payload before it is accepted (`POST /jobs`), so a job that can never run is
     /// refused with a 400 instead of dying later. Default: anything goes.
-    fn check(_payload: &Value) -> Result<(), JobError> {
+    fn check(_payload: &Value, _cfg: &Config) -> Result<(), JobError> {
         Ok(())
     }
     /// Runs one job.
@@ -133,9 +148,9 @@ macro_rules! job_types {
             None
         }
 
-        fn check_type(job_type: &str, payload: &Value) -> Option<Result<(), JobError>> {
+        fn check_type(job_type: &str, payload: &Value, cfg: &Config) -> Option<Result<(), JobError>> {
             $(if job_type == <$handler as JobHandler>::TYPE {
-                return Some(<$handler as JobHandler>::check(payload));
+                return Some(<$handler as JobHandler>::check(payload, cfg));
             })+
             None
         }
@@ -157,9 +172,9 @@ fn unknown(job_type: &str) -> JobError {
 }
 
 /// Whether a payload names a known job type and that handler accepts it.
-pub fn check(payload: &Value) -> Result<(), JobError> {
+pub fn check(payload: &Value, cfg: &Config) -> Result<(), JobError> {
     let t = job_type(payload)?;
-    check_type(t, payload).unwrap_or_else(|| Err(unknown(t)))
+    check_type(t, payload, cfg).unwrap_or_else(|| Err(unknown(t)))
 }
 
 /// Routes jobs to handlers by payload `type`.

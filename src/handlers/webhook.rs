@@ -11,9 +11,13 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::{HttpClient, HttpRequest, HttpResponse, JobContext, JobError, JobHandler, Services};
+use std::net::Ipv4Addr;
+
+use url::{Host, Url};
+
+use super::{HttpClient, HttpRequest, HttpResponse, JobContext, JobError, JobHandler, SendError, Services};
 use crate::clock::Clock;
-use crate::config::MAX_DELAY_SECONDS;
+use crate::config::{Config, ConfigError, MAX_DELAY_SECONDS};
 
 /// The `webhook` job type.
 pub struct Webhook;
@@ -21,24 +25,27 @@ pub struct Webhook;
 impl JobHandler for Webhook {
     const TYPE: &'static str = "webhook";
 
-    fn check(payload: &Value) -> Result<(), JobError> {
-        request(payload).map(|_| ())
+    fn check(payload: &Value, cfg: &Config) -> Result<(), JobError> {
+        request(payload, cfg.allow_private_targets).map(|_| ())
     }
 
     async fn run<H: HttpClient, C: Clock>(job: &JobContext<'_>, services: &Services<H, C>) -> Result<(), JobError> {
-        let mut req = request(job.payload)?;
-        if let Some(secret) = services.webhook_secret.as_deref() {
+        let mut req = request(job.payload, services.allow_private_targets)?;
+        if let Some(key) = services.webhook_key.as_deref() {
             let ts = services.clock.now_ms() / 1000;
-            let sig = sign(secret, job.id, ts, &req.body);
+            let sig = sign(key, job.id, ts, &req.body);
             req.headers.retain(|(n, _)| !n.to_ascii_lowercase().starts_with("webhook-"));
             req.headers.push(("webhook-id".into(), job.id.to_string()));
             req.headers.push(("webhook-timestamp".into(), ts.to_string()));
             req.headers.push(("webhook-signature".into(), sig));
         }
-        let url = req.url.clone();
+        // Errors name the target without its credentials: they end up in the ledger and on the
+        // dashboard.
+        let shown = redacted(&req.url);
         match services.http.send(req, services.http_timeout_ms).await {
-            Ok(resp) => classify(&resp).map_err(|e| with_url(e, &url)),
-            Err(network) => Err(JobError::retry(format!("{url}: {network}"))),
+            Ok(resp) => classify(&resp, services.retry_after_cap_seconds).map_err(|e| with_url(e, &shown)),
+            Err(SendError::Network(e)) => Err(JobError::retry(format!("{shown}: {e}"))),
+            Err(SendError::Invalid(e)) => Err(JobError::permanent(format!("{shown}: {e}"))),
         }
     }
 }
@@ -52,16 +59,76 @@ fn with_url(e: JobError, url: &str) -> JobError {
     }
 }
 
+/// A URL without its userinfo, for messages.
+fn redacted(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Err(_) => "(unparsable url)".to_string(),
+    }
+}
+
+/// Whether `host` is one a webhook must not reach unless `WEBHOOK_ALLOW_PRIVATE` is set:
+/// loopback, private, link-local (cloud metadata lives there), unspecified, shared and broadcast
+/// addresses, and `localhost` names. A name that resolves to such an address cannot be seen from
+/// a Worker; Cloudflare's own egress does not reach private networks.
+fn is_private(host: &Host<&str>) -> bool {
+    fn v4(ip: Ipv4Addr) -> bool {
+        let [a, b, ..] = ip.octets();
+        ip.is_loopback()
+            || ip.is_private()
+            || ip.is_link_local()
+            || ip.is_unspecified()
+            || ip.is_broadcast()
+            || a == 0
+            || (a == 100 && (64..128).contains(&b))
+    }
+    match host {
+        Host::Ipv4(ip) => v4(*ip),
+        Host::Ipv6(ip) => {
+            let first = ip.segments()[0];
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || ip.to_ipv4_mapped().is_some_and(v4)
+        }
+        Host::Domain(d) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            d == "localhost" || d.ends_with(".localhost")
+        }
+    }
+}
+
+/// RFC 9110 `token`: the characters a header name may have.
+fn is_token(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// A header value: visible characters, spaces and tabs; never CR, LF or NUL.
+fn is_field_value(value: &str) -> bool {
+    value.chars().all(|c| c == ' ' || c == '\t' || (!c.is_control() && c != '\u{7f}'))
+}
+
 /// Builds the request from a payload, or says (permanently) what is wrong with it.
-pub fn request(payload: &Value) -> Result<HttpRequest, JobError> {
+pub fn request(payload: &Value, allow_private: bool) -> Result<HttpRequest, JobError> {
     let bad = |m: String| JobError::permanent(format!("bad webhook payload: {m}"));
-    let url = payload.get("url").and_then(Value::as_str).ok_or_else(|| bad("\"url\" must be a string".into()))?;
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .ok_or_else(|| bad(format!("url {url:?} is not http(s)")))?;
-    if rest.is_empty() || rest.starts_with('/') || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(bad(format!("url {url:?} has no host or has spaces")));
+    let raw = payload.get("url").and_then(Value::as_str).ok_or_else(|| bad("\"url\" must be a string".into()))?;
+    if raw.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("url has spaces or control characters".into()));
+    }
+    let url = Url::parse(raw).map_err(|e| bad(format!("url is not valid: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad(format!("url scheme {:?} is not http(s)", url.scheme())));
+    }
+    let host = url.host().ok_or_else(|| bad("url has no host".into()))?;
+    if !allow_private && is_private(&host) {
+        return Err(bad(format!(
+            "url host {host} is a loopback, private or link-local address (set WEBHOOK_ALLOW_PRIVATE=true to allow)"
+        )));
     }
     let method = match payload.get("method") {
         None | Some(Value::Null) => "POST",
@@ -77,8 +144,7 @@ pub fn request(payload: &Value) -> Result<HttpRequest, JobError> {
                 let Value::String(value) = value else {
                     return Err(bad(format!("header {name:?} must be a string")));
                 };
-                let valid_name = !name.is_empty() && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
-                if !valid_name || value.chars().any(|c| c == '\r' || c == '\n') {
+                if !is_token(name) || !is_field_value(value) {
                     return Err(bad(format!("header {name:?} is not a valid HTTP header")));
                 }
                 headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
@@ -88,29 +154,46 @@ pub fn request(payload: &Value) -> Result<HttpRequest, JobError> {
         Some(_) => return Err(bad("\"headers\" must be an object of strings".into())),
     }
     let body = payload.get("body").unwrap_or(&Value::Null).to_string();
-    Ok(HttpRequest { method: method.into(), url: url.into(), headers, body })
+    Ok(HttpRequest { method: method.into(), url: url.to_string(), headers, body })
 }
 
-/// Standard Webhooks signature: `v1,` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")). A
-/// `whsec_` secret is base64 of the key (the spec's form); any other secret is used as raw bytes.
-pub fn sign(secret: &str, id: &str, timestamp_s: i64, body: &str) -> String {
-    let key =
-        secret.strip_prefix("whsec_").and_then(|b| B64.decode(b).ok()).unwrap_or_else(|| secret.as_bytes().to_vec());
+/// The signing key of a `WEBHOOK_SECRET`: a `whsec_` secret is base64 of the key (the Standard
+/// Webhooks form), any other secret is the key's bytes. A `whsec_` secret that is not base64 is a
+/// configuration error (every signature made with it would be wrong).
+pub fn signing_key(secret: &str) -> Result<Vec<u8>, ConfigError> {
+    match secret.strip_prefix("whsec_") {
+        Some(b) => B64.decode(b.trim()).map_err(|_| ConfigError {
+            var: "WEBHOOK_SECRET",
+            value: "whsec_…".to_string(),
+            reason: "the part after whsec_ is not base64",
+        }),
+        None => Ok(secret.as_bytes().to_vec()),
+    }
+}
+
+/// Standard Webhooks signature: `v1,` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")).
+pub fn sign(key: &[u8], id: &str, timestamp_s: i64, body: &str) -> String {
     // HMAC takes keys of any length, so this cannot fail.
     let mut mac =
-        <Hmac<Sha256> as Mac>::new_from_slice(&key).unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+        <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
     mac.update(format!("{id}.{timestamp_s}.{body}").as_bytes());
     format!("v1,{}", B64.encode(mac.finalize().into_bytes()))
 }
 
-/// Turns a response into success, a retry, or a permanent failure.
-pub fn classify(resp: &HttpResponse) -> Result<(), JobError> {
+/// Turns a response into success, a retry, or a permanent failure. A redirect is permanent:
+/// following it would turn a POST into a bodiless GET, or send the signed body to another host.
+pub fn classify(resp: &HttpResponse, retry_after_cap: u32) -> Result<(), JobError> {
     let s = resp.status;
     match s {
         200..=299 => Ok(()),
+        300..=399 => Err(JobError::permanent(format!("HTTP {s} (redirects are not followed)"))),
         408 | 429 | 500..=599 => {
             let honoured = matches!(s, 429 | 503);
-            let retry_after = if honoured { resp.retry_after.as_deref().and_then(retry_after_seconds) } else { None };
+            let retry_after = if honoured {
+                resp.retry_after.as_deref().and_then(retry_after_seconds).map(|r| r.min(retry_after_cap))
+            } else {
+                None
+            };
             Err(JobError::Retryable { reason: format!("HTTP {s}"), retry_after })
         }
         _ => Err(JobError::permanent(format!("HTTP {s}"))),
@@ -138,28 +221,28 @@ mod tests {
 
     #[test]
     fn statuses_are_classified_per_spec() {
-        assert_eq!(classify(&resp(200, None)), Ok(()));
-        assert_eq!(classify(&resp(204, None)), Ok(()));
+        assert_eq!(classify(&resp(200, None), 3600), Ok(()));
+        assert_eq!(classify(&resp(204, None), 3600), Ok(()));
         for s in [408, 429, 500, 502, 503, 504] {
-            assert!(matches!(classify(&resp(s, None)), Err(JobError::Retryable { .. })), "{s}");
+            assert!(matches!(classify(&resp(s, None), 3600), Err(JobError::Retryable { .. })), "{s}");
         }
         for s in [301, 400, 401, 404, 410, 422] {
-            assert!(matches!(classify(&resp(s, None)), Err(JobError::Permanent { .. })), "{s}");
+            assert!(matches!(classify(&resp(s, None), 3600), Err(JobError::Permanent { .. })), "{s}");
         }
     }
 
     #[test]
     fn retry_after_is_honoured_on_429_and_503_only() {
         assert_eq!(
-            classify(&resp(429, Some("17"))),
+            classify(&resp(429, Some("17")), 3600),
             Err(JobError::Retryable { reason: "HTTP 429".into(), retry_after: Some(17) })
         );
         assert_eq!(
-            classify(&resp(503, Some(" 5 "))),
+            classify(&resp(503, Some(" 5 ")), 3600),
             Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: Some(5) })
         );
         assert_eq!(
-            classify(&resp(500, Some("17"))),
+            classify(&resp(500, Some("17")), 3600),
             Err(JobError::Retryable { reason: "HTTP 500".into(), retry_after: None })
         );
         assert_eq!(retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT"), None);
@@ -168,8 +251,11 @@ mod tests {
 
     #[test]
     fn request_is_built_from_the_payload() {
-        let req = request(&json!({"type": "webhook", "url": "https://h.test/x", "body": {"a": [1]}, "method": "put",
-            "headers": {"X-Trace": "t1", "Content-Type": "application/activity+json"}}))
+        let req = request(
+            &json!({"type": "webhook", "url": "https://h.test/x", "body": {"a": [1]}, "method": "put",
+            "headers": {"X-Trace": "t1", "Content-Type": "application/activity+json"}}),
+            false,
+        )
         .unwrap();
         assert_eq!(req.method, "PUT");
         assert_eq!(req.url, "https://h.test/x");
@@ -185,15 +271,29 @@ mod tests {
         for (p, want) in [
             (json!({"type": "webhook"}), "url"),
             (json!({"type": "webhook", "url": "ftp://h/x"}), "not http"),
-            (json!({"type": "webhook", "url": "https://"}), "no host"),
+            (json!({"type": "webhook", "url": "https://"}), "not valid"),
             (json!({"type": "webhook", "url": "https://h/ x"}), "spaces"),
+            (json!({"type": "webhook", "url": "http://h:99999/"}), "not valid"),
+            (json!({"type": "webhook", "url": "http://[::1/x"}), "not valid"),
+            (json!({"type": "webhook", "url": "http://%zz/"}), "not valid"),
+            (json!({"type": "webhook", "url": "http://h/", "headers": {"x(y": "v"}}), "not a valid"),
+            (json!({"type": "webhook", "url": "http://h/", "headers": {"x": "a\u{0}b"}}), "not a valid"),
+            (json!({"type": "webhook", "url": "http://127.0.0.1/"}), "loopback, private"),
+            (json!({"type": "webhook", "url": "http://169.254.169.254/latest"}), "loopback, private"),
+            (json!({"type": "webhook", "url": "http://10.1.2.3/"}), "loopback, private"),
+            (json!({"type": "webhook", "url": "http://192.168.0.1/"}), "loopback, private"),
+            (json!({"type": "webhook", "url": "http://localhost:8787/"}), "loopback, private"),
+            (json!({"type": "webhook", "url": "http://[::1]/"}), "loopback, private"),
+            (json!({"type": "webhook", "url": "http://[fd00::1]/"}), "loopback, private"),
+            (json!({"type": "webhook", "url": "http://[::ffff:127.0.0.1]/"}), "loopback, private"),
+            (json!({"type": "webhook", "url": "http://0x7f.1/"}), "loopback, private"),
             (json!({"type": "webhook", "url": "https://h", "method": "GET"}), "method"),
             (json!({"type": "webhook", "url": "https://h", "headers": {"a": 1}}), "must be a string"),
             (json!({"type": "webhook", "url": "https://h", "headers": {"a": "x\r\ny: z"}}), "not a valid"),
             (json!({"type": "webhook", "url": "https://h", "headers": {"a b": "x"}}), "not a valid"),
             (json!({"type": "webhook", "url": "https://h", "headers": ["a"]}), "object"),
         ] {
-            match request(&p) {
+            match request(&p, false) {
                 Err(JobError::Permanent { reason }) => assert!(reason.contains(want), "{p}: {reason}"),
                 other => panic!("{p}: {other:?}"),
             }
@@ -201,10 +301,53 @@ mod tests {
     }
 
     #[test]
+    fn private_targets_are_allowed_only_when_configured() {
+        let p = json!({"type": "webhook", "url": "http://127.0.0.1:9/"});
+        assert!(request(&p, false).is_err());
+        assert!(request(&p, true).is_ok());
+        assert!(request(&json!({"type": "webhook", "url": "https://example.com/x"}), false).is_ok());
+    }
+
+    #[test]
+    fn redirects_are_permanent_and_retry_after_is_capped() {
+        assert!(
+            matches!(classify(&resp(302, None), 3600), Err(JobError::Permanent { reason }) if reason.contains("redirects"))
+        );
+        assert!(matches!(classify(&resp(307, None), 3600), Err(JobError::Permanent { .. })));
+        assert_eq!(
+            classify(&resp(503, Some("999999")), 3600),
+            Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: Some(3600) })
+        );
+    }
+
+    #[test]
+    fn a_malformed_whsec_secret_is_a_configuration_error() {
+        assert_eq!(signing_key("whsec_!!not base64!!").unwrap_err().var, "WEBHOOK_SECRET");
+        assert_eq!(signing_key("raw-secret").unwrap(), b"raw-secret".to_vec());
+    }
+
+    #[test]
+    fn credentials_in_a_url_never_reach_an_error() {
+        let services = Services {
+            http: Recorder(RefCell::default(), Ok(resp(404, None))),
+            clock: ManualClock::new(0),
+            webhook_key: None,
+            allow_private_targets: false,
+            retry_after_cap_seconds: 3600,
+            http_timeout_ms: 30_000,
+        };
+        let payload = json!({"type": "webhook", "url": "https://user:hunter2@h.test/x"});
+        let err =
+            block_on(Webhook::run(&JobContext { id: "j", attempt: 1, payload: &payload }, &services)).unwrap_err();
+        assert!(!err.to_string().contains("hunter2") && !err.to_string().contains("user"), "{err}");
+        assert!(err.to_string().contains("h.test/x"), "{err}");
+    }
+
+    #[test]
     fn signature_matches_the_standard_webhooks_reference_vector() {
         // The reference vector published with the Standard Webhooks libraries.
         let sig = sign(
-            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            &signing_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
             "msg_p5jXN8AQM9LWM0D4loKWxJek",
             1_614_265_330,
             r#"{"test": 2432232314}"#,
@@ -212,9 +355,9 @@ mod tests {
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
     }
 
-    struct Recorder(RefCell<Vec<HttpRequest>>, Result<HttpResponse, String>);
+    struct Recorder(RefCell<Vec<HttpRequest>>, Result<HttpResponse, SendError>);
     impl HttpClient for Recorder {
-        async fn send(&self, req: HttpRequest, _timeout_ms: u32) -> Result<HttpResponse, String> {
+        async fn send(&self, req: HttpRequest, _timeout_ms: u32) -> Result<HttpResponse, SendError> {
             self.0.borrow_mut().push(req);
             self.1.clone()
         }
@@ -225,7 +368,9 @@ mod tests {
         let services = Services {
             http: Recorder(RefCell::default(), Ok(resp(200, None))),
             clock: ManualClock::new(1_614_265_330_123),
-            webhook_secret: Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
+            webhook_key: Some(signing_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()),
+            allow_private_targets: false,
+            retry_after_cap_seconds: 3600,
             http_timeout_ms: 30_000,
         };
         let payload =
@@ -237,16 +382,23 @@ mod tests {
         assert_eq!(h("webhook-timestamp"), vec!["1614265330".to_string()]);
         assert_eq!(
             h("webhook-signature"),
-            vec![sign("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "job-1", 1_614_265_330, r#"{"test":1}"#)]
+            vec![sign(
+                &signing_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+                "job-1",
+                1_614_265_330,
+                r#"{"test":1}"#
+            )]
         );
     }
 
     #[test]
     fn a_network_error_is_retryable() {
         let services = Services {
-            http: Recorder(RefCell::default(), Err("timed out".into())),
+            http: Recorder(RefCell::default(), Err(SendError::Network("timed out".into()))),
             clock: ManualClock::new(0),
-            webhook_secret: None,
+            webhook_key: None,
+            allow_private_targets: false,
+            retry_after_cap_seconds: 3600,
             http_timeout_ms: 30_000,
         };
         let payload = json!({"type": "webhook", "url": "http://h/", "body": 1});

@@ -28,6 +28,7 @@ export const FAST_VARS = {
  *   /fail/<n>/<name>        500 for the first n requests to this path, then 200
  *   /status/<code>/<name>   always <code>
  *   /slow/<ms>/<name>       200 after <ms>
+ *   /redirect/<code>/<name> <code> with a Location on another host
  * Every request is recorded in arrival order with its body and headers.
  */
 export class Target {
@@ -50,6 +51,9 @@ export class Target {
     const parts = url.pathname.split("/").filter(Boolean);
     if (parts[0] === "fail") return new Response("no", { status: n <= Number(parts[1]) ? 500 : 200 });
     if (parts[0] === "status") return new Response("x", { status: Number(parts[1]) });
+    if (parts[0] === "redirect") {
+      return new Response(null, { status: Number(parts[1]), headers: { location: "http://elsewhere.test/stolen" } });
+    }
     if (parts[0] === "slow") {
       await new Promise((r) => setTimeout(r, Number(parts[1])));
       return new Response("ok");
