@@ -262,8 +262,18 @@ mod tests {
         assert_eq!(req.body, r#"{"a":[1]}"#);
         assert_eq!(
             req.headers,
-            vec![("Content-Type".into(), "application/activity+json".into()), ("X-Trace".into(), "t1".into())]
+            vec![("X-Trace".into(), "t1".into()), ("Content-Type".into(), "application/activity+json".into())],
+            "headers in the order given; the default content type replaced"
         );
+    }
+
+    #[test]
+    fn a_body_keeps_its_numbers_and_key_order_exactly() {
+        let payload: Value = serde_json::from_str(
+            r#"{"type": "webhook", "url": "https://h.test/", "body": {"z": 9007199254740993, "a": 1.0, "m": 0.1}}"#,
+        )
+        .unwrap();
+        assert_eq!(request(&payload, false).unwrap().body, r#"{"z":9007199254740993,"a":1.0,"m":0.1}"#);
     }
 
     #[test]

@@ -97,3 +97,18 @@ test("a poisonous v8 body is recorded DEAD and its batch-mates run", async () =>
     await w.dispose();
   }
 });
+
+test("a webhook body arrives exactly as submitted: big integers, 1.0 and key order", async () => {
+  const w = await start();
+  try {
+    const body = '{"z":9007199254740993,"a":1.0,"1":"one","n":[0.10,-0]}';
+    const r = await w.api("POST", "/jobs", `{"payload": {"type": "webhook", "url": "http://target.test/ok/exact", "body": ${body}}}`);
+    assert.equal(r.status, 202, r.text);
+    await waitFor(() => w.target.to("/ok/exact").length === 1, "the delivery");
+    assert.equal(w.target.to("/ok/exact")[0].body, body);
+    const row = await w.job(r.json.jobs[0].id);
+    assert.ok(row.payload.includes(body), row.payload);
+  } finally {
+    await w.dispose();
+  }
+});
