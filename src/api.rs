@@ -291,6 +291,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 409,
                 json!({"error": format!("job is {}, only DEAD jobs can be redriven", j.status.as_str()), "status": j.status}),
             )),
+            Redrive::Refused(j) if j.payload.is_none() => Ok(ApiResponse::json(
+                409,
+                json!({"error": "job has no readable payload to send again (its body could not be read)", "status": j.status}),
+            )),
             Redrive::Refused(j) => Ok(ApiResponse::json(
                 409,
                 json!({"error": format!("dedupe_key {:?} is active in another job", j.dedupe_key.unwrap_or_default()), "status": j.status}),

@@ -417,3 +417,21 @@ fn a_failed_send_does_not_stop_the_rest_of_maintenance() {
     w.clock.advance_ms(RESEND_GRACE_MS + 1);
     assert_eq!(block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg)).resent, 1);
 }
+
+#[test]
+fn a_dead_job_without_a_readable_payload_is_not_redriven() {
+    let w = World::new();
+    let unreadable = JobSpec {
+        id: "bytes".into(),
+        job_type: None,
+        ordering_key: None,
+        dedupe_key: None,
+        payload: None,
+        max_attempts: 8,
+    };
+    block_on(w.ledger.sql.query(stmt::record_dead(&unreadable, T0, "body is bytes"))).unwrap();
+    let r = w.call("POST", "/jobs/bytes/redrive", None);
+    assert_eq!(r.status, 409);
+    let j = block_on(w.ledger.get("bytes")).unwrap().unwrap();
+    assert_eq!((j.status, j.last_error.as_deref()), (Status::Dead, Some("body is bytes")), "left as it was");
+}

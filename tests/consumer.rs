@@ -540,3 +540,19 @@ fn an_oversized_body_is_dead_without_its_payload_and_its_batch_mates_run() {
     assert!(dead.last_error.as_deref().unwrap().contains("over the 256000-byte limit"), "{:?}", dead.last_error);
     assert_eq!(w.job("fine").status, Status::Done);
 }
+
+#[test]
+fn no_job_starts_that_could_outlast_the_invocations_wall_clock_limit() {
+    let w = World::new();
+    // Four 5-minute jobs of one key: the fourth would start at 15 minutes, past the limit less
+    // one webhook timeout and a minute for recording.
+    let slow = json!({"type": "t", "takes_ms": 300_000});
+    let batch: Vec<Incoming> = (0..4).map(|i| keyed(&format!("j{i}"), T0 + i, "k", slow.clone())).collect();
+    let out = w.run(&batch);
+    assert_eq!(out[..3], [Outcome::Ack; 3]);
+    assert_eq!(out[3], Outcome::Defer { delay_seconds: 1 });
+    assert_eq!(w.runs(), vec!["j0", "j1", "j2"]);
+    let j3 = w.job("j3");
+    assert_eq!((j3.status, j3.attempts), (Status::Pending, 0), "handed back without spending an attempt");
+    assert_eq!(w.lock("k"), Some(owner_token("j3")), "the key waits for it");
+}

@@ -297,3 +297,34 @@ fn a_key_another_invocation_claimed_first_is_left_to_it() {
     assert!(w.runs().is_empty(), "every key runs elsewhere: parked only");
     assert!(w.wakes().is_empty(), "their runner chains to them");
 }
+
+#[test]
+fn a_chain_stops_before_the_invocations_wall_clock_limit_and_wakes_the_key() {
+    let w = World::new(OnDead::Skip);
+    // A runner that takes five minutes per job, on the shared clock.
+    struct Slow<'a>(&'a ManualClock, RefCell<Vec<String>>);
+    impl Runner for Slow<'_> {
+        async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+            self.1.borrow_mut().push(job.id.to_string());
+            self.0.advance_ms(300_000);
+            Ok(())
+        }
+    }
+    w.submit(&[("a", ok()), ("b", ok()), ("c", ok()), ("d", ok())]);
+    let slow = Slow(&w.clock, RefCell::default());
+    let consumer = Consumer {
+        cfg: &w.cfg,
+        kv: &w.kv,
+        sql: &w.db,
+        runner: &slow,
+        clock: &w.clock,
+        queue: &w.queue,
+        owner: "inv".into(),
+        random: &|| 0.5,
+        log: &|_| {},
+    };
+    assert_eq!(block_on(consumer.process(Role::Main, &[keyed("a", T0, ok())])), vec![Outcome::Ack]);
+    assert_eq!(*slow.1.borrow(), vec!["a", "b", "c"], "the fourth would end past 15 minutes");
+    assert_eq!((w.job("d").status, w.job("d").attempts), (Status::Pending, 0));
+    assert_eq!(w.wakes(), vec![("d".to_string(), 0)]);
+}

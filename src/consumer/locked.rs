@@ -11,7 +11,7 @@ use futures::stream::{self, StreamExt};
 
 use super::{
     decide_failure, until, Consumer, Decoded, FailureDecision, Incoming, Outcome, EARLY_DELIVERY_ALLOWANCE_MS,
-    GROUP_CONCURRENCY, INFRA_RETRY_DELAY_SECONDS,
+    GROUP_CONCURRENCY, INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
 };
 use crate::batch::{self, Item};
 use crate::clock::Clock;
@@ -209,6 +209,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
         };
         let renewed_at = Cell::new(now);
+        // No job starts unless it can finish, and its result be recorded, within the invocation's
+        // wall-clock limit: past it the runtime kills the invocation and every result unrecorded.
+        let deadline = now + INVOCATION_WALL_MS - i64::from(self.cfg.webhook_timeout_seconds) * 1000 - 60_000;
         // Every lock this batch holds, with when it was last written: kept alive together, so a
         // group waiting for a slot does not lose its key before it starts.
         let held: RefCell<Vec<(HeldLock, i64)>> = RefCell::new(
@@ -228,7 +231,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             })
             .map(|(g, lock)| {
                 let members: Vec<(usize, Claim)> = g.members.iter().map(|&i| (i, verdict(i))).collect();
-                self.run_group(members, decoded, lock, &renewed_at, &held)
+                self.run_group(members, decoded, lock, &renewed_at, &held, deadline)
             })
             .buffer_unordered(GROUP_CONCURRENCY)
             .collect()
@@ -300,6 +303,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         lock: Option<HeldLock>,
         renewed_at: &Cell<i64>,
         held: &RefCell<Vec<(HeldLock, i64)>>,
+        deadline: i64,
     ) -> GroupResult {
         let keyed = lock.is_some();
         let mut settled = Vec::with_capacity(members.len());
@@ -327,6 +331,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     settled.push(Settle::plain(i, Outcome::Defer { delay_seconds: delay }));
                 }
                 Claim::Won(job) => {
+                    if stopped.is_none() && now >= deadline {
+                        // Out of time: this job and the rest come back shortly, still in order.
+                        stopped = Some(1);
+                        if keyed {
+                            hold_for.get_or_insert_with(|| (job.id.clone(), 1));
+                        }
+                    }
                     if let Some(delay) = stopped {
                         let at = now + i64::from(delay) * 1000;
                         settled.push(Settle::guarded(

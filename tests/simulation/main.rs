@@ -67,6 +67,7 @@ const CHAOS: Faults = Faults {
     duplicate: 0.03,
     transient: 0.05,
     hang: 0.01,
+    stall: 0.002,
 };
 /// Handlers fail and hang; the platform behaves.
 const HANDLER_FAULTS_ONLY: Faults = Faults { transient: 0.05, hang: 0.01, ..NO_FAULTS };
@@ -80,6 +81,7 @@ const NO_FAULTS: Faults = Faults {
     duplicate: 0.0,
     transient: 0.0,
     hang: 0.0,
+    stall: 0.0,
 };
 
 fn strict(name: &'static str, concurrency: usize, on_dead: OnDead) -> Setup {
@@ -150,6 +152,8 @@ struct Planned {
     payload: Value,
     /// Sent straight to the queue (else through `POST /jobs`).
     direct: bool,
+    /// A body too large to read: must end DEAD, under its message's id, with the reason.
+    poison: bool,
     at: i64,
 }
 
@@ -221,9 +225,14 @@ impl Sim {
             if self.setup.scripted_failures && rng.chance(0.04) {
                 body["permanent"] = json!(true);
             }
+            let direct = rng.chance(0.33);
+            let poison = direct && self.setup.scripted_failures && rng.chance(0.03);
+            if poison {
+                body["pad"] = json!("x".repeat(300_000));
+            }
             let payload = json!({"type": "webhook", "url": "https://sim.test/hook", "body": body});
             let at = T0 + rng.range(0, 20_000);
-            self.planned.push(Planned { id: format!("job-{i}"), key, n: *n, payload, direct: rng.chance(0.33), at });
+            self.planned.push(Planned { id: format!("job-{i}"), key, n: *n, payload, direct, poison, at });
         }
         // Production order is the order of `at` within a key.
         self.planned.sort_by_key(|p| p.at);
@@ -631,7 +640,16 @@ impl Sim {
             .unwrap_or_default();
             Job::all(&rows).unwrap_or_default().into_iter().map(|j| (j.id.clone(), j)).collect()
         };
-        for p in &self.planned {
+        let poison = self.planned.iter().filter(|p| p.poison).count();
+        let poisoned = rows
+            .values()
+            .filter(|j| j.status == Status::Dead && j.last_error.as_deref().unwrap_or("").contains("-byte limit"))
+            .count();
+        if poisoned != poison {
+            t.lost += poison.abs_diff(poisoned) as u64;
+            violations.push(format!("{poison} unreadable bodies sent, {poisoned} recorded DEAD with the reason"));
+        }
+        for p in self.planned.iter().filter(|p| !p.poison) {
             match rows.get(&p.id) {
                 None => {
                     t.lost += 1;
@@ -688,8 +706,10 @@ impl Sim {
         for (job, invs) in successes {
             for inv in &invs[..invs.len() - 1] {
                 t.crash_repeats += 1;
-                if !obs.crashed.contains(*inv) && !obs.d1_faulted.contains(*inv) {
-                    violations.push(format!("{job} succeeded again though {inv} neither crashed nor lost a D1 call"));
+                if !obs.crashed.contains(*inv) && !obs.d1_faulted.contains(*inv) && !obs.stalled.contains(*inv) {
+                    violations.push(format!(
+                        "{job} succeeded again though {inv} neither crashed, stalled nor lost a D1 call"
+                    ));
                 }
             }
         }

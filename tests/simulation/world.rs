@@ -39,6 +39,9 @@ pub struct Faults {
     pub transient: f64,
     /// A handler run hangs past the timeout (then fails, retryably).
     pub hang: f64,
+    /// A D1 call stalls past the lease (an isolate frozen, a slow round trip): the invocation's
+    /// leases expire under it and the reaper takes its jobs.
+    pub stall: f64,
 }
 
 /// Who did what, for the invariants.
@@ -50,6 +53,8 @@ pub struct Observations {
     /// invocation -> jobs it finished (ran to success, or to DEAD) in this invocation.
     pub finished_by: BTreeMap<String, BTreeSet<String>>,
     pub crashed: BTreeSet<String>,
+    /// Invocations that stalled past their lease (their results may not be recorded).
+    pub stalled: BTreeSet<String>,
     /// Invocations that saw a D1 failure (their results may not be recorded).
     pub d1_faulted: BTreeSet<String>,
     pub violations: Vec<String>,
@@ -84,6 +89,14 @@ pub struct SimSql {
 impl Sql for SimSql {
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
         self.sched.jitter(1, 8).await;
+        if self.sched.chance(self.faults.stall) {
+            {
+                let mut o = self.obs.borrow_mut();
+                o.faults_injected += 1;
+                o.stalled.insert(self.inv.clone());
+            }
+            self.sched.pause(150_000).await;
+        }
         if self.sched.chance(self.faults.d1_fail) {
             self.fault();
             return Err(InfraError::new("D1", "simulated failure"));
