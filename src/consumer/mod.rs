@@ -314,6 +314,14 @@ mod tests {
     }
 
     #[test]
+    fn a_queues_role_comes_from_the_configuration() {
+        let cfg = Config { dead_letter_queue: "jobs-dead".into(), ..Config::default() };
+        assert_eq!(role_of(&cfg, "orderly-jobs"), Some(Role::Main));
+        assert_eq!(role_of(&cfg, "jobs-dead"), Some(Role::DeadLetter));
+        assert_eq!(role_of(&cfg, "orderly-dlq"), None, "the old name is just another queue now");
+    }
+
+    #[test]
     fn until_rounds_up_and_stays_in_range() {
         assert_eq!(until(1000, Some(1001)), 1);
         assert_eq!(until(1000, Some(3500)), 3);

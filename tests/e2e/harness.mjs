@@ -85,7 +85,7 @@ export async function migrate(db) {
   }
 }
 
-export async function start({ vars = {}, bindings, mainQueue = {}, adminToken = TOKEN } = {}) {
+export async function start({ vars = {}, bindings, mainQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {} } = {}) {
   const target = new Target();
   const mf = new Miniflare({
     modules: true,
@@ -96,10 +96,11 @@ export async function start({ vars = {}, bindings, mainQueue = {}, adminToken = 
     cf: false,
     kvNamespaces: ["ORDERING_KV"],
     d1Databases: ["DB"],
-    queueProducers: { JOBS: { queueName: "orderly-jobs" } },
+    queueProducers: { JOBS: { queueName: "orderly-jobs" }, ...extraProducers },
     queueConsumers: {
-      "orderly-jobs": { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 100, deadLetterQueue: "orderly-dlq", ...mainQueue },
-      "orderly-dlq": { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 10 },
+      "orderly-jobs": { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 100, deadLetterQueue: dlqName, ...mainQueue },
+      [dlqName]: { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 10 },
+      ...extraConsumers,
     },
     bindings: bindings ?? { ...FAST_VARS, ...(adminToken ? { ADMIN_TOKEN: adminToken } : {}), ...vars },
     outboundService: (request) => target.handle(request),

@@ -203,3 +203,23 @@ test("wrangler applies the migrations to a local D1", () => {
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("a renamed dead-letter queue is recognised from DEAD_LETTER_QUEUE, and an unknown queue's batch is deferred", async () => {
+  const w = await start({
+    vars: { DEAD_LETTER_QUEUE: "jobs-dead" },
+    dlqName: "jobs-dead",
+    extraConsumers: { stray: { maxBatchSize: 10, maxBatchTimeout: 1, maxRetries: 1 } },
+    extraProducers: { TO_DLQ: { queueName: "jobs-dead" }, TO_STRAY: { queueName: "stray" } },
+  });
+  try {
+    await (await w.mf.getQueueProducer("TO_DLQ")).send({ ...webhook("/ok/never-dlq"), __orderly_job__: { id: "dl" } });
+    await (await w.mf.getQueueProducer("TO_STRAY")).send({ ...webhook("/ok/never-stray"), __orderly_job__: { id: "stray" } });
+    await waitFor(async () => (await w.job("dl"))?.status === "DEAD", "the dead letter recorded");
+    assert.match((await w.job("dl")).last_error, /delivery attempts exhausted/);
+    await sleep(1500);
+    assert.equal(await w.job("stray"), null, "a stray queue's message is neither run nor recorded");
+    assert.equal(w.target.requests.length, 0);
+  } finally {
+    await w.dispose();
+  }
+});
