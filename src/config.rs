@@ -167,24 +167,14 @@ impl Config {
                 reason: "smaller than BACKOFF_BASE_SECONDS",
             });
         }
-        let ordering_mode = match lookup("ORDERING_MODE").as_deref().map(str::trim) {
-            None | Some("lock") => OrderingMode::Lock,
-            Some("strict") => OrderingMode::Strict,
-            Some(other) => {
-                return Err(ConfigError {
-                    var: "ORDERING_MODE",
-                    value: other.to_string(),
-                    reason: "not lock or strict",
-                })
-            }
-        };
-        let on_dead = match lookup("ON_DEAD").as_deref().map(str::trim) {
-            None | Some("skip") => OnDead::Skip,
-            Some("block") => OnDead::Block,
-            Some(other) => {
-                return Err(ConfigError { var: "ON_DEAD", value: other.to_string(), reason: "not skip or block" })
-            }
-        };
+        let ordering_mode = choice(
+            &lookup,
+            "ORDERING_MODE",
+            &[("lock", OrderingMode::Lock), ("strict", OrderingMode::Strict)],
+            "not lock or strict",
+        )?;
+        let on_dead =
+            choice(&lookup, "ON_DEAD", &[("skip", OnDead::Skip), ("block", OnDead::Block)], "not skip or block")?;
         let jobs_queue = lookup("JOBS_QUEUE").map(|q| q.trim().to_string()).unwrap_or(d.jobs_queue);
         let dead_letter_queue =
             lookup("DEAD_LETTER_QUEUE").map(|q| q.trim().to_string()).unwrap_or(d.dead_letter_queue);
@@ -217,17 +207,8 @@ impl Config {
                 reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lock must outlive the longest run",
             });
         }
-        let allow_private_targets = match lookup("WEBHOOK_ALLOW_PRIVATE").as_deref().map(str::trim) {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(ConfigError {
-                    var: "WEBHOOK_ALLOW_PRIVATE",
-                    value: other.to_string(),
-                    reason: "not true or false",
-                })
-            }
-        };
+        let allow_private_targets =
+            choice(&lookup, "WEBHOOK_ALLOW_PRIVATE", &[("false", false), ("true", true)], "not true or false")?;
         Ok(Config {
             allow_private_targets,
             webhook_timeout_seconds,
@@ -251,6 +232,19 @@ impl Config {
             retention_days: num("RETENTION_DAYS", d.retention_days, 1, 3650)?,
         })
     }
+}
+
+/// A var that takes one of `options` (the first is the default when unset).
+fn choice<T: Copy>(
+    lookup: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    options: &[(&'static str, T)],
+    reason: &'static str,
+) -> Result<T, ConfigError> {
+    let Some(raw) = lookup(var) else {
+        return options.first().map(|(_, v)| *v).ok_or(ConfigError { var, value: String::new(), reason });
+    };
+    options.iter().find(|(name, _)| *name == raw.trim()).map(|(_, v)| *v).ok_or(ConfigError { var, value: raw, reason })
 }
 
 #[cfg(test)]

@@ -476,9 +476,9 @@ fn an_early_delivery_of_a_failed_job_keeps_its_key_held_in_its_name() {
     // A duplicate of `a` arrives before its retry is due: it takes its own lock, finds `a` not
     // due, and must leave the key held in `a`'s name, not release it.
     w.clock.advance_ms(1_000);
-    assert!(matches!(w.run(&[a.clone()])[0], Outcome::Defer { .. }));
+    assert!(matches!(w.run(std::slice::from_ref(&a))[0], Outcome::Defer { .. }));
     assert_eq!(w.lock("k"), Some(owner_token("a")), "the hold survives the early delivery");
-    assert!(matches!(w.run(&[b.clone()])[0], Outcome::Defer { .. }), "b does not overtake a");
+    assert!(matches!(w.run(std::slice::from_ref(&b))[0], Outcome::Defer { .. }), "b does not overtake a");
     assert_eq!(w.runs(), vec!["a"]);
 }
 

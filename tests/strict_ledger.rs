@@ -273,7 +273,6 @@ fn racing_connections_claim_a_key_exactly_once() {
                     }
                 })
             })
-            .map(|t| t)
             .collect();
         let claimed: Vec<usize> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         assert_eq!(claimed.iter().filter(|&&n| n > 0).count(), 1, "round {round}: exactly one chains: {claimed:?}");

@@ -47,7 +47,7 @@ pub(super) struct Member {
 /// Why a chain stopped with work left for later.
 enum Stop {
     /// A retryable failure holds the key until this job's retry.
-    Retry(Job, u32),
+    Retry(Box<Job>, u32),
     /// A DEAD head under `ON_DEAD = block`: an operator decides.
     Blocked,
     /// The invocation's run or time budget is spent.
@@ -60,7 +60,7 @@ enum Start {
     /// With these jobs, claimed while parking.
     Claimed(Vec<Job>),
     /// By claiming when a slot frees; the key's head as parking saw it.
-    Later(Job),
+    Later(Box<Job>),
 }
 
 /// What one invocation may still spend on chains.
@@ -143,7 +143,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             chains[gi] = match (key.claim, verdict.state.claimed, verdict.state.head) {
                 (true, claimed, _) if !claimed.is_empty() => Some((key.key, Start::Claimed(claimed))),
                 // Not claimed yet, and nothing runs it: claim it when a slot frees.
-                (false, _, Some(head)) if due(&head) => Some((key.key, Start::Later(head))),
+                (false, _, Some(head)) if due(&head) => Some((key.key, Start::Later(Box::new(head)))),
                 _ => None,
             };
         }
@@ -252,7 +252,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                         FailureDecision::Retry { delay_seconds } => {
                             let at = now + i64::from(delay_seconds) * 1000;
                             records.push(stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &e.to_string()));
-                            stop = Some(Stop::Retry(job.clone(), delay_seconds));
+                            stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds));
                         }
                     },
                 }

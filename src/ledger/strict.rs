@@ -25,7 +25,7 @@ pub struct Intake<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parked {
     /// The ledger has the job (just recorded, or already): its row.
-    Recorded(Job),
+    Recorded(Box<Job>),
     /// Not recorded: its dedupe key is active in another job.
     Clash,
 }
@@ -98,7 +98,7 @@ pub async fn park_and_claim<S: Sql>(
         let mut parked = Vec::with_capacity(k.jobs.len());
         for _ in &k.jobs {
             parked.push(match Job::first(at(&out, i + 1))? {
-                Some(j) => Parked::Recorded(j),
+                Some(j) => Parked::Recorded(Box::new(j)),
                 None => Parked::Clash,
             });
             i += 2;
@@ -164,9 +164,9 @@ pub enum Skip {
     /// The key moved past `skipped`; `next` is its new head, if any (to wake).
     Skipped {
         /// The DEAD job passed over.
-        skipped: Job,
+        skipped: Box<Job>,
         /// The key's head now.
-        next: Option<Job>,
+        next: Option<Box<Job>>,
     },
     /// The key's head is not an unskipped DEAD job.
     NotBlocked,
@@ -190,7 +190,7 @@ impl<S: Sql> Ledger<S> {
     pub async fn skip(&self, key: &str, now: i64) -> Result<Skip, InfraError> {
         let out = self.sql.batch(vec![stmt::skip(key, now), stmt::head(key, OnDead::Block)]).await?;
         Ok(match Job::first(at(&out, 0))? {
-            Some(skipped) => Skip::Skipped { skipped, next: Job::first(at(&out, 1))? },
+            Some(skipped) => Skip::Skipped { skipped: Box::new(skipped), next: Job::first(at(&out, 1))?.map(Box::new) },
             None => Skip::NotBlocked,
         })
     }
