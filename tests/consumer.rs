@@ -47,6 +47,18 @@ impl Runner for Script {
                 )
                 .unwrap();
         }
+        if let (Some(victim), Some((_, path))) =
+            (job.payload.get("reap").and_then(Value::as_str), self.steal.borrow().as_ref())
+        {
+            // The reaper takes another job of this invocation while this one runs.
+            Sqlite::open(path)
+                .conn
+                .execute(
+                    "UPDATE job SET status = 'PENDING', lease_owner = NULL, lease_until = NULL WHERE id = ?1",
+                    [victim],
+                )
+                .unwrap();
+        }
         if let Some(k) = &self.watch_lock {
             self.seen_locks.borrow_mut().push(self.kv.peek(k));
         }
@@ -555,4 +567,19 @@ fn no_job_starts_that_could_outlast_the_invocations_wall_clock_limit() {
     let j3 = w.job("j3");
     assert_eq!((j3.status, j3.attempts), (Status::Pending, 0), "handed back without spending an attempt");
     assert_eq!(w.lock("k"), Some(owner_token("j3")), "the key waits for it");
+}
+
+#[test]
+fn a_job_whose_lease_was_lost_while_the_group_stalled_is_not_run() {
+    let w = World::new();
+    *w.script.steal.borrow_mut() = Some(("nobody".into(), w.path.clone()));
+    // `a` takes 100 s (past the point where leases are renewed) and, meanwhile, the reaper takes `b`.
+    let out = w.run(&[
+        keyed("a", T0, "k", json!({"type": "t", "takes_ms": 100_000, "reap": "b"})),
+        keyed("b", T0 + 1, "k", ok()),
+    ]);
+    assert_eq!(out[0], Outcome::Ack);
+    assert!(matches!(out[1], Outcome::Defer { .. }), "{out:?}");
+    assert_eq!(w.runs(), vec!["a"], "b may be another invocation's now");
+    assert!(w.log.borrow().iter().any(|l| l.contains("lease lost before it started")));
 }

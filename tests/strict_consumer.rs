@@ -328,3 +328,45 @@ fn a_chain_stops_before_the_invocations_wall_clock_limit_and_wakes_the_key() {
     assert_eq!((w.job("d").status, w.job("d").attempts), (Status::Pending, 0));
     assert_eq!(w.wakes(), vec![("d".to_string(), 0)]);
 }
+
+#[test]
+fn a_chain_that_stalled_past_its_lease_runs_nothing_more() {
+    let (db, path) = Sqlite::temp();
+    let mut w = World::new(OnDead::Skip);
+    w.db = db;
+    w.submit(&[("a", ok()), ("b", ok()), ("c", ok())]);
+    // `a` takes 100 s (past the point where leases are renewed); meanwhile the reaper takes `b`.
+    struct Stall<'a>(&'a ManualClock, std::path::PathBuf, RefCell<Vec<String>>);
+    impl Runner for Stall<'_> {
+        async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+            self.2.borrow_mut().push(job.id.to_string());
+            if job.id == "a" {
+                Sqlite::open(&self.1)
+                    .conn
+                    .execute(
+                        "UPDATE job SET status = 'PENDING', lease_owner = NULL, lease_until = NULL WHERE id = 'b'",
+                        [],
+                    )
+                    .unwrap();
+                self.0.advance_ms(100_000);
+            }
+            Ok(())
+        }
+    }
+    let runner = Stall(&w.clock, path, RefCell::default());
+    let consumer = Consumer {
+        cfg: &w.cfg,
+        kv: &w.kv,
+        sql: &w.db,
+        runner: &runner,
+        clock: &w.clock,
+        queue: &w.queue,
+        owner: "inv".into(),
+        random: &|| 0.5,
+        log: &|_| {},
+    };
+    block_on(consumer.process(Role::Main, &[keyed("a", T0, ok())]));
+    assert_eq!(*runner.2.borrow(), vec!["a"], "b may be another invocation's now, and c waits behind it");
+    assert_eq!(w.job("a").status, Status::Done, "what ran is recorded");
+    assert_eq!((w.job("c").status, w.job("c").attempts), (Status::Pending, 0), "c handed back");
+}

@@ -3,14 +3,14 @@
 //! in one more round trip, settle. Round trips per batch: two to D1; KV get+put per key group to
 //! take the lock, get+delete to release it (all lock operations are `lock.rs`'s).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
 use super::{
-    decide_failure, until, Consumer, Decoded, FailureDecision, Incoming, Outcome, EARLY_DELIVERY_ALLOWANCE_MS,
+    decide_failure, until, Consumer, Decoded, FailureDecision, Incoming, Leases, Outcome, EARLY_DELIVERY_ALLOWANCE_MS,
     GROUP_CONCURRENCY, INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
 };
 use crate::batch::{self, Item};
@@ -208,7 +208,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 _ => Claim::NotNow(INFRA_RETRY_DELAY_SECONDS),
             }
         };
-        let renewed_at = Cell::new(now);
+        let leases = Leases::new(now);
         // No job starts unless it can finish, and its result be recorded, within the invocation's
         // wall-clock limit: past it the runtime kills the invocation and every result unrecorded.
         let deadline = now + INVOCATION_WALL_MS - i64::from(self.cfg.webhook_timeout_seconds) * 1000 - 60_000;
@@ -231,7 +231,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             })
             .map(|(g, lock)| {
                 let members: Vec<(usize, Claim)> = g.members.iter().map(|&i| (i, verdict(i))).collect();
-                self.run_group(members, decoded, lock, &renewed_at, &held, deadline)
+                self.run_group(members, decoded, lock, &leases, &held, deadline)
             })
             .buffer_unordered(GROUP_CONCURRENCY)
             .collect()
@@ -301,7 +301,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         members: Vec<(usize, Claim)>,
         decoded: &[Result<Decoded, String>],
         lock: Option<HeldLock>,
-        renewed_at: &Cell<i64>,
+        leases: &Leases,
         held: &RefCell<Vec<(HeldLock, i64)>>,
         deadline: i64,
     ) -> GroupResult {
@@ -348,7 +348,17 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         ));
                         continue;
                     }
-                    self.keep_alive(held, renewed_at).await;
+                    self.keep_alive(held, leases).await;
+                    if leases.lost(&job.id) {
+                        // Stalled past the lease: the job may be another invocation's now. Not
+                        // run here; the message comes back and the ledger decides.
+                        (self.log)(&format!("job {:?}: lease lost before it started; not run", job.id));
+                        settled.push(Settle::plain(
+                            i,
+                            Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds.max(1) },
+                        ));
+                        continue;
+                    }
                     let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
                     // The ledger row is the truth: a message naming an existing job runs its
                     // recorded payload, never the message's.
@@ -389,7 +399,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// Before each job: keeps every lock of the batch and the invocation's leases alive for at
     /// least one more handler run (the longest a webhook may take, plus a margin).
-    async fn keep_alive(&self, held: &RefCell<Vec<(HeldLock, i64)>>, renewed_at: &Cell<i64>) {
+    async fn keep_alive(&self, held: &RefCell<Vec<(HeldLock, i64)>>, leases: &Leases) {
         let now = self.clock.now_ms();
         let due: Vec<HeldLock> = held
             .borrow_mut()
@@ -402,7 +412,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             .collect();
         // Best-effort like the lock itself: a failed refresh leaves the TTL running.
         join_all(due.iter().map(|l| lock::refresh(self.kv, &l.key, &l.token, self.cfg.lock_ttl_seconds))).await;
-        self.renew_leases(renewed_at).await;
+        self.renew_leases(leases).await;
     }
 
     async fn release_all(&self, ends: Vec<LockEnd>) {

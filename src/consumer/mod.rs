@@ -13,7 +13,8 @@
 mod locked;
 mod strict;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 
 use serde_json::Value;
 
@@ -260,15 +261,45 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     }
 
     /// Before a handler run: extends this invocation's leases when what is left of them might not
-    /// outlast the run (see [`Config::refresh_after_ms`]).
-    async fn renew_leases(&self, renewed_at: &Cell<i64>) {
+    /// outlast the run (see [`Config::refresh_after_ms`]), and learns which jobs are still ours.
+    async fn renew_leases(&self, leases: &Leases) {
         let now = self.clock.now_ms();
         let lease_ms = i64::from(self.cfg.lease_seconds) * 1000;
-        if now - renewed_at.get() > self.cfg.refresh_after_ms(self.cfg.lease_seconds) {
-            renewed_at.set(now);
-            if let Err(e) = self.sql.query(stmt::renew(&self.owner, now, now + lease_ms)).await {
-                (self.log)(&format!("lease renewal failed, leases may expire under running jobs: {e}"));
+        if now - leases.renewed_at.get() > self.cfg.refresh_after_ms(self.cfg.lease_seconds) {
+            leases.renewed_at.set(now);
+            match self.sql.query(stmt::renew(&self.owner, now, now + lease_ms)).await {
+                Ok(rows) => {
+                    let held = rows.iter().filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string));
+                    *leases.held.borrow_mut() = Some(held.collect());
+                }
+                Err(e) => (self.log)(&format!("lease renewal failed, leases may expire under running jobs: {e}")),
             }
+        }
+    }
+}
+
+/// This invocation's leases: when they were last renewed, and which jobs that renewal found still
+/// ours. A job missing from it lost its lease while the invocation stalled (the reaper may have
+/// given it to another invocation): it must not run here.
+struct Leases {
+    renewed_at: Cell<i64>,
+    held: RefCell<Option<HashSet<String>>>,
+}
+
+impl Leases {
+    fn new(now: i64) -> Leases {
+        Leases { renewed_at: Cell::new(now), held: RefCell::new(None) }
+    }
+
+    /// Whether `job`'s lease is known to be lost.
+    fn lost(&self, job: &str) -> bool {
+        self.held.borrow().as_ref().is_some_and(|held| !held.contains(job))
+    }
+
+    /// Jobs claimed since the last renewal are ours too.
+    fn claimed<'a>(&self, jobs: impl IntoIterator<Item = &'a str>) {
+        if let Some(held) = self.held.borrow_mut().as_mut() {
+            held.extend(jobs.into_iter().map(str::to_string));
         }
     }
 }

@@ -18,7 +18,7 @@ use std::cell::Cell;
 use futures::stream::{self, StreamExt};
 
 use super::{
-    decide_failure, until, Decoded, FailureDecision, Outcome, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
+    decide_failure, until, Decoded, FailureDecision, Leases, Outcome, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
     INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
 };
 use crate::batch::{self, Item};
@@ -52,6 +52,8 @@ enum Stop {
     Blocked,
     /// The invocation's run or time budget is spent.
     Budget,
+    /// The invocation stalled past its lease: the reaper has the key's jobs.
+    LeaseLost,
 }
 
 /// How a key's chain starts.
@@ -148,9 +150,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             };
         }
 
-        let renewed_at = Cell::new(now);
+        let leases = Leases::new(now);
         let wakes: Vec<OutMessage> = stream::iter(order.into_iter().filter_map(|g| chains[g].take()))
-            .map(|(key, start)| self.chain(key, start, &budget, &renewed_at))
+            .map(|(key, start)| self.chain(key, start, &budget, &leases))
             .buffer_unordered(GROUP_CONCURRENCY)
             .filter_map(|w| async move { w })
             .collect()
@@ -196,7 +198,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
 
     /// Runs a key's claimed jobs in order, recording each chunk and claiming the next in one round
     /// trip. Returns the key's wake-up message when work is left for later.
-    async fn chain(&self, key: &str, start: Start, budget: &Budget, renewed_at: &Cell<i64>) -> Option<OutMessage> {
+    async fn chain(&self, key: &str, start: Start, budget: &Budget, leases: &Leases) -> Option<OutMessage> {
         let mut claimed = match start {
             Start::Claimed(jobs) => jobs,
             Start::Later(head) => {
@@ -208,7 +210,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 let claim = self.claim_spec(now, budget);
                 match ledger::step(self.sql, key, Vec::new(), Some((claim, None)), self.cfg.on_dead).await {
                     Ok(step) if step.state.claimed.is_empty() => return None,
-                    Ok(step) => step.state.claimed,
+                    Ok(step) => {
+                        leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
+                        step.state.claimed
+                    }
                     Err(e) => {
                         (self.log)(&format!("key {key:?}: not claimed, waking it for later: {e}"));
                         return producer::message_for(&head, INFRA_RETRY_DELAY_SECONDS);
@@ -230,7 +235,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     records.push(stmt::defer(&job.id, &self.owner, now, now));
                     continue;
                 }
-                self.renew_leases(renewed_at).await;
+                self.renew_leases(leases).await;
+                if leases.lost(&job.id) {
+                    // Stalled past the lease: the reaper may have given the key's jobs to another
+                    // invocation. Record what ran, run nothing more here.
+                    (self.log)(&format!("key {key:?}: lease lost while the chain stalled; stopping"));
+                    stop = Some(Stop::LeaseLost);
+                    records.push(stmt::defer(&job.id, &self.owner, now, now));
+                    continue;
+                }
                 budget.runs.set(budget.runs.get() - 1);
                 let result = match job.payload_json() {
                     Some(payload) => {
@@ -279,14 +292,17 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             }
             match stop {
                 Some(Stop::Retry(job, delay)) => return producer::message_for(&job, delay),
-                Some(Stop::Blocked) => return None,
+                Some(Stop::Blocked | Stop::LeaseLost) => return None,
                 Some(Stop::Budget) => {
                     let head = step.state.head.filter(|h| h.status == Status::Pending)?;
                     let delay = if head.next_run_at > now { until(now, Some(head.next_run_at)) } else { 0 };
                     return producer::message_for(&head, delay);
                 }
                 None if step.state.claimed.is_empty() => return None,
-                None => claimed = step.state.claimed,
+                None => {
+                    leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
+                    claimed = step.state.claimed;
+                }
             }
         }
     }
