@@ -160,8 +160,8 @@ async function measure(consumer, name, concurrency) {
       let initial;
       if (path === "api") {
         // Submitted through POST /jobs (recorded, sequenced, sent): the sends are the messages.
-        for (let i = 0; i < jobs.length; i += 1000) {
-          const chunk = jobs.slice(i, i + 1000).map((j) => ({ payload: j.payload, ordering_key: j.key }));
+        for (let i = 0; i < jobs.length; i += 500) {
+          const chunk = jobs.slice(i, i + 500).map((j) => ({ payload: j.payload, ordering_key: j.key }));
           const res = await mf.dispatchFetch("http://bench.test/jobs", {
             method: "POST",
             headers: { authorization: "Bearer bench-token-0123456789", "content-type": "application/json" },

@@ -1,8 +1,9 @@
 //! # orderly
 //!
-//! An ordered, reliable Cloudflare Queues consumer: per-key ordering through a best-effort KV lock,
-//! retries with capped exponential backoff, dead letters, and a D1 job ledger that owns every
-//! job's state. This file is wiring only: the event entry points.
+//! An ordered, reliable Cloudflare Queues consumer: per-key ordering (sequenced by the D1 ledger in
+//! strict mode, by a best-effort KV lock in lock mode), retries with capped exponential backoff,
+//! dead letters, and a D1 job ledger that owns every job's state. This file is wiring only: the
+//! event entry points.
 //!
 //! # Layout
 //! - `envelope.rs`: what a message body means (Fedify's envelope, raw bodies, `__orderly_job__`).
@@ -14,7 +15,8 @@
 //!   (`ledger/strict.rs`; its run rule is `ledger/sql/claim_next.sql`), the D1 backend.
 //! - `handlers/`: job types (`webhook.rs`), one file each.
 //! - `api.rs` (+ `dashboard.html`): the operator HTTP API. `producer.rs`: sending to the queue.
-//! - `maintenance.rs`: the cron's reaper, re-sender and purge. `backoff.rs`, `config.rs`, `clock.rs`.
+//! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge. `backoff.rs`,
+//!   `config.rs`, `clock.rs`.
 //! - `edge.rs`: `worker` adapters for the ports above (wasm only).
 //!
 //! Everything but `edge.rs`, `ledger/d1.rs` and the entry points below builds and is tested natively.

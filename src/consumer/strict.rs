@@ -2,8 +2,9 @@
 //! concurrent invocations.
 //!
 //! 1. Park: every keyed message's job is recorded (new jobs take their key's next `seq`, in send
-//!    order) and, in the same D1 transaction, each key's next due jobs are claimed under the run
-//!    rule (`ledger/sql/claim_next.sql`, [`crate::ledger::stmt::claim_next`]).
+//!    order) and, in the same D1 transaction, the next due jobs of as many keys as run at once are
+//!    claimed under the run rule (`ledger/sql/claim_next.sql`, [`crate::ledger::stmt::claim_next`]);
+//!    the batch's other keys are claimed as chains finish, unless another invocation has them.
 //! 2. Settle: a recorded message is acked, whether or not its job runs now: whoever runs the key
 //!    chains to it. The one exception is a message whose own job is its key's head and not yet
 //!    due (an early wake-up): it is deferred until due, so the key keeps its wake-up.
@@ -11,7 +12,8 @@
 //!    then record them and claim the next ones in one round trip, until the key has nothing due
 //!    or the run budget is spent. A failure keeps the head: the chain stops and one wake-up
 //!    message is sent for the retry time. A DEAD head lets the key move on under `ON_DEAD = skip`
-//!    and stops it under `block`. A key left with due jobs gets one wake-up message.
+//!    and stops it under `block`. A key left with due jobs gets one wake-up message. An invocation
+//!    that stalled past its lease runs nothing more: the reaper has given its jobs back.
 
 use std::cell::Cell;
 
