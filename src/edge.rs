@@ -87,12 +87,6 @@ pub fn body_json(body: JsValue) -> Result<Value, String> {
     serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 
-/// JSON text as the JS value `JSON.parse` gives: what Queues must be sent, because
-/// serde-wasm-bindgen turns maps into JS `Map`s, which arrive as `{}`.
-pub fn to_js(json: &str) -> Result<JsValue, InfraError> {
-    js_sys::JSON::parse(json).map_err(|e| InfraError::new("Queue", format!("JSON.parse failed: {e:?}")))
-}
-
 /// Reads a request body, at most `limit` bytes, whether or not it declares its length: a body
 /// that declares more, or streams more, is refused (413) without reading the rest.
 pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, ApiResponse> {
