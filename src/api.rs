@@ -156,9 +156,14 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
 
     /// Answers one request. Never fails: errors are responses.
     pub async fn handle(&self, req: &ApiRequest) -> ApiResponse {
-        if let Some(answer) = self.gate(&req.method, &req.path, req.authorization.as_deref()) {
-            return answer;
+        match self.gate(&req.method, &req.path, req.authorization.as_deref()) {
+            Some(answer) => answer,
+            None => self.route(req).await,
         }
+    }
+
+    /// Answers a request that [`Api::gate`] let through (the edge gates before reading the body).
+    pub async fn route(&self, req: &ApiRequest) -> ApiResponse {
         let cfg = match self.cfg {
             Ok(c) => c,
             Err(e) => return ApiResponse::error(500, format!("configuration error: {e}")),

@@ -184,7 +184,7 @@ mod entry {
                 Err(answer) => return respond(answer),
             }
         }
-        respond(api.handle(&api_req).await)
+        respond(api.route(&api_req).await)
     }
 
     fn respond(r: ApiResponse) -> worker::Result<Response> {

@@ -29,6 +29,8 @@ use support::Sqlite;
 use world::*;
 
 const T0: i64 = 1_700_000_000_000;
+/// The simulated worker's `ADMIN_TOKEN`.
+const SIM_TOKEN: &str = "sim-token-0123456789";
 /// Simulated time after which unfinished jobs count as stuck.
 const HORIZON_MS: i64 = 4 * 3600 * 1000;
 /// Far above what a run takes (a few thousand steps): past it, the run is livelocked.
@@ -301,20 +303,13 @@ impl Sim {
                 let req = ApiRequest {
                     method: "POST".into(),
                     path: "/jobs".into(),
-                    authorization: Some("Bearer sim-token-0123456789".into()),
+                    authorization: Some(format!("Bearer {SIM_TOKEN}")),
                     body: serde_json::to_vec(&json!({"jobs": jobs})).unwrap_or_default(),
                     ..ApiRequest::default()
                 };
                 loop {
                     *ids.borrow_mut() = planned[i..j].iter().map(|p| p.id.clone()).collect();
-                    let api = Api {
-                        ledger: &ledger,
-                        queue: &queue,
-                        clock: &*sched.clock,
-                        cfg: Ok(&*cfg),
-                        admin_token: Some("sim-token-0123456789"),
-                        new_id: &new_id,
-                    };
+                    let api = sim_api(&ledger, &queue, &sched, &cfg, &new_id);
                     let r = api.handle(&req).await;
                     // 202, or 503 with the jobs recorded (maintenance sends them): done.
                     if r.status == 202 || r.json_body().get("jobs").is_some() {
@@ -423,19 +418,12 @@ impl Sim {
         let obs = self.obs.clone();
         let fut = async move {
             let ledger = Ledger::new(sql);
-            let api = Api {
-                ledger: &ledger,
-                queue: &queue,
-                clock: &*sched.clock,
-                cfg: Ok(&*cfg),
-                admin_token: Some("sim-token-0123456789"),
-                new_id: &String::new,
-            };
+            let api = sim_api(&ledger, &queue, &sched, &cfg, &String::new);
             let req = |method: &str, path: String| ApiRequest {
                 method: method.into(),
                 path,
                 query: String::new(),
-                authorization: Some("Bearer sim-token-0123456789".into()),
+                authorization: Some(format!("Bearer {SIM_TOKEN}")),
                 body: Vec::new(),
             };
             if !block {
@@ -719,6 +707,17 @@ impl Sim {
         }
         Outcome { tally: t, violations, reported }
     }
+}
+
+/// The real API as the simulated producer and operator call it.
+fn sim_api<'a>(
+    ledger: &'a Ledger<SimSql>,
+    queue: &'a SimQueue,
+    sched: &'a Sched,
+    cfg: &'a Config,
+    new_id: &'a dyn Fn() -> String,
+) -> Api<'a, SimSql, SimQueue, orderly::clock::ManualClock> {
+    Api { ledger, queue, clock: &sched.clock, cfg: Ok(cfg), admin_token: Some(SIM_TOKEN), new_id }
 }
 
 /// Runs one seed of one setup.
