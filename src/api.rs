@@ -1,5 +1,7 @@
-//! The operator HTTP API (SPEC 5): submit, count, list, inspect and redrive jobs, strict mode's
-//! blocked keys and skip; and the dashboard.
+//! The operator HTTP API (SPEC 5): submit, count, list, inspect, cancel and redrive jobs (one or
+//! in bulk by filter), per-minute activity, strict mode's blocked keys and skip; the dashboard and
+//! the API's OpenAPI document. [`ROUTES`] is the one list of routes: the router matches only
+//! these, and a test checks `openapi.json` against it.
 //!
 //! Plain requests in, plain responses out, over the ledger and queue ports, so every route is
 //! tested natively. Every route but the dashboard shell needs `Authorization: Bearer <ADMIN_TOKEN>`
@@ -13,9 +15,10 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, OnDead, OrderingMode, MAX_DELAY_SECONDS};
-use crate::envelope::{checked_key, checked_max_attempts, Envelope, JobMeta};
+use crate::envelope::{checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
+use crate::ledger::history::{self, Kind};
 use crate::ledger::strict::Skip;
-use crate::ledger::{JobSpec, Ledger, Redrive, Sql, Status};
+use crate::ledger::{Cancel, DeadFilter, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, DEFAULT_PRIORITY};
 use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES};
 
 /// Largest request body accepted.
@@ -45,7 +48,74 @@ fn dashboard_csp() -> String {
 /// Largest page.
 pub const MAX_PAGE: u32 = 200;
 
+/// Most jobs one bulk redrive takes: three D1 statements each, within Workers' 1,000 D1 queries
+/// per invocation. The rest stay DEAD and matched: call again.
+pub const MAX_BULK_REDRIVE: u32 = 250;
+
 const DASHBOARD: &str = include_str!("dashboard.html");
+/// The API described in OpenAPI 3.1, served at `GET /openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// Every route: method and path pattern (`{name}` is one path segment). The router matches only
+/// these, in order (a literal segment before a `{name}` one), and `openapi.json` documents each.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/"),
+    ("GET", "/openapi.json"),
+    ("POST", "/jobs"),
+    ("GET", "/jobs"),
+    ("GET", "/jobs/counts"),
+    ("GET", "/jobs/activity"),
+    ("POST", "/jobs/redrive"),
+    ("GET", "/jobs/{id}"),
+    ("POST", "/jobs/{id}/redrive"),
+    ("POST", "/jobs/{id}/cancel"),
+    ("GET", "/keys"),
+    ("POST", "/keys/{key}/skip"),
+];
+
+/// What a path matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Matched {
+    /// A route: its pattern and its `{name}` segments, percent-decoded, in order.
+    Route(&'static str, Vec<String>),
+    /// The path exists with other methods.
+    WrongMethod,
+    /// No such path.
+    NotFound,
+}
+
+/// Matches a request against [`ROUTES`].
+pub fn match_route(method: &str, path: &str) -> Matched {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let mut path_exists = false;
+    for (m, pattern) in ROUTES {
+        let parts: Vec<&str> = pattern.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+        if parts.len() != segments.len() {
+            continue;
+        }
+        let mut params = Vec::new();
+        let fits = parts.iter().zip(&segments).all(|(p, s)| {
+            if p.starts_with('{') {
+                params.push(percent_decode(s));
+                true
+            } else {
+                p == s
+            }
+        });
+        if !fits {
+            continue;
+        }
+        if *m == method {
+            return Matched::Route(pattern, params);
+        }
+        path_exists = true;
+    }
+    if path_exists {
+        Matched::WrongMethod
+    } else {
+        Matched::NotFound
+    }
+}
 
 /// A request, as the edge read it.
 #[derive(Debug, Clone, Default)]
@@ -123,13 +193,24 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     /// configured, a token too short, a missing or wrong bearer token). `None`: read the body and
     /// call [`Api::handle`].
     pub fn gate(&self, method: &str, path: &str, authorization: Option<&str>) -> Option<ApiResponse> {
-        if method == "GET" && (path == "/" || path == "/index.html") {
-            return Some(ApiResponse {
-                status: 200,
-                content_type: "text/html; charset=utf-8",
-                body: DASHBOARD.to_string(),
-                headers: vec![("content-security-policy", dashboard_csp()), ("x-frame-options", "DENY".into())],
-            });
+        match (method, path) {
+            ("GET", "/" | "/index.html") => {
+                return Some(ApiResponse {
+                    status: 200,
+                    content_type: "text/html; charset=utf-8",
+                    body: DASHBOARD.to_string(),
+                    headers: vec![("content-security-policy", dashboard_csp()), ("x-frame-options", "DENY".into())],
+                })
+            }
+            ("GET", "/openapi.json") => {
+                return Some(ApiResponse {
+                    status: 200,
+                    content_type: "application/json",
+                    body: OPENAPI.to_string(),
+                    headers: vec![("access-control-allow-origin", "*".into())],
+                })
+            }
+            _ => {}
         }
         let Some(token) = self.admin_token.map(str::trim).filter(|t| !t.is_empty()) else {
             return Some(ApiResponse::error(
@@ -168,19 +249,27 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Ok(c) => c,
             Err(e) => return ApiResponse::error(500, format!("configuration error: {e}")),
         };
-        let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
-        let result = match (req.method.as_str(), segments.as_slice()) {
-            ("POST", ["jobs"]) => self.submit(cfg, &req.body).await,
-            ("GET", ["jobs"]) => self.list(&req.query).await,
-            ("GET", ["jobs", "counts"]) => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
-            ("GET", ["jobs", id]) => self.get(&percent_decode(id)).await,
-            ("POST", ["jobs", id, "redrive"]) => self.redrive(&percent_decode(id)).await,
-            ("GET", ["keys"]) => self.keys(cfg, &req.query).await,
-            ("POST", ["keys", key, "skip"]) => self.skip(cfg, &percent_decode(key)).await,
-            (_, ["jobs"] | ["jobs", _] | ["jobs", _, "redrive"] | ["keys"] | ["keys", _, "skip"]) => {
-                Ok(ApiResponse::error(405, "method not allowed"))
-            }
-            _ => Ok(ApiResponse::error(404, format!("no route {} {}", req.method, req.path))),
+        let (pattern, params) = match match_route(&req.method, &req.path) {
+            Matched::Route(pattern, params) => (pattern, params),
+            Matched::WrongMethod => return ApiResponse::error(405, "method not allowed"),
+            Matched::NotFound => return ApiResponse::error(404, format!("no route {} {}", req.method, req.path)),
+        };
+        let param = params.first().map(String::as_str).unwrap_or_default();
+        let result = match pattern {
+            "/jobs" if req.method == "POST" => self.submit(cfg, &req.body).await,
+            "/jobs" => self.list(&req.query).await,
+            "/jobs/counts" => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
+            "/jobs/activity" => history::read_activity(&self.ledger.sql, self.clock.now_ms())
+                .await
+                .map(|minutes| ApiResponse::json(200, json!({ "minutes": minutes }))),
+            "/jobs/redrive" => self.redrive_matching(&req.body).await,
+            "/jobs/{id}" => self.get(param).await,
+            "/jobs/{id}/redrive" => self.redrive(param).await,
+            "/jobs/{id}/cancel" => self.cancel(param).await,
+            "/keys" => self.keys(cfg, &req.query).await,
+            "/keys/{key}/skip" => self.skip(cfg, param).await,
+            // The public routes are answered by the gate.
+            other => Ok(ApiResponse::error(404, format!("no handler for {other}"))),
         };
         result.unwrap_or_else(|e| ApiResponse::error(503, format!("{e}; try again")))
     }
@@ -242,6 +331,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let mut status = None;
         let mut limit = 50;
         let mut cursor = None;
+        let (mut job_type, mut ordering_key) = (None, None);
         for (k, v) in query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))) {
             let v = percent_decode(v);
             match k {
@@ -262,10 +352,15 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                     Some(c) => cursor = Some(c),
                     None => return Ok(ApiResponse::error(400, "cursor is not one this API gave out")),
                 },
+                "type" if !v.is_empty() => job_type = Some(v),
+                "ordering_key" if !v.is_empty() => ordering_key = Some(v),
+                "type" | "ordering_key" => {}
                 _ => return Ok(ApiResponse::error(400, format!("unknown query parameter {k:?}"))),
             }
         }
-        let (jobs, next) = self.ledger.list(status, cursor.as_ref().map(|(at, id)| (*at, id.as_str())), limit).await?;
+        let filter = ListFilter { status, job_type: job_type.as_deref(), ordering_key: ordering_key.as_deref() };
+        let (jobs, next) =
+            self.ledger.list(&filter, cursor.as_ref().map(|(at, id)| (*at, id.as_str())), limit).await?;
         let next_cursor = next.map(|(at, id)| B64URL.encode(format!("{at}:{id}")));
         // Payloads stay out of lists (up to 128 KB each); `GET /jobs/{id}` has them.
         let jobs: Vec<Value> = jobs
@@ -282,10 +377,61 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     }
 
     async fn get(&self, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
-        Ok(match self.ledger.get(id).await? {
-            Some(j) => ApiResponse::json(200, json!({ "job": j })),
-            None => ApiResponse::error(404, format!("no job {id:?}")),
+        let Some(job) = self.ledger.get(id).await? else {
+            return Ok(ApiResponse::error(404, format!("no job {id:?}")));
+        };
+        let history = history::events(&self.ledger.sql, id).await?;
+        Ok(ApiResponse::json(200, json!({ "job": job, "history": history })))
+    }
+
+    /// `POST /jobs/{id}/cancel`: a PENDING job becomes DEAD "cancelled"; a running or finished
+    /// job is refused (409), so a handler is never cancelled underneath.
+    async fn cancel(&self, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
+        Ok(match self.ledger.cancel(id, self.clock.now_ms()).await? {
+            Cancel::Cancelled(j) => ApiResponse::json(200, json!({ "job": j })),
+            Cancel::NotFound => ApiResponse::error(404, format!("no job {id:?}")),
+            Cancel::Refused(j) => ApiResponse::json(
+                409,
+                json!({"error": format!("job is {}, only PENDING jobs can be cancelled", j.status.as_str()), "status": j.status}),
+            ),
         })
+    }
+
+    /// `POST /jobs/redrive`: DEAD jobs matching a filter, counted (`"dry_run": true`) or redriven,
+    /// at most [`MAX_BULK_REDRIVE`] per call (oldest death first).
+    async fn redrive_matching(&self, body: &[u8]) -> Result<ApiResponse, crate::error::InfraError> {
+        let (filter, dry_run) = match parse_dead_filter(body) {
+            Ok(f) => f,
+            Err(msg) => return Ok(ApiResponse::error(400, msg)),
+        };
+        let (ids, matched) = self.ledger.dead_matching(&filter, MAX_BULK_REDRIVE).await?;
+        if dry_run {
+            return Ok(ApiResponse::json(200, json!({ "dry_run": true, "matched": matched })));
+        }
+        let now = self.clock.now_ms();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let mut redriven = Vec::new();
+        let mut refused = Vec::new();
+        for (id, r) in ids.iter().zip(self.ledger.redrive_all(&ids, now).await?) {
+            match r {
+                Redrive::Redriven(j) => redriven.push(j),
+                Redrive::Refused(_) | Redrive::NotFound => refused.push(*id),
+            }
+        }
+        let msgs = redriven.iter().filter_map(|j| producer::message_for(j, 0)).collect();
+        let sent = producer::send_all(self.queue, msgs).await;
+        let mut answer = json!({
+            "dry_run": false,
+            "matched": matched,
+            "redriven": redriven.len(),
+            "refused": refused,
+            "remaining": (matched - (redriven.len() + refused.len()) as i64).max(0),
+        });
+        if let Err(e) = sent {
+            answer["error"] = json!(format!("{e}; the jobs are PENDING and maintenance will send them"));
+            return Ok(ApiResponse::json(503, answer));
+        }
+        Ok(ApiResponse::json(200, answer))
     }
 
     async fn redrive(&self, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
@@ -364,6 +510,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         match self.ledger.skip(key, self.clock.now_ms()).await? {
             Skip::NotBlocked => Ok(ApiResponse::error(409, format!("key {key:?} is not blocked by a DEAD job"))),
             Skip::Skipped { skipped, next } => {
+                // Audited after the fact (the skip names a key, not a job): a failure here is
+                // only a missing history line.
+                let audit = history::stmt::action(&skipped.id, skipped.updated_at, Kind::Skip, Status::Dead);
+                let _ = self.ledger.sql.query(audit).await;
                 let wake = next.filter(|j| j.status == Status::Pending).and_then(|j| producer::message_for(&j, 0));
                 if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {
                     return Ok(ApiResponse::json(
@@ -402,6 +552,10 @@ fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessa
         None | Some(Value::Null) => None,
         Some(v) => Some(checked_max_attempts(&v).map_err(bad)?),
     };
+    let priority = match o.remove("priority") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(checked_priority(&v).map_err(bad)?),
+    };
     if let Some(k) = o.keys().next() {
         return Err(bad(format!("unknown field {k:?}")));
     }
@@ -409,9 +563,9 @@ fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessa
     let env = Envelope {
         ordering_key: ordering_key.clone(),
         payload,
-        meta: JobMeta { id: Some(id.clone()), dedupe_key: dedupe_key.clone(), max_attempts },
+        meta: JobMeta { id: Some(id.clone()), dedupe_key: dedupe_key.clone(), max_attempts, priority },
     };
-    let msg = OutMessage::new(&env.encode(), delay);
+    let msg = OutMessage::of(&env, delay);
     if !msg.fits() {
         return Err((
             413,
@@ -429,8 +583,45 @@ fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessa
         dedupe_key,
         payload: Some(env.payload.to_string()),
         max_attempts: max_attempts.unwrap_or(cfg.max_attempts),
+        priority: priority.unwrap_or(DEFAULT_PRIORITY),
     };
     Ok((spec, msg, delay))
+}
+
+/// Reads a bulk redrive's body: `{"filter": {"type"?, "ordering_key"?, "error"?, "from"?, "to"?},
+/// "dry_run"?: bool}` (times in ms since the epoch; `error` is text the job's error contains).
+fn parse_dead_filter(body: &[u8]) -> Result<(DeadFilter, bool), String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
+    let Value::Object(mut o) = v else { return Err("body must be an object".into()) };
+    let dry_run = match o.remove("dry_run") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => return Err("\"dry_run\" must be true or false".into()),
+    };
+    let mut f = match o.remove("filter") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(f)) => f,
+        Some(_) => return Err("\"filter\" must be an object".into()),
+    };
+    if let Some(k) = o.keys().next() {
+        return Err(format!("unknown field {k:?}"));
+    }
+    let mut text = |k: &str| match f.remove(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("filter.{k} must be a string")),
+    };
+    let (job_type, ordering_key, error) = (text("type")?, text("ordering_key")?, text("error")?);
+    let mut time = |k: &str| match f.remove(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_i64().map(Some).ok_or_else(|| format!("filter.{k} must be milliseconds since the epoch")),
+    };
+    let (from, to) = (time("from")?, time("to")?);
+    if let Some(k) = f.keys().next() {
+        return Err(format!("unknown filter field {k:?}"));
+    }
+    Ok((DeadFilter { job_type, ordering_key, error, from, to }, dry_run))
 }
 
 fn decode_cursor(c: &str) -> Option<(i64, String)> {
@@ -509,7 +700,8 @@ mod tests {
             (json!({"payload": 1, "max_attempts": 0}), "max_attempts"),
             (json!({"payload": 1, "ordering_key": 3}), "ordering_key"),
             (json!({"payload": 1, "dedupe_key": ""}), "dedupe_key"),
-            (json!({"payload": 1, "priority": 1}), "unknown field"),
+            (json!({"payload": 1, "priority": 10}), "priority must be"),
+            (json!({"payload": 1, "priorty": 1}), "unknown field"),
             (json!([1]), "object"),
             (json!({"payload": {"type": "fax"}}), "unknown job type \"fax\" (known: webhook)"),
             (json!({"payload": [1]}), "no \"type\""),

@@ -1,7 +1,9 @@
 //! Batch planning: which messages run together and in what order.
 //!
 //! Pure. Messages of one ordering key form one group, ordered by send timestamp then batch position;
-//! every unkeyed message is a group of its own. Groups run concurrently, a group's members in order.
+//! every unkeyed message is a group of its own. Groups run concurrently, a group's members in order;
+//! when more groups are ready than run at once, the most urgent start first (SPEC 12). A group's
+//! urgency is its most urgent member's: per-key order always wins over priority.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +16,8 @@ pub struct Item<'a> {
     pub timestamp_ms: i64,
     /// The ordering key, if any.
     pub key: Option<&'a str>,
+    /// 0 most urgent .. 9.
+    pub priority: u8,
 }
 
 /// One unit of work: a key's messages in order, or a single unkeyed message.
@@ -23,27 +27,32 @@ pub struct Group<'a> {
     pub key: Option<&'a str>,
     /// Batch positions, in the order they must run.
     pub members: Vec<usize>,
+    /// The most urgent member's priority.
+    pub priority: u8,
 }
 
-/// Groups items by key and orders each group. Keyed groups come first, in key order, so the plan
-/// is deterministic; unkeyed singletons follow in batch order.
+/// Groups items by key and orders each group. Groups come most urgent first; among equals keyed
+/// groups come first, in key order, so the plan is deterministic, then unkeyed ones in batch order.
 pub fn plan<'a>(items: &[Item<'a>]) -> Vec<Group<'a>> {
     let mut keyed: BTreeMap<&'a str, Vec<&Item<'a>>> = BTreeMap::new();
     let mut unkeyed = Vec::new();
     for item in items {
         match item.key {
             Some(k) => keyed.entry(k).or_default().push(item),
-            None => unkeyed.push(Group { key: None, members: vec![item.position] }),
+            None => unkeyed.push(Group { key: None, members: vec![item.position], priority: item.priority }),
         }
     }
     let mut groups: Vec<Group<'a>> = keyed
         .into_iter()
         .map(|(k, mut members)| {
             members.sort_by_key(|m| (m.timestamp_ms, m.position));
-            Group { key: Some(k), members: members.iter().map(|m| m.position).collect() }
+            let priority = members.iter().map(|m| m.priority).min().unwrap_or(u8::MAX);
+            Group { key: Some(k), members: members.iter().map(|m| m.position).collect(), priority }
         })
         .collect();
     groups.extend(unkeyed);
+    // Stable: equal priorities keep the order above.
+    groups.sort_by_key(|g| g.priority);
     groups
 }
 
@@ -52,13 +61,31 @@ mod tests {
     use super::*;
 
     fn item(position: usize, timestamp_ms: i64, key: Option<&str>) -> Item<'_> {
-        Item { position, timestamp_ms, key }
+        Item { position, timestamp_ms, key, priority: 5 }
+    }
+
+    #[test]
+    fn the_most_urgent_groups_come_first_and_a_key_keeps_its_order() {
+        let items = [
+            Item { position: 0, timestamp_ms: 0, key: None, priority: 5 },
+            Item { position: 1, timestamp_ms: 0, key: Some("b"), priority: 5 },
+            Item { position: 2, timestamp_ms: 1, key: Some("b"), priority: 0 },
+            Item { position: 3, timestamp_ms: 0, key: None, priority: 1 },
+            Item { position: 4, timestamp_ms: 0, key: Some("a"), priority: 9 },
+        ];
+        let plan = plan(&items);
+        let order: Vec<(Option<&str>, Vec<usize>)> = plan.iter().map(|g| (g.key, g.members.clone())).collect();
+        assert_eq!(
+            order,
+            vec![(Some("b"), vec![1, 2]), (None, vec![3]), (None, vec![0]), (Some("a"), vec![4])],
+            "b's urgent job lifts its key, but runs after b's earlier job"
+        );
     }
 
     #[test]
     fn a_keys_messages_form_one_group_in_timestamp_order() {
         let items = [item(0, 30, Some("a")), item(1, 10, Some("a")), item(2, 20, Some("a"))];
-        assert_eq!(plan(&items), vec![Group { key: Some("a"), members: vec![1, 2, 0] }]);
+        assert_eq!(plan(&items), vec![Group { key: Some("a"), members: vec![1, 2, 0], priority: 5 }]);
     }
 
     #[test]
@@ -74,10 +101,10 @@ mod tests {
         assert_eq!(
             plan(&items),
             vec![
-                Group { key: Some("a"), members: vec![2] },
-                Group { key: Some("b"), members: vec![1, 4] },
-                Group { key: None, members: vec![0] },
-                Group { key: None, members: vec![3] },
+                Group { key: Some("a"), members: vec![2], priority: 5 },
+                Group { key: Some("b"), members: vec![1, 4], priority: 5 },
+                Group { key: None, members: vec![0], priority: 5 },
+                Group { key: None, members: vec![3], priority: 5 },
             ]
         );
     }

@@ -85,6 +85,11 @@ pub struct Config {
     pub jobs_queue: String,
     /// The dead-letter queue's name: its batches are recorded DEAD.
     pub dead_letter_queue: String,
+    /// The urgent lane's queue name (SPEC 12): its batches are run like the main queue's. Used
+    /// when the `JOBS_URGENT` producer binding exists.
+    pub urgent_queue: String,
+    /// Jobs at or below this priority go to the urgent lane, when there is one.
+    pub urgent_priority: u8,
     /// Strict mode: most jobs one invocation runs by chaining, so it stays within Workers'
     /// per-invocation subrequest and D1 query limits (1,000 on paid plans, 50 on free).
     pub strict_run_budget: u32,
@@ -108,6 +113,8 @@ impl Default for Config {
             allow_private_targets: false,
             jobs_queue: "orderly-jobs".to_string(),
             dead_letter_queue: "orderly-dlq".to_string(),
+            urgent_queue: "orderly-jobs-urgent".to_string(),
+            urgent_priority: 2,
         }
     }
 }
@@ -188,6 +195,15 @@ impl Config {
         if dead_letter_queue.is_empty() {
             return Err(ConfigError { var: "DEAD_LETTER_QUEUE", value: dead_letter_queue, reason: "empty" });
         }
+        let urgent_queue = lookup("URGENT_QUEUE").map(|q| q.trim().to_string()).unwrap_or(d.urgent_queue);
+        if urgent_queue.is_empty() || urgent_queue == jobs_queue || urgent_queue == dead_letter_queue {
+            return Err(ConfigError {
+                var: "URGENT_QUEUE",
+                value: urgent_queue,
+                reason: "empty, or the same as JOBS_QUEUE or DEAD_LETTER_QUEUE",
+            });
+        }
+        let urgent_priority = num("URGENT_PRIORITY", u32::from(d.urgent_priority), 0, 9)? as u8;
         let webhook_timeout_seconds = num("WEBHOOK_TIMEOUT_SECONDS", d.webhook_timeout_seconds, 1, 300)?;
         let lease_seconds = num("LEASE_SECONDS", d.lease_seconds, 10, MAX_DELAY_SECONDS)?;
         // A lease or lock must outlive the longest handler run, or the reaper (or another group)
@@ -215,6 +231,8 @@ impl Config {
             lease_seconds,
             jobs_queue,
             dead_letter_queue,
+            urgent_queue,
+            urgent_priority,
             ordering_mode,
             on_dead,
             strict_run_budget: num("STRICT_RUN_BUDGET", d.strict_run_budget, 1, 1000)?,

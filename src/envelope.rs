@@ -22,7 +22,7 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// never sink its batch-mates' D1 round trip.
 pub const MAX_BODY_JSON_BYTES: usize = 256_000;
 /// Job ids that no URL `/jobs/{id}` can reach.
-pub const RESERVED_IDS: [&str; 3] = ["counts", ".", ".."];
+pub const RESERVED_IDS: [&str; 4] = ["counts", "activity", ".", ".."];
 /// Highest per-job `max_attempts`.
 pub const MAX_ATTEMPTS_LIMIT: u32 = 1000;
 
@@ -46,6 +46,8 @@ pub struct JobMeta {
     pub dedupe_key: Option<String>,
     /// Overrides the `MAX_ATTEMPTS` var for this job.
     pub max_attempts: Option<u32>,
+    /// 0 most urgent .. 9; 5 when absent (SPEC 12).
+    pub priority: Option<u8>,
 }
 
 /// Why a body cannot be read. Permanent: the same bytes will never decode, so the job is DEAD.
@@ -106,6 +108,9 @@ impl Envelope {
         if let Some(m) = self.meta.max_attempts {
             meta.insert("max_attempts".into(), Value::from(m));
         }
+        if let Some(p) = self.meta.priority {
+            meta.insert("priority".into(), Value::from(p));
+        }
         if !meta.is_empty() {
             obj.insert(JOB_FIELD.into(), Value::Object(meta));
         }
@@ -135,7 +140,19 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
         None | Some(Value::Null) => None,
         Some(v) => Some(checked_max_attempts(&v).map_err(|e| bad(format!("{JOB_FIELD}.{e}")))?),
     };
-    Ok(JobMeta { id, dedupe_key, max_attempts })
+    let priority = match m.remove("priority") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(checked_priority(&v).map_err(|e| bad(format!("{JOB_FIELD}.{e}")))?),
+    };
+    Ok(JobMeta { id, dedupe_key, max_attempts, priority })
+}
+
+/// Checks a `priority` value: a whole number in 0..=9. Shared with the HTTP API.
+pub fn checked_priority(v: &Value) -> Result<u8, String> {
+    match v.as_u64() {
+        Some(n) if n <= u64::from(crate::ledger::MAX_PRIORITY) => Ok(n as u8),
+        _ => Err(format!("priority must be a whole number from 0 (most urgent) to {}, got {v}", crate::ledger::MAX_PRIORITY)),
+    }
 }
 
 /// Checks a `max_attempts` value: a whole number in 1..=1000. Shared with the HTTP API.
@@ -188,6 +205,17 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn priority_rides_in_the_metadata_and_is_checked() {
+        let e = Envelope::decode(json!({"type": "t", JOB_FIELD: {"priority": 0}})).unwrap();
+        assert_eq!(e.meta.priority, Some(0));
+        assert_eq!(Envelope::decode(e.encode()).unwrap().meta.priority, Some(0), "round trip");
+        for bad in [json!(10), json!(-1), json!(1.5), json!("1")] {
+            let err = Envelope::decode(json!({"type": "t", JOB_FIELD: {"priority": bad}})).unwrap_err();
+            assert!(err.to_string().contains("priority must be"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn fedify_form_gives_key_and_payload() {
         let e = Envelope::decode(
             json!({"__fedify_ordering_key__": "actor:1", "__fedify_payload__": {"type": "webhook", "n": 1}}),
@@ -225,7 +253,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.payload, json!({"type": "t"}));
-        assert_eq!(e.meta, JobMeta { id: Some("j1".into()), dedupe_key: Some("d".into()), max_attempts: Some(3) });
+        assert_eq!(e.meta, JobMeta { id: Some("j1".into()), dedupe_key: Some("d".into()), max_attempts: Some(3), priority: None });
         let e = Envelope::decode(json!({"__fedify_payload__": {"a": 1}, "__orderly_job__": {"id": "j2"}})).unwrap();
         assert_eq!(e.payload, json!({"a": 1}));
         assert_eq!(e.meta.id.as_deref(), Some("j2"));
@@ -236,7 +264,7 @@ mod tests {
         let e = Envelope {
             ordering_key: Some("k".into()),
             payload: json!({"type": "webhook", "__fedify_payload__": "inner keys survive"}),
-            meta: JobMeta { id: Some("id".into()), dedupe_key: None, max_attempts: Some(2) },
+            meta: JobMeta { id: Some("id".into()), dedupe_key: None, max_attempts: Some(2), priority: None },
         };
         assert_eq!(Envelope::decode(e.encode()).unwrap(), e);
         let plain = Envelope { ordering_key: None, payload: json!(null), meta: JobMeta::default() };

@@ -10,7 +10,8 @@ use serde::Serialize;
 use crate::clock::Clock;
 use crate::config::{Config, OrderingMode};
 use crate::error::InfraError;
-use crate::ledger::{stmt, Job, Ledger, Sql, Status};
+use crate::ledger::history::{self, Run, RunOutcome};
+use crate::ledger::{stmt, Job, Ledger, Sql, Status, Stmt};
 use crate::producer::{self, QueueSender};
 
 /// How long past its `next_run_at` a PENDING job may wait before its message counts as lost.
@@ -67,8 +68,8 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(ledger: &Ledger<S>, queue: &Q
         }
     }
     let cutoff = now - i64::from(cfg.retention_days) * 86_400_000;
-    match ledger.sql.query(stmt::purge(cutoff, PURGE_LIMIT)).await {
-        Ok(rows) => report.purged = rows.len(),
+    match ledger.sql.batch(stmt::purge(cutoff, PURGE_LIMIT).into()).await {
+        Ok(out) => report.purged = out.last().map_or(0, Vec::len),
         Err(e) => note("purge", e),
     }
     report
@@ -82,6 +83,27 @@ async fn reap<S: Sql, Q: QueueSender>(ledger: &Ledger<S>, queue: &Q, now: i64) -
     let reaped = Job::all(&ledger.sql.query(stmt::reap(now, STEP_LIMIT)).await?)?;
     let (pending, dead): (Vec<Job>, Vec<Job>) = reaped.into_iter().partition(|j| j.status == Status::Pending);
     send_jobs(ledger, queue, &pending, now).await?;
+    // Each reaped lease was a run that never reported: it goes in the job's history (after the
+    // re-send, so a failure here delays nothing).
+    let runs: Vec<Stmt> = pending
+        .iter()
+        .chain(&dead)
+        .map(|j| {
+            history::stmt::run(&Run {
+                job_id: &j.id,
+                attempt: j.attempts,
+                started_at: now,
+                finished_at: now,
+                outcome: if j.status == Status::Dead { RunOutcome::Dead } else { RunOutcome::Retry },
+                error: j.last_error.as_deref(),
+                http_status: None,
+                actor: "maintenance",
+            })
+        })
+        .collect();
+    if !runs.is_empty() {
+        ledger.sql.batch(runs).await?;
+    }
     Ok((pending.len(), dead.len()))
 }
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::envelope::{Envelope, JobMeta};
 use crate::error::InfraError;
-use crate::ledger::Job;
+use crate::ledger::{Job, DEFAULT_PRIORITY};
 
 /// Most messages in one `sendBatch`.
 pub const MAX_BATCH_MESSAGES: usize = 100;
@@ -27,12 +27,24 @@ pub struct OutMessage {
     json: String,
     /// Delivery delay.
     pub delay_seconds: u32,
+    /// The job's priority: picks its lane (see [`Lanes`]).
+    pub priority: u8,
+    /// Whether the job has an ordering key.
+    pub keyed: bool,
 }
 
 impl OutMessage {
-    /// A message with `body` (an envelope), delivered after `delay_seconds`.
+    /// A message with `body` (an envelope), delivered after `delay_seconds`, of default priority.
     pub fn new(body: &Value, delay_seconds: u32) -> Self {
-        OutMessage { json: body.to_string(), delay_seconds }
+        OutMessage { json: body.to_string(), delay_seconds, priority: DEFAULT_PRIORITY, keyed: false }
+    }
+    /// An envelope's message: its priority and key ride along for the lane choice.
+    pub fn of(env: &Envelope, delay_seconds: u32) -> Self {
+        OutMessage {
+            priority: env.meta.priority.unwrap_or(DEFAULT_PRIORITY),
+            keyed: env.ordering_key.is_some(),
+            ..OutMessage::new(&env.encode(), delay_seconds)
+        }
     }
     /// The body as JSON text.
     pub fn json(&self) -> &str {
@@ -53,6 +65,50 @@ impl OutMessage {
 pub trait QueueSender {
     /// Sends `msgs` in one `sendBatch`.
     async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError>;
+}
+
+/// Priority lanes (SPEC 12): Queues has no message priority, so urgent jobs travel on a queue of
+/// their own, which Cloudflare consumes independently of the main queue's backlog. Jobs at or
+/// below `urgent_priority` go to `urgent` when it is bound; everything else, and everything when
+/// it is not, to `main`.
+///
+/// Per-key order wins over priority: in lock mode a key's jobs must share one queue (the lock
+/// only orders what one queue delivers), so keyed jobs stay on `main` unless `keyed_by_priority`
+/// (strict mode, where the ledger orders each key whichever queue delivers it).
+pub struct Lanes<Q> {
+    /// The main queue.
+    pub main: Q,
+    /// The urgent lane's queue, if bound.
+    pub urgent: Option<Q>,
+    /// Most urgent priority that still goes to `main`, plus one.
+    pub urgent_priority: u8,
+    /// Whether keyed jobs take their priority's lane (strict mode).
+    pub keyed_by_priority: bool,
+}
+
+impl<Q> Lanes<Q> {
+    /// Whether `m` goes to the urgent lane.
+    pub fn is_urgent(&self, m: &OutMessage) -> bool {
+        self.urgent.is_some() && m.priority <= self.urgent_priority && (!m.keyed || self.keyed_by_priority)
+    }
+}
+
+impl<Q: QueueSender> QueueSender for Lanes<Q> {
+    async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
+        let (urgent, main): (Vec<OutMessage>, Vec<OutMessage>) = msgs.iter().cloned().partition(|m| self.is_urgent(m));
+        let mut first_error = None;
+        if let (false, Some(q)) = (urgent.is_empty(), &self.urgent) {
+            if let Err(e) = q.send_batch(&urgent).await {
+                first_error = Some(e);
+            }
+        }
+        if !main.is_empty() {
+            if let Err(e) = self.main.send_batch(&main).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
 }
 
 /// Splits messages into batches of at most 100 messages and 256 KB, keeping their order.
@@ -101,9 +157,10 @@ pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
             id: Some(job.id.clone()),
             dedupe_key: job.dedupe_key.clone(),
             max_attempts: u32::try_from(job.max_attempts).ok(),
+            priority: (job.priority != DEFAULT_PRIORITY).then_some(job.priority),
         },
     };
-    Some(OutMessage::new(&env.encode(), delay_seconds))
+    Some(OutMessage::of(&env, delay_seconds))
 }
 
 #[cfg(test)]
@@ -144,9 +201,34 @@ mod tests {
     fn the_limits_are_cloudflares_in_bytes_of_1000() {
         assert_eq!(MAX_MESSAGE_BYTES + PER_MESSAGE_OVERHEAD, 128_000);
         assert_eq!(MAX_BATCH_BYTES, 256_000);
-        let at_limit = OutMessage { json: "x".repeat(MAX_MESSAGE_BYTES), delay_seconds: 0 };
+        let at_limit = OutMessage { json: "x".repeat(MAX_MESSAGE_BYTES), ..msg(0) };
         assert!(at_limit.fits());
-        assert!(!OutMessage { json: "x".repeat(MAX_MESSAGE_BYTES + 1), delay_seconds: 0 }.fits());
+        assert!(!OutMessage { json: "x".repeat(MAX_MESSAGE_BYTES + 1), ..msg(0) }.fits());
+    }
+
+    /// A queue that keeps what it is sent.
+    #[derive(Default)]
+    struct Kept(std::cell::RefCell<Vec<u8>>);
+    impl QueueSender for Kept {
+        async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
+            self.0.borrow_mut().extend(msgs.iter().map(|m| m.priority));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn urgent_jobs_take_the_urgent_lane_and_keyed_ones_only_when_the_ledger_orders_keys() {
+        let m = |priority: u8, keyed: bool| OutMessage { priority, keyed, ..msg(1) };
+        for (keyed_by_priority, urgent_got) in [(false, vec![0, 2]), (true, vec![0, 2, 1])] {
+            let lanes = Lanes { main: Kept::default(), urgent: Some(Kept::default()), urgent_priority: 2, keyed_by_priority };
+            let sent = vec![m(0, false), m(5, false), m(2, false), m(3, false), m(1, true), m(9, true)];
+            futures::executor::block_on(send_all(&lanes, sent)).unwrap();
+            assert_eq!(*lanes.urgent.as_ref().unwrap().0.borrow(), urgent_got, "keyed_by_priority {keyed_by_priority}");
+            assert_eq!(lanes.main.0.borrow().len(), 6 - urgent_got.len());
+        }
+        let one_lane = Lanes { main: Kept::default(), urgent: None, urgent_priority: 2, keyed_by_priority: true };
+        futures::executor::block_on(send_all(&one_lane, vec![m(0, false), m(0, true)])).unwrap();
+        assert_eq!(*one_lane.main.0.borrow(), vec![0, 0], "without the binding everything uses one queue");
     }
 
     #[test]

@@ -246,6 +246,7 @@ fn redrive_resends_a_dead_job_and_refuses_others() {
         dedupe_key: None,
         payload: Some(webhook(9).to_string()),
         max_attempts: 2,
+        priority: 5,
     };
     block_on(w.ledger.sql.query(stmt::record_dead(&spec, T0, "HTTP 500 (attempt 2 of 2)"))).unwrap();
     let r = w.call("POST", "/jobs/d1/redrive", None);
@@ -277,6 +278,7 @@ fn seed_running(w: &World, id: &str, max_attempts: u32, now: i64) {
         dedupe_key: None,
         payload: Some(webhook(0).to_string()),
         max_attempts,
+        priority: 5,
     };
     block_on(w.ledger.sql.query(stmt::claim(&spec, "dead-invocation", now, now + 120_000, now))).unwrap();
 }
@@ -302,7 +304,7 @@ fn maintenance_resends_overdue_pending_jobs_once_and_purges_old_done_rows() {
     let w = World::new();
     w.call("POST", "/jobs", Some(json!({"payload": webhook(1)})));
     seed_running(&w, "done", 8, T0);
-    block_on(w.ledger.sql.query(stmt::complete("done", "dead-invocation", T0))).unwrap();
+    block_on(w.ledger.sql.query(stmt::complete("done", "dead-invocation", T0, None))).unwrap();
     w.clock.advance_ms(RESEND_GRACE_MS + 1);
     let r = block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg));
     assert_eq!((r.resent, r.purged), (1, 0));
@@ -388,6 +390,7 @@ fn maintenance_dead_letters_a_job_too_large_to_send_and_goes_on() {
             json!({"type": "webhook", "url": "https://example.test/", "body": "x".repeat(130_000)}).to_string(),
         ),
         max_attempts: 8,
+        priority: 5,
     };
     block_on(w.ledger.enqueue_all(&[(&big, T0)], T0)).unwrap();
     w.clock.advance_ms(RESEND_GRACE_MS + 1);
@@ -405,7 +408,7 @@ fn a_failed_send_does_not_stop_the_rest_of_maintenance() {
     let w = World::new();
     seed_running(&w, "a", 8, T0);
     seed_running(&w, "done", 8, T0);
-    block_on(w.ledger.sql.query(stmt::complete("done", "dead-invocation", T0))).unwrap();
+    block_on(w.ledger.sql.query(stmt::complete("done", "dead-invocation", T0, None))).unwrap();
     w.clock.advance_ms(8 * 86_400_000);
     w.queue.down.set(true);
     let r = block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg));
@@ -428,6 +431,7 @@ fn a_dead_job_without_a_readable_payload_is_not_redriven() {
         dedupe_key: None,
         payload: None,
         max_attempts: 8,
+        priority: 5,
     };
     block_on(w.ledger.sql.query(stmt::record_dead(&unreadable, T0, "body is bytes"))).unwrap();
     let r = w.call("POST", "/jobs/bytes/redrive", None);

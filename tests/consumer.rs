@@ -10,7 +10,7 @@ use futures::executor::block_on;
 use orderly::clock::{Clock, ManualClock};
 use orderly::config::Config;
 use orderly::consumer::{Consumer, Incoming, Outcome, Role, DELIVERY_EXHAUSTED, INFRA_RETRY_DELAY_SECONDS};
-use orderly::handlers::{JobContext, JobError, Runner};
+use orderly::handlers::{JobContext, JobError, Runner, Done};
 use orderly::ledger::{stmt, Job, JobSpec, Sql, Status};
 use orderly::lock::{owner_token, Kv, MemoryKv};
 use serde_json::{json, Value};
@@ -34,7 +34,7 @@ struct Script {
 }
 
 impl Runner for Script {
-    async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
         self.runs.borrow_mut().push((job.id.to_string(), job.attempt));
         self.payloads.borrow_mut().push(job.payload.clone());
         if let Some((id, path)) = self.steal.borrow().as_ref().filter(|(id, _)| id == job.id) {
@@ -72,7 +72,7 @@ impl Runner for Script {
         if u64::from(job.attempt) <= fails {
             return Err(JobError::retry("HTTP 503"));
         }
-        Ok(())
+        Ok(Done::default())
     }
 }
 
@@ -157,6 +157,7 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
         dedupe_key: None,
         payload: Some(ok().to_string()),
         max_attempts: 8,
+        priority: 5,
     }
 }
 

@@ -6,7 +6,7 @@ mod support;
 
 use futures::executor::block_on;
 use orderly::config::OrderingMode;
-use orderly::ledger::{stmt, Job, JobSpec, Ledger, Redrive, Sql, Status};
+use orderly::ledger::{stmt, Job, JobSpec, Ledger, ListFilter, Redrive, Sql, Status};
 use support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
@@ -20,6 +20,7 @@ fn spec(id: &str) -> JobSpec {
         dedupe_key: None,
         payload: Some(r#"{"type":"webhook"}"#.into()),
         max_attempts: 3,
+        priority: 5,
     }
 }
 
@@ -104,7 +105,7 @@ fn a_list_of_one_status_reads_its_index_not_the_table() {
 fn claim_of_a_finished_job_changes_nothing() {
     let (db, _) = Sqlite::temp();
     claim(&db, &spec("a"), "w1", T0).unwrap();
-    one(&db, stmt::complete("a", "w1", T0 + 1)).unwrap();
+    one(&db, stmt::complete("a", "w1", T0 + 1, None)).unwrap();
     let done = get(&db, "a");
     assert_eq!(claim(&db, &spec("a"), "w2", T0 + 10 * LEASE), None);
     assert_eq!(get(&db, "a"), done);
@@ -132,12 +133,12 @@ fn complete_by_another_owner_or_from_the_wrong_state_changes_nothing() {
     let (db, _) = Sqlite::temp();
     claim(&db, &spec("a"), "w1", T0).unwrap();
     let before = get(&db, "a");
-    assert_eq!(one(&db, stmt::complete("a", "w2", T0 + 1)), None);
+    assert_eq!(one(&db, stmt::complete("a", "w2", T0 + 1, None)), None);
     assert_eq!(get(&db, "a"), before);
 
-    let done = one(&db, stmt::complete("a", "w1", T0 + 2)).expect("owner completes");
+    let done = one(&db, stmt::complete("a", "w1", T0 + 2, None)).expect("owner completes");
     assert_eq!((done.status, done.finished_at, done.lease_owner.as_deref()), (Status::Done, Some(T0 + 2), None));
-    assert_eq!(one(&db, stmt::complete("a", "w1", T0 + 3)), None);
+    assert_eq!(one(&db, stmt::complete("a", "w1", T0 + 3, None)), None);
     assert_eq!(get(&db, "a"), done);
 }
 
@@ -206,7 +207,7 @@ fn record_dead_leaves_done_jobs_and_live_leases_alone() {
     assert_eq!(dead.status, Status::Dead);
 
     claim(&db, &spec("done"), "w", T0).unwrap();
-    one(&db, stmt::complete("done", "w", T0)).unwrap();
+    one(&db, stmt::complete("done", "w", T0, None)).unwrap();
     let done = get(&db, "done");
     assert_eq!(one(&db, stmt::record_dead(&spec("done"), T0 + 1, "x")), None);
     assert_eq!(get(&db, "done"), done);
@@ -263,7 +264,7 @@ fn an_active_dedupe_key_blocks_and_a_finished_one_does_not() {
     assert_eq!(one(&db, stmt::get("c")), None);
 
     claim(&db, &with_key("a"), "w", T0).unwrap();
-    one(&db, stmt::complete("a", "w", T0)).unwrap();
+    one(&db, stmt::complete("a", "w", T0, None)).unwrap();
     let (fresh, inserted) = block_on(ledger.enqueue(&with_key("d"), T0, T0)).unwrap();
     assert!(inserted);
     assert_eq!(fresh.id, "d");
@@ -340,7 +341,7 @@ fn list_pages_newest_first_with_a_cursor() {
     let mut cursor: Option<(i64, String)> = None;
     loop {
         let (page, next) =
-            block_on(ledger.list(Some(Status::Dead), cursor.as_ref().map(|(a, i)| (*a, i.as_str())), 3)).unwrap();
+            block_on(ledger.list(&ListFilter { status: Some(Status::Dead), ..ListFilter::default() }, cursor.as_ref().map(|(a, i)| (*a, i.as_str())), 3)).unwrap();
         seen.extend(page.into_iter().map(|j| j.id));
         match next {
             Some(c) => cursor = Some(c),
@@ -348,7 +349,7 @@ fn list_pages_newest_first_with_a_cursor() {
         }
     }
     assert_eq!(seen, vec!["j6", "j5", "j4", "j3", "j2", "j1", "j0"]);
-    let (all, _) = block_on(ledger.list(None, None, 50)).unwrap();
+    let (all, _) = block_on(ledger.list(&ListFilter::default(), None, 50)).unwrap();
     assert_eq!(all.len(), 8);
     assert_eq!(all[0].id, "running");
 }
@@ -358,11 +359,11 @@ fn purge_deletes_only_done_rows_older_than_the_cutoff() {
     let (db, _) = Sqlite::temp();
     for (id, at) in [("old", T0), ("new", T0 + 10)] {
         claim(&db, &spec(id), "w", at).unwrap();
-        one(&db, stmt::complete(id, "w", at)).unwrap();
+        one(&db, stmt::complete(id, "w", at, None)).unwrap();
     }
     one(&db, stmt::record_dead(&spec("dead"), T0, "x")).unwrap();
-    let purged = block_on(db.query(stmt::purge(T0 + 5, 100))).unwrap();
-    assert_eq!(purged.len(), 1);
+    let purged = block_on(db.batch(stmt::purge(T0 + 5, 100).into())).unwrap();
+    assert_eq!(purged[1].len(), 1);
     assert_eq!(one(&db, stmt::get("old")), None);
     assert!(one(&db, stmt::get("new")).is_some());
     assert!(one(&db, stmt::get("dead")).is_some());

@@ -12,7 +12,7 @@ use futures::executor::block_on;
 use orderly::clock::{Clock, ManualClock};
 use orderly::config::{Config, OnDead, OrderingMode};
 use orderly::consumer::{Consumer, Incoming, Outcome, Role};
-use orderly::handlers::{JobContext, JobError, Runner};
+use orderly::handlers::{JobContext, JobError, Runner, Done};
 use orderly::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status};
 use orderly::lock::MemoryKv;
 use serde_json::{json, Value};
@@ -28,7 +28,7 @@ struct Script {
 }
 
 impl Runner for Script {
-    async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
         self.runs.borrow_mut().push((
             job.id.to_string(),
             job.attempt,
@@ -40,7 +40,7 @@ impl Runner for Script {
         if u64::from(job.attempt) <= job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0) {
             return Err(JobError::retry("HTTP 503"));
         }
-        Ok(())
+        Ok(Done::default())
     }
 }
 
@@ -104,6 +104,7 @@ impl World {
                 dedupe_key: None,
                 payload: Some(p.to_string()),
                 max_attempts: 8,
+                priority: 5,
             })
             .collect();
         block_on(Ledger::new(&self.db).enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
@@ -288,6 +289,7 @@ fn a_key_another_invocation_claimed_first_is_left_to_it() {
             dedupe_key: None,
             payload: Some(ok().to_string()),
             max_attempts: 8,
+            priority: 5,
         };
         block_on(w.db.query(stmt::park(&spec, T0))).unwrap();
         let lease = orderly::ledger::Lease { now: T0, until: T0 + 120_000, due_before: T0 };
@@ -304,10 +306,10 @@ fn a_chain_stops_before_the_invocations_wall_clock_limit_and_wakes_the_key() {
     // A runner that takes five minutes per job, on the shared clock.
     struct Slow<'a>(&'a ManualClock, RefCell<Vec<String>>);
     impl Runner for Slow<'_> {
-        async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+        async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
             self.1.borrow_mut().push(job.id.to_string());
             self.0.advance_ms(300_000);
-            Ok(())
+            Ok(Done::default())
         }
     }
     w.submit(&[("a", ok()), ("b", ok()), ("c", ok()), ("d", ok())]);
@@ -338,7 +340,7 @@ fn a_chain_that_stalled_past_its_lease_runs_nothing_more() {
     // `a` takes 100 s (past the point where leases are renewed); meanwhile the reaper takes `b`.
     struct Stall<'a>(&'a ManualClock, std::path::PathBuf, RefCell<Vec<String>>);
     impl Runner for Stall<'_> {
-        async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+        async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
             self.2.borrow_mut().push(job.id.to_string());
             if job.id == "a" {
                 Sqlite::open(&self.1)
@@ -350,7 +352,7 @@ fn a_chain_that_stalled_past_its_lease_runs_nothing_more() {
                     .unwrap();
                 self.0.advance_ms(100_000);
             }
-            Ok(())
+            Ok(Done::default())
         }
     }
     let runner = Stall(&w.clock, path, RefCell::default());

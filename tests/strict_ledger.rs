@@ -21,6 +21,7 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
         dedupe_key: None,
         payload: Some(format!(r#"{{"type":"webhook","id":"{id}"}}"#)),
         max_attempts: 3,
+        priority: 5,
     }
 }
 
@@ -192,7 +193,7 @@ fn a_chain_step_claims_on_only_when_the_previous_job_is_finished() {
     set(&db, "a", "status = 'PENDING', lease_owner = NULL, lease_until = NULL");
     let c = ClaimSpec { owner: "w1", lease: lease(T0 + 10), on_dead: OnDead::Skip, limit: 5 };
     let step =
-        block_on(strict::step(&db, "k", vec![stmt::complete("a", "w1", T0 + 10)], Some((c, Some("a"))), OnDead::Skip))
+        block_on(strict::step(&db, "k", vec![stmt::complete("a", "w1", T0 + 10, None)], vec![], Some((c, Some("a"))), OnDead::Skip))
             .unwrap();
     assert_eq!(step.recorded, vec![false]);
     assert!(step.state.claimed.is_empty());
@@ -200,7 +201,7 @@ fn a_chain_step_claims_on_only_when_the_previous_job_is_finished() {
     claim(&db, "k", "w2", T0 + 20, OnDead::Skip, 1, None);
     let c = ClaimSpec { owner: "w2", lease: lease(T0 + 30), on_dead: OnDead::Skip, limit: 5 };
     let step =
-        block_on(strict::step(&db, "k", vec![stmt::complete("a", "w2", T0 + 30)], Some((c, Some("a"))), OnDead::Skip))
+        block_on(strict::step(&db, "k", vec![stmt::complete("a", "w2", T0 + 30, None)], vec![], Some((c, Some("a"))), OnDead::Skip))
             .unwrap();
     assert_eq!(step.recorded, vec![true]);
     assert_eq!(step.state.claimed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), vec!["b"]);
@@ -255,7 +256,8 @@ fn racing_connections_claim_a_key_exactly_once() {
                         let step = block_on(strict::step(
                             &conn,
                             "k",
-                            vec![stmt::complete("a", "w0", now)],
+                            vec![stmt::complete("a", "w0", now, None)],
+                            vec![],
                             Some((c, Some("a"))),
                             OnDead::Skip,
                         ))

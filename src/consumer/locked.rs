@@ -10,12 +10,12 @@ use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
 use super::{
-    decide_failure, until, Consumer, Decoded, FailureDecision, Incoming, Leases, Outcome, EARLY_DELIVERY_ALLOWANCE_MS,
-    GROUP_CONCURRENCY, INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
+    until, Consumer, Decoded, Incoming, Leases, Outcome, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
+    INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
 };
 use crate::batch::{self, Item};
 use crate::clock::Clock;
-use crate::handlers::{JobContext, JobError, Runner};
+use crate::handlers::Runner;
 use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt};
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::QueueSender;
@@ -68,17 +68,19 @@ struct Settle {
     /// For a transition guarded by our lease (complete, fail, defer): the job. If it changes no
     /// row, our lease was lost and the outcome may not be applied.
     guarded: Option<String>,
+    /// The run's history entry, recorded with the transition (its result is not looked at).
+    history: Option<Stmt>,
 }
 
 impl Settle {
     fn plain(index: usize, outcome: Outcome) -> Self {
-        Settle { index, record: None, outcome, guarded: None }
+        Settle { index, record: None, outcome, guarded: None, history: None }
     }
     fn recorded(index: usize, record: Stmt, outcome: Outcome) -> Self {
-        Settle { index, record: Some(record), outcome, guarded: None }
+        Settle { index, record: Some(record), outcome, guarded: None, history: None }
     }
     fn guarded(index: usize, job: &str, record: Stmt, outcome: Outcome) -> Self {
-        Settle { index, record: Some(record), outcome, guarded: Some(job.to_string()) }
+        Settle { index, record: Some(record), outcome, guarded: Some(job.to_string()), history: None }
     }
 }
 
@@ -113,6 +115,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     position: i,
                     timestamp_ms: msgs[i].timestamp_ms,
                     key: d.spec.ordering_key.as_deref(),
+                    priority: d.spec.priority,
                 }),
             }
         }
@@ -252,6 +255,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         for s in settled {
             decided.push((s.index, s.outcome, s.record.as_ref().map(|_| records.len()), s.guarded));
             records.extend(s.record);
+            records.extend(s.history);
         }
         let rows = match if records.is_empty() { Ok(Vec::new()) } else { self.sql.batch(records).await } {
             Ok(rows) => Some(rows),
@@ -359,35 +363,21 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         ));
                         continue;
                     }
-                    let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
-                    // The ledger row is the truth: a message naming an existing job runs its
-                    // recorded payload, never the message's.
-                    let result = match job.payload_json() {
-                        Some(payload) => self.runner.run(&JobContext { id: &job.id, attempt, payload: &payload }).await,
-                        None => Err(JobError::permanent("the ledger row has no readable payload")),
-                    };
-                    let now = self.clock.now_ms();
-                    settled.push(match result {
-                        Ok(()) => Settle::guarded(i, &job.id, stmt::complete(&job.id, &self.owner, now), Outcome::Ack),
-                        Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
-                            FailureDecision::Dead(why) => Settle::guarded(
-                                i,
-                                &job.id,
-                                stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why),
-                                Outcome::Ack,
-                            ),
-                            FailureDecision::Retry { delay_seconds } => {
-                                if keyed {
-                                    // Hold the key: nothing behind this job may overtake it.
-                                    stopped = Some(delay_seconds);
-                                    hold_for = Some((job.id.clone(), delay_seconds));
-                                }
-                                let at = now + i64::from(delay_seconds) * 1000;
-                                let fail = stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &e.to_string());
-                                Settle::guarded(i, &job.id, fail, Outcome::Retry { delay_seconds })
+                    let ran = self.run_claimed(&job).await;
+                    let outcome = match ran.end {
+                        RunEnd::Done | RunEnd::Dead => Outcome::Ack,
+                        RunEnd::Retry { delay_seconds } => {
+                            if keyed {
+                                // Hold the key: nothing behind this job may overtake it.
+                                stopped = Some(delay_seconds);
+                                hold_for = Some((job.id.clone(), delay_seconds));
                             }
-                        },
-                    });
+                            Outcome::Retry { delay_seconds }
+                        }
+                    };
+                    let mut settle = Settle::guarded(i, &job.id, ran.transition, outcome);
+                    settle.history = Some(ran.history);
+                    settled.push(settle);
                 }
             }
         }

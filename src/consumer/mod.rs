@@ -22,8 +22,9 @@ use crate::backoff::{backoff, jitter};
 use crate::clock::Clock;
 use crate::config::{Config, OrderingMode, MAX_DELAY_SECONDS};
 use crate::envelope::{Envelope, MAX_BODY_JSON_BYTES};
-use crate::handlers::{JobError, Runner};
-use crate::ledger::{stmt, Job, JobSpec, Sql, Status};
+use crate::handlers::{bounded_result, JobContext, JobError, Runner};
+use crate::ledger::history::{self, RunOutcome};
+use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt, DEFAULT_PRIORITY};
 use crate::lock::Kv;
 use crate::producer::QueueSender;
 
@@ -79,7 +80,7 @@ pub enum Role {
 /// The role of the queue a batch came from, by its name in the configuration; `None` for a
 /// queue this worker was not configured to consume (its batch is deferred, never run or killed).
 pub fn role_of(cfg: &Config, queue: &str) -> Option<Role> {
-    if queue == cfg.jobs_queue {
+    if queue == cfg.jobs_queue || queue == cfg.urgent_queue {
         Some(Role::Main)
     } else if queue == cfg.dead_letter_queue {
         Some(Role::DeadLetter)
@@ -104,7 +105,7 @@ pub enum FailureDecision {
 /// after the handler's requested delay, or jittered backoff of the attempt number.
 pub fn decide_failure(attempts: i64, max_attempts: i64, err: &JobError, cfg: &Config, random: f64) -> FailureDecision {
     match err {
-        JobError::Permanent { reason } => FailureDecision::Dead(reason.clone()),
+        JobError::Permanent { reason, .. } => FailureDecision::Dead(reason.clone()),
         JobError::Retryable { reason, .. } if attempts >= max_attempts => {
             FailureDecision::Dead(format!("{reason} (attempt {attempts} of {max_attempts}, no attempts left)"))
         }
@@ -115,6 +116,23 @@ pub fn decide_failure(attempts: i64, max_attempts: i64, err: &JobError, cfg: &Co
             FailureDecision::Retry { delay_seconds: delay.min(MAX_DELAY_SECONDS) }
         }
     }
+}
+
+/// A claimed job's handler run, as both modes record it.
+struct Ran {
+    /// The transition, guarded by our lease: complete, or fail to PENDING or DEAD.
+    transition: Stmt,
+    /// The run's entry in the job's history.
+    history: Stmt,
+    /// How it ended.
+    end: RunEnd,
+}
+
+/// How a run ended, for the mode to decide what comes next.
+enum RunEnd {
+    Done,
+    Dead,
+    Retry { delay_seconds: u32 },
 }
 
 /// The consumer's ports and settings for one invocation.
@@ -212,6 +230,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             dedupe_key: env.meta.dedupe_key.clone(),
             payload: Some(payload),
             max_attempts: env.meta.max_attempts.unwrap_or(self.cfg.max_attempts),
+            priority: env.meta.priority.unwrap_or(DEFAULT_PRIORITY),
         };
         Ok(Decoded { spec })
     }
@@ -226,6 +245,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             dedupe_key: None,
             payload: m.body.as_ref().ok().map(Value::to_string).filter(|p| p.len() <= MAX_BODY_JSON_BYTES),
             max_attempts: self.cfg.max_attempts,
+            priority: DEFAULT_PRIORITY,
         }
     }
 
@@ -258,6 +278,51 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 _ => Outcome::Ack,
             })
             .collect()
+    }
+
+    /// Runs a job this invocation claimed and says what to record. The ledger row is the truth:
+    /// what runs is the row's payload, never the message's.
+    async fn run_claimed(&self, job: &Job) -> Ran {
+        let started_at = self.clock.now_ms();
+        let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
+        let result = match job.payload_json() {
+            Some(payload) => self.runner.run(&JobContext { id: &job.id, attempt, payload: &payload }).await,
+            None => Err(JobError::permanent("the ledger row has no readable payload")),
+        };
+        let now = self.clock.now_ms();
+        let (transition, end, error, http_status) = match result {
+            Ok(done) => {
+                let kept = done.result.as_ref().map(bounded_result);
+                (stmt::complete(&job.id, &self.owner, now, kept.as_deref()), RunEnd::Done, None, done.http_status)
+            }
+            Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
+                FailureDecision::Dead(why) => {
+                    (stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why), RunEnd::Dead, Some(why), e.http_status())
+                }
+                FailureDecision::Retry { delay_seconds } => {
+                    let at = now + i64::from(delay_seconds) * 1000;
+                    let why = e.to_string();
+                    let fail = stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &why);
+                    (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
+                }
+            },
+        };
+        let outcome = match end {
+            RunEnd::Done => RunOutcome::Done,
+            RunEnd::Dead => RunOutcome::Dead,
+            RunEnd::Retry { .. } => RunOutcome::Retry,
+        };
+        let history = history::stmt::run(&history::Run {
+            job_id: &job.id,
+            attempt: job.attempts,
+            started_at,
+            finished_at: now,
+            outcome,
+            error: error.as_deref(),
+            http_status,
+            actor: &self.owner,
+        });
+        Ran { transition, history, end }
     }
 
     /// Before a handler run: extends this invocation's leases when what is left of them might not
@@ -315,7 +380,7 @@ mod tests {
     use super::*;
 
     fn retry(after: Option<u32>) -> JobError {
-        JobError::Retryable { reason: "HTTP 503".into(), retry_after: after }
+        JobError::Retryable { reason: "HTTP 503".into(), retry_after: after, http_status: Some(503) }
     }
 
     #[test]
@@ -350,6 +415,7 @@ mod tests {
         assert_eq!(role_of(&cfg, "orderly-jobs"), Some(Role::Main));
         assert_eq!(role_of(&cfg, "jobs-dead"), Some(Role::DeadLetter));
         assert_eq!(role_of(&cfg, "orderly-dlq"), None, "the old name is just another queue now");
+        assert_eq!(role_of(&cfg, "orderly-jobs-urgent"), Some(Role::Main), "the urgent lane runs jobs");
     }
 
     #[test]

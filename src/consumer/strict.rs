@@ -20,13 +20,13 @@ use std::cell::Cell;
 use futures::stream::{self, StreamExt};
 
 use super::{
-    decide_failure, until, Decoded, FailureDecision, Leases, Outcome, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
-    INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
+    until, Decoded, Leases, Outcome, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INFRA_RETRY_DELAY_SECONDS,
+    INVOCATION_WALL_MS,
 };
 use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::config::OnDead;
-use crate::handlers::{JobContext, JobError, Runner};
+use crate::handlers::Runner;
 use crate::ledger::strict::{self as ledger, ClaimSpec, Intake, KeyState, Parked};
 use crate::ledger::{stmt, Job, Lease, Sql, Status};
 use crate::lock::Kv;
@@ -89,6 +89,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 position: pos,
                 timestamp_ms: m.timestamp_ms,
                 key: m.decoded.spec.ordering_key.as_deref(),
+                priority: m.decoded.spec.priority,
             })
             .collect();
         let groups = batch::plan(&items);
@@ -100,6 +101,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             let j = (((self.random)() * (i + 1) as f64) as usize).min(i);
             order.swap(i, j);
         }
+        // The most urgent keys first (SPEC 12); random among equals.
+        order.sort_by_key(|&g| groups[g].priority);
         let mut first_wave = vec![false; groups.len()];
         for &g in order.iter().take(GROUP_CONCURRENCY) {
             first_wave[g] = true;
@@ -211,7 +214,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     return producer::message_for(&head, 0);
                 }
                 let claim = self.claim_spec(now, budget);
-                match ledger::step(self.sql, key, Vec::new(), Some((claim, None)), self.cfg.on_dead).await {
+                match ledger::step(self.sql, key, Vec::new(), Vec::new(), Some((claim, None)), self.cfg.on_dead).await {
                     Ok(step) if step.state.claimed.is_empty() => return None,
                     Ok(step) => {
                         leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
@@ -226,6 +229,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         };
         loop {
             let mut records = Vec::with_capacity(claimed.len());
+            let mut history = Vec::with_capacity(claimed.len());
             let mut prev: Option<String> = None;
             let mut stop: Option<Stop> = None;
             for job in claimed {
@@ -248,29 +252,17 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     continue;
                 }
                 budget.runs.set(budget.runs.get() - 1);
-                let result = match job.payload_json() {
-                    Some(payload) => {
-                        let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
-                        self.runner.run(&JobContext { id: &job.id, attempt, payload: &payload }).await
+                let ran = self.run_claimed(&job).await;
+                records.push(ran.transition);
+                history.push(ran.history);
+                match ran.end {
+                    RunEnd::Done => {}
+                    RunEnd::Dead => {
+                        if self.cfg.on_dead == OnDead::Block {
+                            stop = Some(Stop::Blocked);
+                        }
                     }
-                    None => Err(JobError::permanent("the ledger row has no readable payload")),
-                };
-                let now = self.clock.now_ms();
-                match result {
-                    Ok(()) => records.push(stmt::complete(&job.id, &self.owner, now)),
-                    Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
-                        FailureDecision::Dead(why) => {
-                            records.push(stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why));
-                            if self.cfg.on_dead == OnDead::Block {
-                                stop = Some(Stop::Blocked);
-                            }
-                        }
-                        FailureDecision::Retry { delay_seconds } => {
-                            let at = now + i64::from(delay_seconds) * 1000;
-                            records.push(stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &e.to_string()));
-                            stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds));
-                        }
-                    },
+                    RunEnd::Retry { delay_seconds } => stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds)),
                 }
                 if stop.is_none() {
                     prev = Some(job.id.clone());
@@ -282,7 +274,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             let now = self.clock.now_ms();
             let claim = self.claim_spec(now, budget);
             let next = if stop.is_none() { Some((claim, prev.as_deref())) } else { None };
-            let step = match ledger::step(self.sql, key, records, next, self.cfg.on_dead).await {
+            let step = match ledger::step(self.sql, key, records, history, next, self.cfg.on_dead).await {
                 Ok(s) => s,
                 Err(e) => {
                     // Unrecorded: the leases expire and the reaper frees and re-sends the jobs.

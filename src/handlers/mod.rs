@@ -1,9 +1,11 @@
 //! Job handlers: the payload's `type` picks one. Each type is a file here implementing
 //! [`JobHandler`], plus its name in the `job_types!` list.
 //!
-//! Handlers say how a run ended with [`JobError`]: retryable (try again after backoff or the
-//! handler's own delay) or permanent (DEAD now). Outbound HTTP goes through [`HttpClient`], so the
-//! decisions are tested natively and the edge supplies `fetch`.
+//! Handlers say how a run ended: [`Done`] with an optional result (kept on the DONE job, bounded
+//! by [`bounded_result`]), or [`JobError`]: retryable (try again after backoff or the handler's
+//! own delay) or permanent (DEAD now). Both may carry the HTTP status the handler got, for the
+//! job's history. Outbound HTTP goes through [`HttpClient`], so the decisions are tested natively
+//! and the edge supplies `fetch`.
 
 pub mod webhook;
 
@@ -24,23 +26,69 @@ pub enum JobError {
         reason: String,
         /// The delay asked for by the other side, if any.
         retry_after: Option<u32>,
+        /// The HTTP status that said so, if any.
+        http_status: Option<u16>,
     },
     /// Will never succeed as sent: DEAD now, no more attempts.
     #[error("{reason}")]
     Permanent {
         /// What is wrong.
         reason: String,
+        /// The HTTP status that said so, if any.
+        http_status: Option<u16>,
     },
 }
 
 impl JobError {
     /// A retryable error without a requested delay.
     pub fn retry(reason: impl Into<String>) -> Self {
-        JobError::Retryable { reason: reason.into(), retry_after: None }
+        JobError::Retryable { reason: reason.into(), retry_after: None, http_status: None }
     }
     /// A permanent error.
     pub fn permanent(reason: impl Into<String>) -> Self {
-        JobError::Permanent { reason: reason.into() }
+        JobError::Permanent { reason: reason.into(), http_status: None }
+    }
+    /// The HTTP status behind the error, if any.
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            JobError::Retryable { http_status, .. } | JobError::Permanent { http_status, .. } => *http_status,
+        }
+    }
+}
+
+/// A successful run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Done {
+    /// What the run returned, kept on the DONE job (bounded by [`bounded_result`]).
+    pub result: Option<Value>,
+    /// The HTTP status the handler got, if it made a request.
+    pub http_status: Option<u16>,
+}
+
+/// Largest result kept, as JSON text.
+pub const MAX_RESULT_BYTES: usize = 4096;
+
+/// A result as stored: its JSON text when it fits in [`MAX_RESULT_BYTES`]; otherwise a marker
+/// object that says so and keeps as much of the start of the JSON text as fits:
+/// `{"truncated": true, "bytes": <full size>, "start": "<JSON text ...>"}`.
+pub fn bounded_result(result: &Value) -> String {
+    let text = result.to_string();
+    if text.len() <= MAX_RESULT_BYTES {
+        return text;
+    }
+    // Escaping can grow the kept text (quotes, control characters): shrink until it fits.
+    let mut keep = MAX_RESULT_BYTES - 64;
+    loop {
+        let mut end = keep.min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let marker = serde_json::json!({"truncated": true, "bytes": text.len(), "start": &text[..end]}).to_string();
+        if marker.len() <= MAX_RESULT_BYTES || end == 0 {
+            return marker;
+        }
+        // Scale by how much escaping grew it, so a doubling costs one more pass, not many.
+        keep = (end * (MAX_RESULT_BYTES - 64) / marker.len()).min(end - 1);
     }
 }
 
@@ -59,7 +107,7 @@ pub struct JobContext<'a> {
 #[allow(async_fn_in_trait)]
 pub trait Runner {
     /// Runs `job` to success or a [`JobError`].
-    async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError>;
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError>;
 }
 
 /// An outbound HTTP request.
@@ -82,7 +130,14 @@ pub struct HttpResponse {
     pub status: u16,
     /// The `Retry-After` header, if sent.
     pub retry_after: Option<String>,
+    /// The `Content-Type` header, if sent.
+    pub content_type: Option<String>,
+    /// The start of the body (at most [`RESPONSE_START_BYTES`]), as text.
+    pub body_start: String,
 }
+
+/// How much of a response body is read (for the job's result); the rest is never read.
+pub const RESPONSE_START_BYTES: usize = 1024;
 
 /// Why a request got no response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +149,7 @@ pub enum SendError {
 }
 
 /// Sends HTTP requests; `fetch` on the edge. Redirects are never followed: a 3xx is the answer.
-/// The response body is not read (and must be consumed or cancelled by the client).
+/// Only the start of the response body is read; the client cancels the rest.
 #[allow(async_fn_in_trait)]
 pub trait HttpClient {
     /// Sends `req`, giving up after `timeout_ms`.
@@ -128,7 +183,7 @@ pub trait JobHandler {
         Ok(())
     }
     /// Runs one job.
-    async fn run<H: HttpClient, C: Clock>(job: &JobContext<'_>, services: &Services<H, C>) -> Result<(), JobError>;
+    async fn run<H: HttpClient, C: Clock>(job: &JobContext<'_>, services: &Services<H, C>) -> Result<Done, JobError>;
 }
 
 /// Declares the job types: each listed handler is routed to by its `TYPE`.
@@ -141,7 +196,7 @@ macro_rules! job_types {
             job_type: &str,
             job: &JobContext<'_>,
             services: &Services<H, C>,
-        ) -> Option<Result<(), JobError>> {
+        ) -> Option<Result<Done, JobError>> {
             $(if job_type == <$handler as JobHandler>::TYPE {
                 return Some(<$handler as JobHandler>::run(job, services).await);
             })+
@@ -181,8 +236,35 @@ pub fn check(payload: &Value, cfg: &Config) -> Result<(), JobError> {
 pub struct Registry<H, C>(pub Services<H, C>);
 
 impl<H: HttpClient, C: Clock> Runner for Registry<H, C> {
-    async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
         let t = job_type(job.payload)?;
         dispatch(t, job, &self.0).await.unwrap_or_else(|| Err(unknown(t)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_small_result_is_kept_as_is() {
+        let r = json!({"status": 200, "body": "ok"});
+        assert_eq!(bounded_result(&r), r.to_string());
+    }
+
+    #[test]
+    fn a_large_result_is_truncated_with_a_marker_that_fits() {
+        for filler in ["x", "\"", "\u{1}", "é", "😀"] {
+            let r = json!({"body": filler.repeat(10_000)});
+            let full = r.to_string();
+            let kept = bounded_result(&r);
+            assert!(kept.len() <= MAX_RESULT_BYTES, "{filler:?}: {} bytes", kept.len());
+            let v: Value = serde_json::from_str(&kept).expect("the marker is JSON");
+            assert_eq!(v["truncated"], true);
+            assert_eq!(v["bytes"], full.len());
+            let start = v["start"].as_str().expect("start is text");
+            assert!(full.starts_with(start) && start.len() > 1000, "{filler:?}: kept {} bytes", start.len());
+        }
     }
 }

@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 
 use url::{Host, Url};
 
-use super::{HttpClient, HttpRequest, HttpResponse, JobContext, JobError, JobHandler, SendError, Services};
+use super::{Done, HttpClient, HttpRequest, HttpResponse, JobContext, JobError, JobHandler, SendError, Services};
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, MAX_DELAY_SECONDS};
 
@@ -29,7 +29,7 @@ impl JobHandler for Webhook {
         request(payload, cfg.allow_private_targets).map(|_| ())
     }
 
-    async fn run<H: HttpClient, C: Clock>(job: &JobContext<'_>, services: &Services<H, C>) -> Result<(), JobError> {
+    async fn run<H: HttpClient, C: Clock>(job: &JobContext<'_>, services: &Services<H, C>) -> Result<Done, JobError> {
         let mut req = request(job.payload, services.allow_private_targets)?;
         if let Some(key) = services.webhook_key.as_deref() {
             let ts = services.clock.now_ms() / 1000;
@@ -43,7 +43,9 @@ impl JobHandler for Webhook {
         // dashboard.
         let shown = redacted(&req.url);
         match services.http.send(req, services.http_timeout_ms).await {
-            Ok(resp) => classify(&resp, services.retry_after_cap_seconds).map_err(|e| with_url(e, &shown)),
+            Ok(resp) => classify(&resp, services.retry_after_cap_seconds)
+                .map(|()| Done { result: Some(result_of(&resp)), http_status: Some(resp.status) })
+                .map_err(|e| with_url(e, &shown)),
             Err(SendError::Network(e)) => Err(JobError::retry(format!("{shown}: {e}"))),
             Err(SendError::Invalid(e)) => Err(JobError::permanent(format!("{shown}: {e}"))),
         }
@@ -52,10 +54,12 @@ impl JobHandler for Webhook {
 
 fn with_url(e: JobError, url: &str) -> JobError {
     match e {
-        JobError::Retryable { reason, retry_after } => {
-            JobError::Retryable { reason: format!("{url}: {reason}"), retry_after }
+        JobError::Retryable { reason, retry_after, http_status } => {
+            JobError::Retryable { reason: format!("{url}: {reason}"), retry_after, http_status }
         }
-        JobError::Permanent { reason } => JobError::Permanent { reason: format!("{url}: {reason}") },
+        JobError::Permanent { reason, http_status } => {
+            JobError::Permanent { reason: format!("{url}: {reason}"), http_status }
+        }
     }
 }
 
@@ -180,13 +184,26 @@ pub fn sign(key: &[u8], id: &str, timestamp_s: i64, body: &str) -> String {
     format!("v1,{}", B64.encode(mac.finalize().into_bytes()))
 }
 
+/// A delivered webhook's result (SPEC 12): the receiver's status, content type and the start of
+/// its body.
+pub fn result_of(resp: &HttpResponse) -> Value {
+    serde_json::json!({
+        "status": resp.status,
+        "content_type": resp.content_type,
+        "body": resp.body_start,
+    })
+}
+
 /// Turns a response into success, a retry, or a permanent failure. A redirect is permanent:
 /// following it would turn a POST into a bodiless GET, or send the signed body to another host.
 pub fn classify(resp: &HttpResponse, retry_after_cap: u32) -> Result<(), JobError> {
     let s = resp.status;
     match s {
         200..=299 => Ok(()),
-        300..=399 => Err(JobError::permanent(format!("HTTP {s} (redirects are not followed)"))),
+        300..=399 => Err(JobError::Permanent {
+            reason: format!("HTTP {s} (redirects are not followed)"),
+            http_status: Some(s),
+        }),
         408 | 429 | 500..=599 => {
             let honoured = matches!(s, 429 | 503);
             let retry_after = if honoured {
@@ -194,9 +211,9 @@ pub fn classify(resp: &HttpResponse, retry_after_cap: u32) -> Result<(), JobErro
             } else {
                 None
             };
-            Err(JobError::Retryable { reason: format!("HTTP {s}"), retry_after })
+            Err(JobError::Retryable { reason: format!("HTTP {s}"), retry_after, http_status: Some(s) })
         }
-        _ => Err(JobError::permanent(format!("HTTP {s}"))),
+        _ => Err(JobError::Permanent { reason: format!("HTTP {s}"), http_status: Some(s) }),
     }
 }
 
@@ -216,7 +233,7 @@ mod tests {
     use std::cell::RefCell;
 
     fn resp(status: u16, retry_after: Option<&str>) -> HttpResponse {
-        HttpResponse { status, retry_after: retry_after.map(str::to_string) }
+        HttpResponse { status, retry_after: retry_after.map(str::to_string), content_type: None, body_start: String::new() }
     }
 
     #[test]
@@ -235,15 +252,15 @@ mod tests {
     fn retry_after_is_honoured_on_429_and_503_only() {
         assert_eq!(
             classify(&resp(429, Some("17")), 3600),
-            Err(JobError::Retryable { reason: "HTTP 429".into(), retry_after: Some(17) })
+            Err(JobError::Retryable { reason: "HTTP 429".into(), retry_after: Some(17), http_status: Some(429) })
         );
         assert_eq!(
             classify(&resp(503, Some(" 5 ")), 3600),
-            Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: Some(5) })
+            Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: Some(5), http_status: Some(503) })
         );
         assert_eq!(
             classify(&resp(500, Some("17")), 3600),
-            Err(JobError::Retryable { reason: "HTTP 500".into(), retry_after: None })
+            Err(JobError::Retryable { reason: "HTTP 500".into(), retry_after: None, http_status: Some(500) })
         );
         assert_eq!(retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT"), None);
         assert_eq!(retry_after_seconds("999999"), Some(MAX_DELAY_SECONDS));
@@ -304,7 +321,7 @@ mod tests {
             (json!({"type": "webhook", "url": "https://h", "headers": ["a"]}), "object"),
         ] {
             match request(&p, false) {
-                Err(JobError::Permanent { reason }) => assert!(reason.contains(want), "{p}: {reason}"),
+                Err(JobError::Permanent { reason, .. }) => assert!(reason.contains(want), "{p}: {reason}"),
                 other => panic!("{p}: {other:?}"),
             }
         }
@@ -321,12 +338,12 @@ mod tests {
     #[test]
     fn redirects_are_permanent_and_retry_after_is_capped() {
         assert!(
-            matches!(classify(&resp(302, None), 3600), Err(JobError::Permanent { reason }) if reason.contains("redirects"))
+            matches!(classify(&resp(302, None), 3600), Err(JobError::Permanent { reason, .. }) if reason.contains("redirects"))
         );
         assert!(matches!(classify(&resp(307, None), 3600), Err(JobError::Permanent { .. })));
         assert_eq!(
             classify(&resp(503, Some("999999")), 3600),
-            Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: Some(3600) })
+            Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: Some(3600), http_status: Some(503) })
         );
     }
 
@@ -385,7 +402,9 @@ mod tests {
         };
         let payload =
             json!({"type": "webhook", "url": "http://h/", "body": {"test": 1}, "headers": {"webhook-id": "forged"}});
-        block_on(Webhook::run(&JobContext { id: "job-1", attempt: 1, payload: &payload }, &services)).unwrap();
+        let done = block_on(Webhook::run(&JobContext { id: "job-1", attempt: 1, payload: &payload }, &services)).unwrap();
+        assert_eq!(done.http_status, Some(200));
+        assert_eq!(done.result, Some(json!({"status": 200, "content_type": null, "body": ""})));
         let sent = services.http.0.borrow();
         let h = |n: &str| sent[0].headers.iter().filter(|(k, _)| k == n).map(|(_, v)| v.clone()).collect::<Vec<_>>();
         assert_eq!(h("webhook-id"), vec!["job-1".to_string()]);

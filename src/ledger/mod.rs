@@ -17,6 +17,7 @@
 
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
+pub mod history;
 pub mod store;
 pub mod strict;
 
@@ -110,6 +111,11 @@ pub struct Job {
     pub seq: Option<i64>,
     /// ms, when an operator let its key move past this DEAD job.
     pub skipped_at: Option<i64>,
+    /// 0 most urgent .. 9 (SPEC 12).
+    pub priority: u8,
+    /// What the successful run returned (JSON text, bounded; parsed when shown).
+    #[serde(serialize_with = "payload_as_json")]
+    pub result: Option<String>,
 }
 
 fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -153,6 +159,8 @@ impl Job {
             finished_at: int("finished_at"),
             seq: int("seq"),
             skipped_at: int("skipped_at"),
+            priority: int("priority").and_then(|p| u8::try_from(p).ok()).unwrap_or(DEFAULT_PRIORITY),
+            result: text("result"),
         })
     }
 
@@ -175,9 +183,15 @@ impl Job {
             dedupe_key: self.dedupe_key.clone(),
             payload: self.payload.clone(),
             max_attempts: u32::try_from(self.max_attempts).unwrap_or(1),
+            priority: self.priority,
         }
     }
 }
+
+/// A job's priority when none is given: the middle of 0 (most urgent) .. 9.
+pub const DEFAULT_PRIORITY: u8 = 5;
+/// The least urgent priority.
+pub const MAX_PRIORITY: u8 = 9;
 
 /// What a job is, as known from its message or API request.
 #[derive(Debug, Clone, PartialEq)]
@@ -194,6 +208,8 @@ pub struct JobSpec {
     pub payload: Option<String>,
     /// Attempts allowed.
     pub max_attempts: u32,
+    /// 0 most urgent .. 9.
+    pub priority: u8,
 }
 
 impl JobSpec {
@@ -206,6 +222,10 @@ impl JobSpec {
             self.payload.clone().into(),
             self.max_attempts.into(),
         ]
+    }
+
+    fn priority_param(&self) -> Param {
+        Param::Int(i64::from(self.priority.min(MAX_PRIORITY)))
     }
 }
 
@@ -226,16 +246,16 @@ pub mod stmt {
     /// Claims `job` for `owner` until `lease_until`; PENDING rows qualify once due before `due_before`.
     pub fn claim(job: &JobSpec, owner: &str, now: i64, lease_until: i64, due_before: i64) -> Stmt {
         let mut p = job.params();
-        p.extend([owner.into(), lease_until.into(), now.into(), due_before.into()]);
+        p.extend([owner.into(), lease_until.into(), now.into(), due_before.into(), job.priority_param()]);
         with(sql!("claim"), p)
     }
     /// Reads one job.
     pub fn get(id: &str) -> Stmt {
         with(sql!("get"), vec![id.into()])
     }
-    /// RUNNING -> DONE by the owner.
-    pub fn complete(id: &str, owner: &str, now: i64) -> Stmt {
-        with(sql!("complete"), vec![id.into(), owner.into(), now.into()])
+    /// RUNNING -> DONE by the owner, keeping the run's result (JSON text, already bounded).
+    pub fn complete(id: &str, owner: &str, now: i64, result: Option<&str>) -> Stmt {
+        with(sql!("complete"), vec![id.into(), owner.into(), now.into(), result.into()])
     }
     /// RUNNING -> PENDING (retry at `next_run_at`) or DEAD, by the owner.
     pub fn fail(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error: &str) -> Stmt {
@@ -251,13 +271,13 @@ pub mod stmt {
     /// A message put off because its key is locked: recorded PENDING, deferral counted.
     pub fn note_deferral(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {
         let mut p = job.params();
-        p.extend([now.into(), next_run_at.into()]);
+        p.extend([now.into(), next_run_at.into(), job.priority_param()]);
         with(sql!("note_deferral"), p)
     }
     /// A job that can never run: DEAD with `error`.
     pub fn record_dead(job: &JobSpec, now: i64, error: &str) -> Stmt {
         let mut p = job.params();
-        p.extend([now.into(), error.into()]);
+        p.extend([now.into(), error.into(), job.priority_param()]);
         with(sql!("record_dead"), p)
     }
     /// Extends all of `owner`'s leases.
@@ -275,7 +295,7 @@ pub mod stmt {
     /// Strict mode: records a delivered keyed job PENDING with its key's next seq, if new.
     pub fn park(job: &JobSpec, now: i64) -> Stmt {
         let mut p = job.params();
-        p.push(now.into());
+        p.extend([now.into(), job.priority_param()]);
         with(sql!("park"), p)
     }
     /// Strict mode's run rule: claims up to `limit` of `key`'s next due jobs, in seq order, if no
@@ -318,7 +338,7 @@ pub mod stmt {
     /// Records an API-submitted job PENDING.
     pub fn enqueue(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {
         let mut p = job.params();
-        p.extend([now.into(), next_run_at.into()]);
+        p.extend([now.into(), next_run_at.into(), job.priority_param()]);
         with(sql!("enqueue"), p)
     }
     /// The job an enqueue collided with.
@@ -340,13 +360,50 @@ pub mod stmt {
             None => with(sql!("list_all"), vec![c_at, c_id, limit.into()]),
         }
     }
+    /// A page filtered by any of status, type and ordering key, newest first.
+    pub fn list_filtered(filter: &ListFilter<'_>, cursor: Option<(i64, &str)>, limit: u32) -> Stmt {
+        let (c_at, c_id) = match cursor {
+            Some((at, id)) => (Param::Int(at), Param::from(id)),
+            None => (Param::Null, Param::Null),
+        };
+        let params = vec![
+            filter.status.map(Status::as_str).into(),
+            filter.job_type.into(),
+            filter.ordering_key.into(),
+            c_at,
+            c_id,
+            limit.into(),
+        ];
+        with(sql!("list_filtered"), params)
+    }
     /// DEAD -> PENDING.
     pub fn redrive(id: &str, now: i64) -> Stmt {
         with(sql!("redrive"), vec![id.into(), now.into()])
     }
-    /// Deletes DONE rows finished before `before`.
-    pub fn purge(before: i64, limit: u32) -> Stmt {
-        with(sql!("purge"), vec![before.into(), limit.into()])
+    /// DEAD jobs matching `filter` (ids, and how many match in all).
+    pub fn dead_matching(filter: &DeadFilter, limit: u32) -> Stmt {
+        with(
+            sql!("dead_matching"),
+            vec![
+                filter.job_type.clone().into(),
+                filter.ordering_key.clone().into(),
+                filter.error.clone().into(),
+                filter.from.into(),
+                filter.to.into(),
+                limit.into(),
+            ],
+        )
+    }
+    /// PENDING -> DEAD "cancelled".
+    pub fn cancel(id: &str, now: i64) -> Stmt {
+        with(sql!("cancel"), vec![id.into(), now.into()])
+    }
+    /// Deletes DONE rows finished before `before`, after their history.
+    pub fn purge(before: i64, limit: u32) -> [Stmt; 2] {
+        [
+            with(sql!("purge_events"), vec![before.into(), limit.into()]),
+            with(sql!("purge"), vec![before.into(), limit.into()]),
+        ]
     }
 }
 
@@ -376,6 +433,61 @@ pub struct Counts {
     /// DEAD jobs.
     #[serde(rename = "DEAD")]
     pub dead: i64,
+}
+
+impl Counts {
+    /// Reads `counts.sql`'s rows; a status without a row is zero.
+    pub fn from_rows(rows: &[Row]) -> Counts {
+        let mut c = Counts::default();
+        for row in rows {
+            let n = row.get("n").and_then(int_of).unwrap_or(0);
+            match row.get("status").and_then(Value::as_str).and_then(Status::parse) {
+                Some(Status::Pending) => c.pending = n,
+                Some(Status::Running) => c.running = n,
+                Some(Status::Done) => c.done = n,
+                Some(Status::Dead) => c.dead = n,
+                None => {}
+            }
+        }
+        c
+    }
+}
+
+/// Which jobs a list shows; `None` is any.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListFilter<'a> {
+    /// Status.
+    pub status: Option<Status>,
+    /// Payload type.
+    pub job_type: Option<&'a str>,
+    /// Ordering key.
+    pub ordering_key: Option<&'a str>,
+}
+
+/// Which DEAD jobs an operator's bulk redrive takes; `None` is any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadFilter {
+    /// Payload type.
+    pub job_type: Option<String>,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Text the job's error contains.
+    pub error: Option<String>,
+    /// Died at or after, ms.
+    pub from: Option<i64>,
+    /// Died before, ms.
+    pub to: Option<i64>,
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cancel {
+    /// Now DEAD "cancelled".
+    Cancelled(Job),
+    /// No such job.
+    NotFound,
+    /// Not PENDING (its row given): it runs, or has finished.
+    Refused(Job),
 }
 
 /// What a redrive did.
@@ -409,28 +521,22 @@ impl<S: Sql> Ledger<S> {
 
     /// Counts by status, zeros included.
     pub async fn counts(&self) -> Result<Counts, InfraError> {
-        let mut c = Counts::default();
-        for row in self.sql.query(stmt::counts()).await? {
-            let n = row.get("n").and_then(int_of).unwrap_or(0);
-            match row.get("status").and_then(Value::as_str).and_then(Status::parse) {
-                Some(Status::Pending) => c.pending = n,
-                Some(Status::Running) => c.running = n,
-                Some(Status::Done) => c.done = n,
-                Some(Status::Dead) => c.dead = n,
-                None => {}
-            }
-        }
-        Ok(c)
+        Ok(Counts::from_rows(&self.sql.query(stmt::counts()).await?))
     }
 
     /// A page of jobs, newest first; the cursor for the next page when there may be more.
     pub async fn list(
         &self,
-        status: Option<Status>,
+        filter: &ListFilter<'_>,
         cursor: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<(Vec<Job>, Option<(i64, String)>), InfraError> {
-        let rows = self.sql.query(stmt::list(status, cursor, limit)).await?;
+        let query = if filter.job_type.is_none() && filter.ordering_key.is_none() {
+            stmt::list(filter.status, cursor, limit)
+        } else {
+            stmt::list_filtered(filter, cursor, limit)
+        };
+        let rows = self.sql.query(query).await?;
         let jobs = Job::all(&rows)?;
         let next = if jobs.len() as u32 == limit { jobs.last().map(|j| (j.created_at, j.id.clone())) } else { None };
         Ok((jobs, next))
@@ -472,15 +578,55 @@ impl<S: Sql> Ledger<S> {
             .collect()
     }
 
-    /// DEAD -> PENDING, or why not.
+    /// DEAD -> PENDING, or why not; audited in the job's history.
     pub async fn redrive(&self, id: &str, now: i64) -> Result<Redrive, InfraError> {
-        let out = self.sql.batch(vec![stmt::redrive(id, now), stmt::get(id)]).await?;
-        if let Some(j) = Job::first(&out[0])? {
-            return Ok(Redrive::Redriven(j));
+        Ok(self.redrive_all(&[id], now).await?.pop().unwrap_or(Redrive::NotFound))
+    }
+
+    /// Redrives many jobs in one round trip, in order; each audited.
+    pub async fn redrive_all(&self, ids: &[&str], now: i64) -> Result<Vec<Redrive>, InfraError> {
+        let mut stmts = Vec::with_capacity(ids.len() * 3);
+        for id in ids {
+            stmts.push(stmt::redrive(id, now));
+            stmts.push(history::stmt::action(id, now, history::Kind::Redrive, Status::Pending));
+            stmts.push(stmt::get(id));
         }
-        Ok(match Job::first(out.get(1).map(Vec::as_slice).unwrap_or_default())? {
-            Some(j) => Redrive::Refused(j),
-            None => Redrive::NotFound,
+        let out = self.sql.batch(stmts).await?;
+        out.chunks(3)
+            .map(|c| {
+                let first = |i: usize| Job::first(c.get(i).map(Vec::as_slice).unwrap_or_default());
+                Ok(match (first(0)?, first(2)?) {
+                    (Some(j), _) => Redrive::Redriven(j),
+                    (None, Some(j)) => Redrive::Refused(j),
+                    (None, None) => Redrive::NotFound,
+                })
+            })
+            .collect()
+    }
+
+    /// DEAD jobs matching `filter`: the first `limit` ids (oldest death first) and how many match.
+    pub async fn dead_matching(&self, filter: &DeadFilter, limit: u32) -> Result<(Vec<String>, i64), InfraError> {
+        let rows = self.sql.query(stmt::dead_matching(filter, limit)).await?;
+        let matched = rows.first().and_then(|r| r.get("matched")).and_then(int_of).unwrap_or(0);
+        let ids = rows.iter().filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string)).collect();
+        Ok((ids, matched))
+    }
+
+    /// PENDING -> DEAD "cancelled", or why not; audited in the job's history.
+    pub async fn cancel(&self, id: &str, now: i64) -> Result<Cancel, InfraError> {
+        let out = self
+            .sql
+            .batch(vec![
+                stmt::cancel(id, now),
+                history::stmt::action(id, now, history::Kind::Cancel, Status::Dead),
+                stmt::get(id),
+            ])
+            .await?;
+        let first = |i: usize| Job::first(out.get(i).map(Vec::as_slice).unwrap_or_default());
+        Ok(match (first(0)?, first(2)?) {
+            (Some(j), _) => Cancel::Cancelled(j),
+            (None, Some(j)) => Cancel::Refused(j),
+            (None, None) => Cancel::NotFound,
         })
     }
 }

@@ -131,18 +131,22 @@ pub async fn step<S: Sql>(
     sql: &S,
     key: &str,
     records: Vec<Stmt>,
+    history: Vec<Stmt>,
     next: Option<(ClaimSpec<'_>, Option<&str>)>,
     on_dead: OnDead,
 ) -> Result<Step, InfraError> {
     let n = records.len();
     let mut stmts = records;
+    // History rows ride in the same round trip; what they return is not looked at.
+    let claim_at = n + history.len();
+    stmts.extend(history);
     if let Some((c, prev)) = next {
         stmts.push(stmt::claim_next(key, c.owner, c.lease, c.on_dead, c.limit, prev));
     }
     stmts.push(stmt::head(key, on_dead));
     let out = sql.batch(stmts).await?;
     let recorded = (0..n).map(|i| !at(&out, i).is_empty()).collect();
-    let claimed = if next.is_some() { jobs_by_seq(at(&out, n))? } else { Vec::new() };
+    let claimed = if next.is_some() { jobs_by_seq(at(&out, claim_at))? } else { Vec::new() };
     let head = Job::first(at(&out, out.len().saturating_sub(1)))?;
     Ok(Step { recorded, state: KeyState { claimed, head } })
 }

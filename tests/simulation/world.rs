@@ -9,7 +9,7 @@ use std::rc::Rc;
 use orderly::clock::ManualClock;
 use orderly::config::OnDead;
 use orderly::error::InfraError;
-use orderly::handlers::{JobContext, JobError, Runner};
+use orderly::handlers::{JobContext, JobError, Runner, Done};
 use orderly::ledger::{Job, Row, Sql, Status, Stmt};
 use orderly::lock::{Kv, MemoryKv};
 use orderly::producer::{OutMessage, QueueSender};
@@ -351,7 +351,7 @@ fn key_jobs(db: &Sqlite, key: &str) -> Vec<Job> {
 }
 
 impl Runner for SimRunner {
-    async fn run(&self, job: &JobContext<'_>) -> Result<(), JobError> {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
         let body = job.payload.get("body").cloned().unwrap_or(Value::Null);
         let key = body.get("key").and_then(Value::as_str).map(str::to_string);
         let order = body.get("n").and_then(Value::as_i64);
@@ -422,7 +422,7 @@ impl Runner for SimRunner {
                 self.obs.borrow_mut().faults_injected += 1;
                 Err(JobError::retry("HTTP 502 (injected)"))
             } else {
-                Ok(())
+                Ok(Done::default())
             }
         };
         let mut o = self.obs.borrow_mut();

@@ -2,10 +2,10 @@
 -- (first-recorded order), unless the ledger already has it. A keyed PENDING row recorded before
 -- strict mode (no seq yet) gets one. Nothing else about an existing row changes: the ledger row is
 -- the truth. A new job whose dedupe key is active in another job is not inserted.
--- ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts, ?7 now
+-- ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts, ?7 now, ?8 priority
 INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, max_attempts,
-                 deferrals, next_run_at, created_at, updated_at, seq)
-SELECT ?1, ?2, 'PENDING', ?3, ?4, ?5, 0, ?6, 0, ?7, ?7, ?7,
+                 deferrals, next_run_at, created_at, updated_at, priority, seq)
+SELECT ?1, ?2, 'PENDING', ?3, ?4, ?5, 0, ?6, 0, ?7, ?7, ?7, ?8,
        (SELECT coalesce(max(seq), 0) + 1 FROM job WHERE ordering_key = ?3)
 WHERE ?4 IS NULL OR NOT EXISTS (
   SELECT 1 FROM job WHERE dedupe_key = ?4 AND status IN ('PENDING', 'RUNNING') AND id <> ?1)

@@ -9,5 +9,5 @@ WHERE h.status = 'PENDING' AND h.seq IS NOT NULL AND h.next_run_at <= ?1
   AND NOT EXISTS (
     SELECT 1 FROM job AS r
     WHERE r.ordering_key = h.ordering_key AND r.seq IS NOT NULL AND r.status <> 'DONE' AND r.status = 'RUNNING')
-ORDER BY h.next_run_at
+ORDER BY h.priority, h.next_run_at
 LIMIT ?3

@@ -1,0 +1,328 @@
+//! What happened to jobs: each job's recent events (its runs, and an operator's cancel, redrive
+//! and skip), and the per-minute activity the dashboard charts are drawn from.
+//!
+//! History lives in `job_event`, a ring of the last [`HISTORY_KEEP`] events per job
+//! (`migrations/0004`), written in the same D1 batch as the transition it describes and purged
+//! with its job. Activity is read from what the ledger already holds (runs from `job_event`,
+//! created and finished times from `job`): charts cost no write of their own.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{int_of, Counts, Param, Row, Sql, Status, Stmt};
+use crate::error::InfraError;
+
+/// Events kept per job (the ring's size; the schema's CHECK allows up to 20).
+pub const HISTORY_KEEP: u32 = 20;
+/// Who an operator's actions are recorded as.
+pub const API_ACTOR: &str = "api";
+/// How far back the charts go, in minutes.
+pub const ACTIVITY_MINUTES: i64 = 60;
+
+/// What kind of event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A handler run (or a run whose lease expired).
+    Attempt,
+    /// An operator cancelled the job.
+    Cancel,
+    /// An operator redrove the job.
+    Redrive,
+    /// An operator let the job's key move past it.
+    Skip,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Attempt => "attempt",
+            Kind::Cancel => "cancel",
+            Kind::Redrive => "redrive",
+            Kind::Skip => "skip",
+        }
+    }
+    fn parse(s: &str) -> Option<Kind> {
+        [Kind::Attempt, Kind::Cancel, Kind::Redrive, Kind::Skip].into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunOutcome {
+    /// Succeeded: DONE.
+    Done,
+    /// Failed; PENDING for another attempt.
+    Retry,
+    /// Failed for good: DEAD.
+    Dead,
+}
+
+impl RunOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Done => "done",
+            RunOutcome::Retry => "retry",
+            RunOutcome::Dead => "dead",
+        }
+    }
+    fn parse(s: &str) -> Option<RunOutcome> {
+        [RunOutcome::Done, RunOutcome::Retry, RunOutcome::Dead].into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+/// One handler run, as its runner saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run<'a> {
+    /// The job.
+    pub job_id: &'a str,
+    /// Attempt number, from 1.
+    pub attempt: i64,
+    /// ms the handler started.
+    pub started_at: i64,
+    /// ms it returned.
+    pub finished_at: i64,
+    /// How it ended.
+    pub outcome: RunOutcome,
+    /// Why it failed.
+    pub error: Option<&'a str>,
+    /// The HTTP status the handler got, if it made a request that was answered.
+    pub http_status: Option<u16>,
+    /// The invocation that ran it.
+    pub actor: &'a str,
+}
+
+/// An event as stored and shown (`GET /jobs/{id}` → `history`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// The job's event number, from 1; the newest is the highest.
+    pub n: i64,
+    /// ms.
+    pub at: i64,
+    /// What happened.
+    pub kind: Kind,
+    /// The invocation that ran it, or "api".
+    pub actor: String,
+    /// Runs: attempt number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i64>,
+    /// Runs: ms the handler started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
+    /// Runs: how it ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<RunOutcome>,
+    /// Runs that failed: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Runs that got an HTTP answer: its status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<i64>,
+}
+
+impl Event {
+    fn from_row(row: &Row) -> Result<Event, InfraError> {
+        let text = |c: &str| row.get(c).and_then(Value::as_str).map(str::to_string);
+        let int = |c: &str| row.get(c).and_then(int_of);
+        let bad = |what: &str| InfraError::new("D1", format!("job_event row lacks {what}"));
+        Ok(Event {
+            n: int("n").ok_or_else(|| bad("n"))?,
+            at: int("at").ok_or_else(|| bad("at"))?,
+            kind: text("kind").and_then(|k| Kind::parse(&k)).ok_or_else(|| bad("a valid kind"))?,
+            actor: text("actor").unwrap_or_default(),
+            attempt: int("attempt"),
+            started_at: int("started_at"),
+            outcome: text("outcome").and_then(|o| RunOutcome::parse(&o)),
+            error: text("error"),
+            http_status: int("http_status"),
+        })
+    }
+}
+
+/// Statement builders for history.
+pub mod stmt {
+    use super::*;
+
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        job_id: &str,
+        at: i64,
+        kind: Kind,
+        actor: &str,
+        run: Option<(&Run<'_>, RunOutcome)>,
+        when_status: Option<Status>,
+    ) -> Stmt {
+        let (attempt, started, outcome, error, http) = match run {
+            Some((r, o)) => (
+                Param::Int(r.attempt),
+                Param::Int(r.started_at),
+                Param::from(o.as_str()),
+                Param::from(r.error),
+                r.http_status.map_or(Param::Null, |s| Param::Int(i64::from(s))),
+            ),
+            None => (Param::Null, Param::Null, Param::Null, Param::Null, Param::Null),
+        };
+        Stmt {
+            sql: include_str!("sql/event.sql"),
+            params: vec![
+                job_id.into(),
+                at.into(),
+                kind.as_str().into(),
+                actor.into(),
+                attempt,
+                started,
+                outcome,
+                error,
+                http,
+                HISTORY_KEEP.into(),
+                when_status.map(Status::as_str).into(),
+            ],
+        }
+    }
+
+    /// Records a run in its job's history (whether or not its result could be recorded: the run
+    /// happened).
+    pub fn run(r: &Run<'_>) -> Stmt {
+        event(r.job_id, r.finished_at, Kind::Attempt, r.actor, Some((r, r.outcome)), None)
+    }
+
+    /// Records an operator's action on `job_id`, only if the action applied in the same batch:
+    /// the job is now `status` and was updated at `at`.
+    pub fn action(job_id: &str, at: i64, kind: Kind, status: Status) -> Stmt {
+        event(job_id, at, kind, API_ACTOR, None, Some(status))
+    }
+
+    /// A job's history, oldest first.
+    pub fn events(job_id: &str) -> Stmt {
+        Stmt { sql: include_str!("sql/events.sql"), params: vec![job_id.into()] }
+    }
+
+    /// Runs per minute by outcome since `since`.
+    pub fn activity_runs(since: i64) -> Stmt {
+        Stmt { sql: include_str!("sql/activity_runs.sql"), params: vec![since.into()] }
+    }
+
+    /// Jobs created and finished per minute since `since`.
+    pub fn activity_jobs(since: i64) -> Stmt {
+        Stmt { sql: include_str!("sql/activity_jobs.sql"), params: vec![since.into()] }
+    }
+}
+
+/// Reads a job's history, oldest first.
+pub async fn events<S: Sql>(sql: &S, job_id: &str) -> Result<Vec<Event>, InfraError> {
+    sql.query(stmt::events(job_id)).await?.iter().map(Event::from_row).collect()
+}
+
+/// One minute of activity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Minute {
+    /// ms, the minute's start.
+    pub at: i64,
+    /// Runs that succeeded.
+    pub done: i64,
+    /// Runs that failed and will be tried again.
+    pub failed: i64,
+    /// Jobs that became DEAD (failed for good, dead-lettered, cancelled).
+    pub dead: i64,
+    /// Jobs not finished (PENDING or RUNNING) at the minute's end.
+    pub backlog: i64,
+}
+
+/// The last [`ACTIVITY_MINUTES`] minutes, oldest first, the current (partial) minute last.
+///
+/// `backlog` walks back from `now_open` (jobs unfinished now): a minute's end had the unfinished
+/// jobs of the next minute's end, minus those created in the next minute, plus those finished in
+/// it. Runs come from history, jobs made DEAD from `job.finished_at` (so a job dead-lettered or
+/// cancelled without a run counts too).
+pub fn activity(now: i64, now_open: i64, runs: &[Row], jobs: &[Row]) -> Vec<Minute> {
+    let last = now.div_euclid(60_000);
+    let first = last - (ACTIVITY_MINUTES - 1);
+    let mut minutes: Vec<Minute> = (first..=last).map(|m| Minute { at: m * 60_000, ..Minute::default() }).collect();
+    let (mut created, mut finished) = (vec![0i64; minutes.len()], vec![0i64; minutes.len()]);
+    let slot = |row: &Row| {
+        let m = row.get("minute").and_then(int_of)?;
+        (first..=last).contains(&m).then(|| (m - first) as usize)
+    };
+    let n = |row: &Row| row.get("n").and_then(int_of).unwrap_or(0);
+    let text = |row: &Row, c: &str| row.get(c).and_then(Value::as_str).map(str::to_string);
+    for row in runs {
+        let Some(i) = slot(row) else { continue };
+        match text(row, "outcome").and_then(|o| RunOutcome::parse(&o)) {
+            Some(RunOutcome::Done) => minutes[i].done += n(row),
+            Some(RunOutcome::Retry) => minutes[i].failed += n(row),
+            // Counted from the job table below, which also sees deaths without a run.
+            Some(RunOutcome::Dead) | None => {}
+        }
+    }
+    for row in jobs {
+        let Some(i) = slot(row) else { continue };
+        match text(row, "what").as_deref() {
+            Some("created") => created[i] += n(row),
+            Some("finished") => {
+                finished[i] += n(row);
+                if text(row, "status").as_deref() == Some(Status::Dead.as_str()) {
+                    minutes[i].dead += n(row);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut open = now_open;
+    for i in (0..minutes.len()).rev() {
+        minutes[i].backlog = open.max(0);
+        open = open - created[i] + finished[i];
+    }
+    minutes
+}
+
+/// Reads the activity of the last hour in one round trip.
+pub async fn read_activity<S: Sql>(sql: &S, now: i64) -> Result<Vec<Minute>, InfraError> {
+    let since = (now.div_euclid(60_000) - (ACTIVITY_MINUTES - 1)) * 60_000;
+    let out = sql
+        .batch(vec![stmt::activity_runs(since), stmt::activity_jobs(since), super::stmt::counts()])
+        .await?;
+    let counts = Counts::from_rows(out.get(2).map(Vec::as_slice).unwrap_or_default());
+    let (runs, jobs) = (out.first().map(Vec::as_slice).unwrap_or_default(), out.get(1).map(Vec::as_slice).unwrap_or_default());
+    Ok(activity(now, counts.pending + counts.running, runs, jobs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(v: Value) -> Row {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_backlog_walks_back_from_now_by_created_and_finished() {
+        let now = 100 * 60_000 + 30_000; // minute 100, half way
+        let jobs = [
+            row(json!({"what": "created", "minute": 100, "n": 5})),
+            row(json!({"what": "finished", "minute": 100, "status": "DONE", "n": 2})),
+            row(json!({"what": "created", "minute": 99, "n": 3})),
+            row(json!({"what": "finished", "minute": 98, "status": "DEAD", "n": 1})),
+        ];
+        let runs = [row(json!({"minute": 100, "outcome": "done", "n": 2})), row(json!({"minute": 99, "outcome": "retry", "n": 4}))];
+        let m = activity(now, 7, &runs, &jobs);
+        assert_eq!(m.len(), 60);
+        let last = m[59];
+        assert_eq!((last.at, last.done, last.backlog), (100 * 60_000, 2, 7));
+        // End of minute 99: 7 - 5 created + 2 finished in minute 100.
+        assert_eq!((m[58].failed, m[58].backlog), (4, 4));
+        // End of minute 98: 4 - 3 created in 99.
+        assert_eq!((m[57].dead, m[57].backlog), (1, 1));
+        // End of 97: 1 + 1 finished in 98.
+        assert_eq!(m[56].backlog, 2);
+    }
+
+    #[test]
+    fn rows_outside_the_window_are_ignored() {
+        let now = 100 * 60_000;
+        let runs = [row(json!({"minute": 10, "outcome": "done", "n": 9}))];
+        let m = activity(now, 0, &runs, &[]);
+        assert!(m.iter().all(|x| x.done == 0 && x.backlog == 0));
+    }
+}
