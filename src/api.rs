@@ -512,7 +512,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Skip::Skipped { skipped, next } => {
                 // Audited after the fact (the skip names a key, not a job): a failure here is
                 // only a missing history line.
-                let audit = history::stmt::action(&skipped.id, skipped.updated_at, Kind::Skip, Status::Dead);
+                let audit = history::stmt::action_applied(&skipped.id, skipped.updated_at, Kind::Skip, Status::Dead);
                 let _ = self.ledger.sql.query(audit).await;
                 let wake = next.filter(|j| j.status == Status::Pending).and_then(|j| producer::message_for(&j, 0));
                 if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {

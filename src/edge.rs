@@ -10,7 +10,7 @@ use serde_json::Value;
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{
     AbortController, Delay, Env, Fetch, Headers, KvStore, Method, Queue, QueueContentType, RawMessageBuilder, Request,
-    RequestInit, RequestRedirect, ResponseBody,
+    RequestInit, RequestRedirect,
 };
 
 use crate::api::ApiResponse;
@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::envelope::MAX_BODY_JSON_BYTES;
 use crate::error::InfraError;
-use crate::handlers::{HttpClient, HttpRequest, HttpResponse, SendError};
+use crate::handlers::{HttpClient, HttpRequest, HttpResponse, SendError, RESPONSE_START_BYTES};
 use crate::lock::Kv;
 use crate::producer::{OutMessage, QueueSender};
 
@@ -28,6 +28,18 @@ pub const KV_BINDING: &str = "ORDERING_KV";
 pub const DB_BINDING: &str = "DB";
 /// The job queue producer.
 pub const QUEUE_BINDING: &str = "JOBS";
+/// The urgent lane's producer (optional, SPEC 12).
+pub const URGENT_BINDING: &str = "JOBS_URGENT";
+
+/// The queues jobs are sent to: the main queue, and the urgent lane when `JOBS_URGENT` is bound.
+pub fn lanes(env: &Env, cfg: &Config) -> worker::Result<crate::producer::Lanes<WorkerQueue>> {
+    Ok(crate::producer::Lanes {
+        main: WorkerQueue(env.queue(QUEUE_BINDING)?),
+        urgent: env.queue(URGENT_BINDING).ok().map(WorkerQueue),
+        urgent_priority: cfg.urgent_priority,
+        keyed_by_priority: cfg.ordering_mode == crate::config::OrderingMode::Strict,
+    })
+}
 
 /// `Date.now()`.
 pub struct SystemClock;
@@ -112,6 +124,22 @@ pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, Api
     Ok(body)
 }
 
+/// The start of a response body as text; the stream is cancelled when dropped (wasm-streams
+/// cancels on drop), so the rest is never downloaded. A body that fails mid-read keeps what came.
+async fn read_start(resp: &mut worker::Response) -> String {
+    use futures::StreamExt;
+    let Ok(mut stream) = resp.stream() else { return String::new() };
+    let mut start = Vec::new();
+    while start.len() < RESPONSE_START_BYTES {
+        match stream.next().await {
+            Some(Ok(chunk)) => start.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    start.truncate(RESPONSE_START_BYTES);
+    String::from_utf8_lossy(&start).into_owned()
+}
+
 /// Workers KV.
 pub struct WorkerKv(pub KvStore);
 
@@ -147,8 +175,8 @@ impl QueueSender for WorkerQueue {
 }
 
 /// `fetch` with a timeout that aborts the request. Redirects are not followed (a 3xx is the
-/// answer), and the response body is cancelled unread: Workers stall new fetches while six
-/// responses are open.
+/// answer). Only the first [`RESPONSE_START_BYTES`] of the body are read (for the job's result),
+/// then the body is cancelled: Workers stall new fetches while six responses are open.
 pub struct WorkerFetch;
 
 impl HttpClient for WorkerFetch {
@@ -166,18 +194,18 @@ impl HttpClient for WorkerFetch {
             Request::new_with_init(&req.url, &init).map_err(|e| SendError::Invalid(format!("bad request: {e}")))?;
         let controller = AbortController::default();
         let signal = controller.signal();
-        let fetch = Box::pin(async move { Fetch::Request(request).send_with_signal(&signal).await });
+        // The timeout covers the answer and the start of its body.
+        let fetch = Box::pin(async move {
+            let mut resp = Fetch::Request(request).send_with_signal(&signal).await?;
+            let retry_after = resp.headers().get("retry-after").ok().flatten();
+            let content_type = resp.headers().get("content-type").ok().flatten();
+            let status = resp.status_code();
+            let body_start = read_start(&mut resp).await;
+            Ok::<_, worker::Error>(HttpResponse { status, retry_after, content_type, body_start })
+        });
         let timeout = Delay::from(Duration::from_millis(u64::from(timeout_ms)));
         match select(fetch, timeout).await {
-            Either::Left((Ok(resp), _)) => {
-                let retry_after = resp.headers().get("retry-after").ok().flatten();
-                let status = resp.status_code();
-                if let ResponseBody::Stream(body) = resp.body() {
-                    // Fire and forget: the cancellation itself frees the connection.
-                    let _ = body.cancel();
-                }
-                Ok(HttpResponse { status, retry_after })
-            }
+            Either::Left((Ok(resp), _)) => Ok(resp),
             Either::Left((Err(e), _)) => Err(SendError::Network(format!("network error: {e}"))),
             Either::Right(_) => {
                 controller.abort();

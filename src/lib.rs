@@ -16,7 +16,7 @@
 //! - `handlers/`: job types (`webhook.rs`), one file each.
 //! - `api.rs` (+ `dashboard.html`): the operator HTTP API. `producer.rs`: sending to the queue.
 //! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge. `backoff.rs`,
-//!   `config.rs`, `clock.rs`.
+//!   `config.rs`, `clock.rs`. `log.rs`: the structured log lines.
 //! - `edge.rs`: `worker` adapters for the ports above (wasm only).
 //!
 //! Everything but `edge.rs`, `ledger/d1.rs` and the entry points below builds and is tested natively.
@@ -32,6 +32,7 @@ pub mod error;
 pub mod handlers;
 pub mod ledger;
 pub mod lock;
+pub mod log;
 pub mod maintenance;
 pub mod producer;
 
@@ -40,15 +41,25 @@ pub mod edge;
 
 #[cfg(target_arch = "wasm32")]
 mod entry {
-    use worker::{console_error, console_log, event, Context, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder};
+    use worker::{console_error, console_log, console_warn, event, Context, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder};
     use worker::{Request, Response, ScheduleContext, ScheduledEvent};
 
     use crate::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};
     use crate::consumer::{Consumer, Incoming, Outcome, INFRA_RETRY_DELAY_SECONDS};
-    use crate::edge::{self, SystemClock, WorkerFetch, WorkerKv, WorkerQueue};
+    use crate::edge::{self, SystemClock, WorkerFetch, WorkerKv};
     use crate::handlers::{Registry, Services};
     use crate::ledger::d1::D1Sql;
     use crate::ledger::Ledger;
+    use crate::log::Event;
+
+    /// Prints a structured log line at its level.
+    fn log(event: &Event<'_>) {
+        match event.level() {
+            "info" => console_log!("{}", event.json()),
+            "warn" => console_warn!("{}", event.json()),
+            _ => console_error!("{}", event.json()),
+        }
+    }
 
     #[event(start)]
     fn start() {
@@ -59,9 +70,10 @@ mod entry {
     /// the whole batch, acked messages included.
     #[event(queue)]
     pub async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, _ctx: Context) -> worker::Result<()> {
+        let started = js_sys::Date::now() as i64;
         let msgs: Vec<worker::RawMessage> = batch.raw_iter().collect();
         let defer_all = |why: &str| {
-            console_error!("orderly: deferring {} messages: {why}", msgs.len());
+            log(&Event::ConfigError { error: format!("deferring {} messages: {why}", msgs.len()) });
             let opts = QueueRetryOptionsBuilder::new().with_delay_seconds(INFRA_RETRY_DELAY_SECONDS).build();
             msgs.iter().for_each(|m| m.retry_with_options(&opts));
         };
@@ -72,9 +84,9 @@ mod entry {
                 return Ok(());
             }
         };
-        let bindings = (env.kv(edge::KV_BINDING), env.d1(edge::DB_BINDING), env.queue(edge::QUEUE_BINDING));
+        let bindings = (env.kv(edge::KV_BINDING), env.d1(edge::DB_BINDING), edge::lanes(&env, &cfg));
         let (kv, db, queue) = match bindings {
-            (Ok(kv), Ok(db), Ok(q)) => (WorkerKv(kv), D1Sql(db), WorkerQueue(q)),
+            (Ok(kv), Ok(db), Ok(q)) => (WorkerKv(kv), D1Sql(db), q),
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 defer_all(&format!("binding missing: {e}"));
                 return Ok(());
@@ -114,7 +126,7 @@ mod entry {
             queue: &queue,
             owner: format!("inv-{}", edge::random_id()),
             random: &edge::random,
-            log: &|line| console_error!("orderly: {line}"),
+            log: &log,
         };
         let Some(role) = crate::consumer::role_of(&cfg, &batch.queue()) else {
             defer_all(&format!(
@@ -127,14 +139,16 @@ mod entry {
         };
         let outcomes = consumer.process(role, &incoming).await;
         let count = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
-        console_log!(
-            "orderly: {} batch of {}: {} acked, {} retried, {} deferred",
-            batch.queue(),
-            outcomes.len(),
-            count(|o| matches!(o, Outcome::Ack)),
-            count(|o| matches!(o, Outcome::Retry { .. })),
-            count(|o| matches!(o, Outcome::Defer { .. })),
-        );
+        let queue_name = batch.queue();
+        log(&Event::Batch {
+            queue: &queue_name,
+            mode: cfg.ordering_mode.as_str(),
+            messages: outcomes.len(),
+            acked: count(|o| matches!(o, Outcome::Ack)),
+            retried: count(|o| matches!(o, Outcome::Retry { .. })),
+            deferred: count(|o| matches!(o, Outcome::Defer { .. })),
+            duration_ms: js_sys::Date::now() as i64 - started,
+        });
         for (m, o) in msgs.iter().zip(outcomes) {
             match o {
                 Outcome::Ack => m.ack(),
@@ -158,7 +172,9 @@ mod entry {
         };
         let cfg = edge::config(&env);
         let admin_token = edge::secret(&env, "ADMIN_TOKEN");
-        let (db, queue) = match (env.d1(edge::DB_BINDING), env.queue(edge::QUEUE_BINDING)) {
+        let fallback = crate::config::Config::default();
+        let lanes = edge::lanes(&env, cfg.as_ref().unwrap_or(&fallback));
+        let (db, queue) = match (env.d1(edge::DB_BINDING), lanes) {
             (Ok(db), Ok(q)) => (db, q),
             (Err(e), _) | (_, Err(e)) => {
                 let body = serde_json::json!({ "error": format!("binding missing: {e}") });
@@ -168,7 +184,7 @@ mod entry {
         let ledger = Ledger::new(D1Sql(db));
         let api = Api {
             ledger: &ledger,
-            queue: &WorkerQueue(queue),
+            queue: &queue,
             clock: &SystemClock,
             cfg: cfg.as_ref(),
             admin_token: admin_token.as_deref(),
@@ -203,20 +219,15 @@ mod entry {
     pub async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let cfg = match edge::config(&env) {
             Ok(c) => c,
-            Err(e) => return console_error!("orderly maintenance skipped: configuration error: {e}"),
+            Err(e) => return log(&Event::ConfigError { error: format!("maintenance skipped: {e}") }),
         };
-        let (db, queue) = match (env.d1(edge::DB_BINDING), env.queue(edge::QUEUE_BINDING)) {
+        let (db, queue) = match (env.d1(edge::DB_BINDING), edge::lanes(&env, &cfg)) {
             (Ok(db), Ok(q)) => (db, q),
-            (Err(e), _) | (_, Err(e)) => return console_error!("orderly maintenance skipped: binding missing: {e}"),
+            (Err(e), _) | (_, Err(e)) => {
+                return log(&Event::ConfigError { error: format!("maintenance skipped: binding missing: {e}") })
+            }
         };
-        let r = crate::maintenance::run(&Ledger::new(D1Sql(db)), &WorkerQueue(queue), &SystemClock, &cfg).await;
-        if r.errors.is_empty() {
-            console_log!("orderly maintenance: {}", serde_json::to_string(&r).unwrap_or_default());
-        } else {
-            console_error!(
-                "orderly maintenance, failed steps retry next run: {}",
-                serde_json::to_string(&r).unwrap_or_default()
-            );
-        }
+        let r = crate::maintenance::run(&Ledger::new(D1Sql(db)), &queue, &SystemClock, &cfg).await;
+        log(&Event::Maintenance { report: serde_json::to_value(&r).unwrap_or_default(), failed: !r.errors.is_empty() });
     }
 }

@@ -70,9 +70,12 @@ impl Runner for Script {
         }
         let fails = job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0);
         if u64::from(job.attempt) <= fails {
-            return Err(JobError::retry("HTTP 503"));
+            return Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: None, http_status: Some(503) });
         }
-        Ok(Done::default())
+        match job.payload.get("result") {
+            Some(r) => Ok(Done { result: Some(r.clone()), http_status: Some(200) }),
+            None => Ok(Done::default()),
+        }
     }
 }
 
@@ -118,7 +121,7 @@ impl World {
             queue: &self.queue,
             owner: format!("inv-{}", self.clock.now_ms()),
             random: &|| 1.0,
-            log: &|line| self.log.borrow_mut().push(line.to_string()),
+            log: &|event| self.log.borrow_mut().push(event.to_string()),
         };
         block_on(consumer.process(role, msgs))
     }
@@ -583,4 +586,70 @@ fn a_job_whose_lease_was_lost_while_the_group_stalled_is_not_run() {
     assert!(matches!(out[1], Outcome::Defer { .. }), "{out:?}");
     assert_eq!(w.runs(), vec!["a"], "b may be another invocation's now");
     assert!(w.log.borrow().iter().any(|l| l.contains("lease lost before it started")));
+}
+
+fn history(w: &World, id: &str) -> Vec<orderly::ledger::history::Event> {
+    block_on(orderly::ledger::history::events(&w.db, id)).unwrap()
+}
+
+#[test]
+fn every_attempt_is_in_the_jobs_history_and_the_result_is_kept_on_done() {
+    let w = World::new();
+    let job = json!({"type": "t", "fail": 2, "result": {"status": 200, "body": "thanks"}});
+    let m = msg("h1", T0, job);
+    for _ in 0..3 {
+        w.run(&[m.clone()]);
+        w.clock.advance_ms(3_600_000);
+    }
+    let j = w.job("h1");
+    assert_eq!(j.status.as_str(), "DONE");
+    assert_eq!(j.result.as_deref(), Some(r#"{"status":200,"body":"thanks"}"#));
+    let h = history(&w, "h1");
+    use orderly::ledger::history::RunOutcome::{Done as Ok_, Retry};
+    let seen: Vec<_> = h.iter().map(|e| (e.n, e.attempt, e.outcome, e.http_status)).collect();
+    assert_eq!(
+        seen,
+        vec![(1, Some(1), Some(Retry), Some(503)), (2, Some(2), Some(Retry), Some(503)), (3, Some(3), Some(Ok_), Some(200))]
+    );
+    assert_eq!(h[0].error.as_deref(), Some("HTTP 503"));
+    assert!(h.iter().all(|e| e.actor.starts_with("inv") && e.started_at.is_some_and(|s| s <= e.at)), "{h:?}");
+}
+
+#[test]
+fn a_large_result_is_kept_truncated_with_a_marker() {
+    let w = World::new();
+    w.run(&[msg("big", T0, json!({"type": "t", "result": "x".repeat(10_000)}))]);
+    let kept: Value = serde_json::from_str(w.job("big").result.as_deref().unwrap()).unwrap();
+    assert_eq!(kept["truncated"], true);
+    assert!(w.job("big").result.unwrap().len() <= orderly::handlers::MAX_RESULT_BYTES);
+}
+
+#[test]
+fn history_keeps_the_last_twenty_events_of_a_long_retrying_job() {
+    let w = World::new();
+    let m = msg("long", T0, json!({"type": "t", "fail": 24, "__orderly_job__": {"max_attempts": 30}}));
+    for _ in 0..25 {
+        w.run(&[m.clone()]);
+        w.clock.advance_ms(3_600_000);
+    }
+    assert_eq!(w.job("long").status.as_str(), "DONE");
+    let h = history(&w, "long");
+    assert_eq!(h.len(), 20);
+    assert_eq!(h.iter().map(|e| e.n).collect::<Vec<_>>(), (6..=25).collect::<Vec<_>>(), "oldest first, newest kept");
+    assert_eq!(h.last().unwrap().attempt, Some(25));
+}
+
+#[test]
+fn the_most_urgent_groups_of_a_batch_start_first_and_a_key_keeps_its_order() {
+    let w = World::new();
+    // Eight unkeyed jobs and a key; six groups run at once, so who starts first is chosen.
+    let mut batch: Vec<Incoming> = (0..8).map(|i| msg(&format!("u{i}"), T0 + i, ok())).collect();
+    batch.push(msg("urgent", T0 + 9, json!({"type": "t", "__orderly_job__": {"priority": 0}})));
+    batch.push(keyed("k1", T0 + 10, "k", ok()));
+    batch.push(keyed("k2", T0 + 11, "k", json!({"type": "t", "__orderly_job__": {"priority": 1}})));
+    assert_eq!(w.run(&batch), vec![Outcome::Ack; 11]);
+    let runs = w.runs();
+    assert_eq!(runs[0], "urgent", "{runs:?}");
+    // The key's urgent job lifts its key ahead of the default-priority jobs, behind its own earlier job.
+    assert_eq!(&runs[1..3], &["k1", "k2"], "{runs:?}");
 }

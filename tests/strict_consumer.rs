@@ -372,3 +372,49 @@ fn a_chain_that_stalled_past_its_lease_runs_nothing_more() {
     assert_eq!(w.job("a").status, Status::Done, "what ran is recorded");
     assert_eq!((w.job("c").status, w.job("c").attempts), (Status::Pending, 0), "c handed back");
 }
+
+fn on_key(id: &str, key: &str, ts: i64, priority: u8) -> Incoming {
+    Incoming {
+        id: format!("m-{id}"),
+        timestamp_ms: ts,
+        body: Ok(json!({"__fedify_ordering_key__": key, "__fedify_payload__": ok(),
+                        "__orderly_job__": {"id": id, "priority": priority}})),
+    }
+}
+
+#[test]
+fn the_most_urgent_keys_start_first_and_a_key_runs_in_order_whatever_its_priorities() {
+    let w = World::new(OnDead::Skip);
+    // Eight keys, six chains at once: the urgent key must be in the first wave, and start first.
+    let mut batch: Vec<Incoming> = (0..8).map(|i| on_key(&format!("j{i}"), &format!("k{i}"), T0 + i, 5)).collect();
+    batch.push(on_key("late-urgent", "k9", T0 + 20, 0));
+    // One key with mixed priorities: its order is its record order, not its priorities.
+    batch.push(on_key("first", "mixed", T0 + 30, 9));
+    batch.push(on_key("second", "mixed", T0 + 31, 0));
+    assert_eq!(w.run(&batch), vec![Outcome::Ack; 11]);
+    let runs = w.runs();
+    assert_eq!(runs.len(), 11);
+    let at = |id: &str| runs.iter().position(|r| r == id).unwrap();
+    assert!(at("late-urgent") < 2 && at("first") < 2, "the two urgent keys start first: {runs:?}");
+    assert_eq!(at("second"), at("first") + 1, "the key runs in its order: {runs:?}");
+    assert_eq!(w.job("second").priority, 0);
+}
+
+#[test]
+fn a_chains_runs_are_in_each_jobs_history() {
+    let w = World::new(OnDead::Skip);
+    w.submit(&[("a", json!({"type": "t", "fail": 1})), ("b", ok())]);
+    w.run(&[keyed("a", T0, ok())]);
+    w.clock.advance_ms(3_600_000);
+    w.run(&[keyed("a", T0, ok())]);
+    let outcomes = |id: &str| {
+        block_on(orderly::ledger::history::events(&w.db, id))
+            .unwrap()
+            .iter()
+            .map(|e| (e.attempt, e.outcome))
+            .collect::<Vec<_>>()
+    };
+    use orderly::ledger::history::RunOutcome::{Done as Ok_, Retry};
+    assert_eq!(outcomes("a"), vec![(Some(1), Some(Retry)), (Some(2), Some(Ok_))]);
+    assert_eq!(outcomes("b"), vec![(Some(1), Some(Ok_))]);
+}

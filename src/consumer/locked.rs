@@ -136,7 +136,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 }
                 Ok(Acquired::Held { holder }) => GroupLock::Held { holder },
                 Err(e) => {
-                    (self.log)(&format!("key {key:?} deferred: {e}"));
+                    self.outage(format!("key {key:?} deferred: {e}"));
                     GroupLock::Down
                 }
             }
@@ -177,7 +177,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let rows = match if reads.is_empty() { Ok(Vec::new()) } else { self.sql.batch(reads).await } {
             Ok(rows) => rows,
             Err(e) => {
-                (self.log)(&format!("batch deferred, claims not recorded: {e}"));
+                self.outage(format!("batch deferred, claims not recorded: {e}"));
                 self.release_all(taken().map(|lock| LockEnd { lock, hold_for: None }).collect()).await;
                 return vec![infra; msgs.len()];
             }
@@ -260,7 +260,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let rows = match if records.is_empty() { Ok(Vec::new()) } else { self.sql.batch(records).await } {
             Ok(rows) => Some(rows),
             Err(e) => {
-                (self.log)(&format!("results not recorded, their messages are deferred: {e}"));
+                self.outage(format!("results not recorded, their messages are deferred: {e}"));
                 None
             }
         };
@@ -272,7 +272,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 (_, None, _) => outcome,
                 (None, Some(_), _) => infra,
                 (Some(rows), Some(at), Some(job)) if rows.get(at).is_none_or(Vec::is_empty) => {
-                    (self.log)(&format!("job {job:?}: lease lost before its result was recorded; not acked"));
+                    self.outage(format!("job {job:?}: lease lost before its result was recorded; not acked"));
                     lost_jobs.insert(job);
                     lost
                 }
@@ -356,7 +356,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     if leases.lost(&job.id) {
                         // Stalled past the lease: the job may be another invocation's now. Not
                         // run here; the message comes back and the ledger decides.
-                        (self.log)(&format!("job {:?}: lease lost before it started; not run", job.id));
+                        self.outage(format!("job {:?}: lease lost before it started; not run", job.id));
                         settled.push(Settle::plain(
                             i,
                             Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds.max(1) },

@@ -26,6 +26,7 @@ use crate::handlers::{bounded_result, JobContext, JobError, Runner};
 use crate::ledger::history::{self, RunOutcome};
 use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt, DEFAULT_PRIORITY};
 use crate::lock::Kv;
+use crate::log::Event;
 use crate::producer::QueueSender;
 
 /// Delay before a message deferred for an outage (KV, D1, bad config) comes back.
@@ -153,9 +154,9 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     pub owner: String,
     /// Uniform random numbers in [0, 1) for jitter.
     pub random: &'a dyn Fn() -> f64,
-    /// Where outages are reported (the worker's log). They never fail the batch, but an operator
-    /// must be able to see why messages are being deferred.
-    pub log: &'a dyn Fn(&str),
+    /// Where outages and dead jobs are reported (the worker's structured log). Outages never fail
+    /// the batch, but an operator must be able to see why messages are being deferred.
+    pub log: &'a dyn Fn(&Event<'_>),
 }
 
 /// A decoded message: the job it asks for. Its payload is in `spec` for recording; what runs is
@@ -264,12 +265,22 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let out = match self.sql.batch(stmts).await {
             Ok(out) => out,
             Err(e) => {
-                (self.log)(&format!("dead-letter batch deferred: {e}"));
+                self.outage(format!("dead-letter batch deferred: {e}"));
                 return vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; msgs.len()];
             }
         };
         out.chunks(2)
             .map(|pair| match (pair.first(), pair.get(1).and_then(|rows| Job::first(rows).ok().flatten())) {
+                (Some(dead), Some(j)) if !dead.is_empty() => {
+                    (self.log)(&Event::JobDead {
+                        job_id: &j.id,
+                        job_type: j.job_type.as_deref(),
+                        ordering_key: j.ordering_key.as_deref(),
+                        attempts: j.attempts,
+                        error: j.last_error.as_deref().unwrap_or_default(),
+                    });
+                    Outcome::Ack
+                }
                 (Some(dead), _) if !dead.is_empty() => Outcome::Ack,
                 // Someone is running it right now: let that run finish, then look again.
                 (_, Some(j)) if j.status == Status::Running => {
@@ -278,6 +289,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 _ => Outcome::Ack,
             })
             .collect()
+    }
+
+    fn outage(&self, message: String) {
+        (self.log)(&Event::Outage { message });
     }
 
     /// Runs a job this invocation claimed and says what to record. The ledger row is the truth:
@@ -297,6 +312,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
                 FailureDecision::Dead(why) => {
+                    (self.log)(&Event::JobDead {
+                        job_id: &job.id,
+                        job_type: job.job_type.as_deref(),
+                        ordering_key: job.ordering_key.as_deref(),
+                        attempts: job.attempts,
+                        error: &why,
+                    });
                     (stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why), RunEnd::Dead, Some(why), e.http_status())
                 }
                 FailureDecision::Retry { delay_seconds } => {
@@ -337,7 +359,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     let held = rows.iter().filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string));
                     *leases.held.borrow_mut() = Some(held.collect());
                 }
-                Err(e) => (self.log)(&format!("lease renewal failed, leases may expire under running jobs: {e}")),
+                Err(e) => self.outage(format!("lease renewal failed, leases may expire under running jobs: {e}")),
             }
         }
     }

@@ -125,7 +125,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         let parked = match ledger::park_and_claim(self.sql, &intake, claim).await {
             Ok(p) => p,
             Err(e) => {
-                (self.log)(&format!("keyed messages deferred, not parked: {e}"));
+                self.outage(format!("keyed messages deferred, not parked: {e}"));
                 return members.iter().map(|m| (m.index, infra)).collect();
             }
         };
@@ -164,7 +164,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             .collect()
             .await;
         if let Err(e) = producer::send_all(self.queue, wakes).await {
-            (self.log)(&format!("wake-up messages not sent, the cron wakes their keys: {e}"));
+            self.outage(format!("wake-up messages not sent, the cron wakes their keys: {e}"));
         }
 
         if !clashes.is_empty() {
@@ -221,7 +221,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                         step.state.claimed
                     }
                     Err(e) => {
-                        (self.log)(&format!("key {key:?}: not claimed, waking it for later: {e}"));
+                        self.outage(format!("key {key:?}: not claimed, waking it for later: {e}"));
                         return producer::message_for(&head, INFRA_RETRY_DELAY_SECONDS);
                     }
                 }
@@ -246,7 +246,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 if leases.lost(&job.id) {
                     // Stalled past the lease: the reaper may have given the key's jobs to another
                     // invocation. Record what ran, run nothing more here.
-                    (self.log)(&format!("key {key:?}: lease lost while the chain stalled; stopping"));
+                    self.outage(format!("key {key:?}: lease lost while the chain stalled; stopping"));
                     stop = Some(Stop::LeaseLost);
                     records.push(stmt::defer(&job.id, &self.owner, now, now));
                     continue;
@@ -278,12 +278,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 Ok(s) => s,
                 Err(e) => {
                     // Unrecorded: the leases expire and the reaper frees and re-sends the jobs.
-                    (self.log)(&format!("key {key:?}: results not recorded, the reaper frees its jobs: {e}"));
+                    self.outage(format!("key {key:?}: results not recorded, the reaper frees its jobs: {e}"));
                     return None;
                 }
             };
             if step.recorded.iter().any(|ok| !ok) {
-                (self.log)(&format!("key {key:?}: a lease was lost before its result was recorded"));
+                self.outage(format!("key {key:?}: a lease was lost before its result was recorded"));
             }
             match stop {
                 Some(Stop::Retry(job, delay)) => return producer::message_for(&job, delay),

@@ -152,6 +152,7 @@ pub mod stmt {
         actor: &str,
         run: Option<(&Run<'_>, RunOutcome)>,
         when_status: Option<Status>,
+        after_change: bool,
     ) -> Stmt {
         let (attempt, started, outcome, error, http) = match run {
             Some((r, o)) => (
@@ -177,6 +178,7 @@ pub mod stmt {
                 http,
                 HISTORY_KEEP.into(),
                 when_status.map(Status::as_str).into(),
+                Param::Int(i64::from(after_change)),
             ],
         }
     }
@@ -184,13 +186,19 @@ pub mod stmt {
     /// Records a run in its job's history (whether or not its result could be recorded: the run
     /// happened).
     pub fn run(r: &Run<'_>) -> Stmt {
-        event(r.job_id, r.finished_at, Kind::Attempt, r.actor, Some((r, r.outcome)), None)
+        event(r.job_id, r.finished_at, Kind::Attempt, r.actor, Some((r, r.outcome)), None, false)
     }
 
-    /// Records an operator's action on `job_id`, only if the action applied in the same batch:
-    /// the job is now `status` and was updated at `at`.
+    /// Records an operator's action on `job_id`; placed right after the action's statement in
+    /// one batch, only if that statement changed a row and left the job `status`, updated at `at`.
     pub fn action(job_id: &str, at: i64, kind: Kind, status: Status) -> Stmt {
-        event(job_id, at, kind, API_ACTOR, None, Some(status))
+        event(job_id, at, kind, API_ACTOR, None, Some(status), true)
+    }
+
+    /// Records an operator's action that already applied (in an earlier round trip), if the job
+    /// is still `status` as of `at`.
+    pub fn action_applied(job_id: &str, at: i64, kind: Kind, status: Status) -> Stmt {
+        event(job_id, at, kind, API_ACTOR, None, Some(status), false)
     }
 
     /// A job's history, oldest first.

@@ -85,9 +85,10 @@ export async function migrate(db) {
   }
 }
 
-export async function start({ vars = {}, bindings, mainQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {} } = {}) {
+export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers } = {}) {
   const target = new Target();
-  const mf = new Miniflare({
+  const orderly = {
+    name: "orderly",
     modules: true,
     scriptPath: join(root, "build/worker/shim.mjs"),
     modulesRoot: join(root, "build"),
@@ -96,15 +97,24 @@ export async function start({ vars = {}, bindings, mainQueue = {}, adminToken = 
     cf: false,
     kvNamespaces: ["ORDERING_KV"],
     d1Databases: ["DB"],
-    queueProducers: { JOBS: { queueName: "orderly-jobs" }, ...extraProducers },
+    queueProducers: {
+      JOBS: { queueName: "orderly-jobs" },
+      ...(urgentLane ? { JOBS_URGENT: { queueName: "orderly-jobs-urgent" } } : {}),
+      ...extraProducers,
+    },
     queueConsumers: {
       "orderly-jobs": { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 100, deadLetterQueue: dlqName, ...mainQueue },
+      ...(urgentLane
+        ? { "orderly-jobs-urgent": { maxBatchSize: 10, maxBatchTimeout: 1, maxRetries: 100, deadLetterQueue: dlqName, ...urgentQueue } }
+        : {}),
       [dlqName]: { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 10 },
       ...extraConsumers,
     },
     bindings: bindings ?? { ...FAST_VARS, ...(adminToken ? { ADMIN_TOKEN: adminToken } : {}), ...vars },
     outboundService: (request) => target.handle(request),
-  });
+  };
+  // Other Workers (e.g. a producer with a service binding to "orderly") run beside it.
+  const mf = new Miniflare(extraWorkers ? { workers: [orderly, ...extraWorkers] } : orderly);
   const url = await mf.ready;
   const db = await mf.getD1Database("DB");
   await migrate(db);

@@ -1,0 +1,161 @@
+//! Structured logs: one JSON object per event, with stable field names, so Workers Logs
+//! (`[observability]` in `wrangler.toml`) can filter on them, e.g. `event = "job_dead"`.
+//!
+//! Every line has `"event"` (what happened), `"level"` (`info`, `warn` or `error`) and
+//! `"message"` (for people); the other fields depend on the event and keep their names across
+//! versions. Pure: the edge prints [`Event::json`] with `console.log` / `console.error`.
+
+use std::fmt;
+
+use serde_json::{json, Map, Value};
+
+/// Something worth a log line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event<'a> {
+    /// A consumer batch was settled.
+    Batch {
+        /// The queue it came from.
+        queue: &'a str,
+        /// `lock` or `strict`.
+        mode: &'a str,
+        /// Messages in the batch.
+        messages: usize,
+        /// Acked.
+        acked: usize,
+        /// Retried after a failed attempt.
+        retried: usize,
+        /// Put off without an attempt (key busy, outage, not yet due).
+        deferred: usize,
+        /// Wall time of the batch, ms.
+        duration_ms: i64,
+    },
+    /// D1, KV or Queues failed; the work affected is deferred, never dropped.
+    Outage {
+        /// What was affected and why.
+        message: String,
+    },
+    /// A job became DEAD in a run.
+    JobDead {
+        /// The job.
+        job_id: &'a str,
+        /// Its payload type.
+        job_type: Option<&'a str>,
+        /// Its ordering key.
+        ordering_key: Option<&'a str>,
+        /// Attempts spent.
+        attempts: i64,
+        /// Why.
+        error: &'a str,
+    },
+    /// A var or secret is unusable: nothing is processed until it is fixed.
+    ConfigError {
+        /// What is wrong.
+        error: String,
+    },
+    /// One cron run of maintenance.
+    Maintenance {
+        /// Its report (`maintenance::Report`).
+        report: Value,
+        /// Whether a step failed.
+        failed: bool,
+    },
+}
+
+impl Event<'_> {
+    /// The event's name (the `event` field).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Batch { .. } => "batch",
+            Event::Outage { .. } => "outage",
+            Event::JobDead { .. } => "job_dead",
+            Event::ConfigError { .. } => "config_error",
+            Event::Maintenance { .. } => "maintenance",
+        }
+    }
+
+    /// `info`, `warn` or `error`.
+    pub fn level(&self) -> &'static str {
+        match self {
+            Event::Batch { .. } => "info",
+            Event::Maintenance { failed: false, .. } => "info",
+            Event::Outage { .. } | Event::JobDead { .. } | Event::Maintenance { .. } => "warn",
+            Event::ConfigError { .. } => "error",
+        }
+    }
+
+    /// The log line: one JSON object.
+    pub fn json(&self) -> String {
+        let fields = match self {
+            Event::Batch { queue, mode, messages, acked, retried, deferred, duration_ms } => json!({
+                "queue": queue, "mode": mode, "messages": messages, "acked": acked,
+                "retried": retried, "deferred": deferred, "duration_ms": duration_ms,
+            }),
+            Event::Outage { .. } | Event::ConfigError { .. } => json!({}),
+            Event::JobDead { job_id, job_type, ordering_key, attempts, error } => json!({
+                "job_id": job_id, "job_type": job_type, "ordering_key": ordering_key,
+                "attempts": attempts, "error": error,
+            }),
+            Event::Maintenance { report, .. } => json!({ "report": report }),
+        };
+        let mut line = Map::new();
+        line.insert("event".into(), self.name().into());
+        line.insert("level".into(), self.level().into());
+        line.insert("message".into(), self.to_string().into());
+        if let Value::Object(f) = fields {
+            line.extend(f);
+        }
+        Value::Object(line).to_string()
+    }
+}
+
+impl fmt::Display for Event<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Batch { queue, messages, acked, retried, deferred, .. } => write!(
+                f,
+                "{queue} batch of {messages}: {acked} acked, {retried} retried, {deferred} deferred"
+            ),
+            Event::Outage { message } => write!(f, "{message}"),
+            Event::JobDead { job_id, error, .. } => write!(f, "job {job_id} is DEAD: {error}"),
+            Event::ConfigError { error } => write!(f, "configuration error: {error}"),
+            Event::Maintenance { failed: false, .. } => write!(f, "maintenance ran"),
+            Event::Maintenance { .. } => write!(f, "maintenance ran; failed steps retry next run"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_line_is_one_json_object_with_stable_fields() {
+        let dead = Event::JobDead {
+            job_id: "j1",
+            job_type: Some("webhook"),
+            ordering_key: None,
+            attempts: 8,
+            error: "HTTP 404",
+        };
+        let v: Value = serde_json::from_str(&dead.json()).unwrap();
+        assert_eq!(
+            v,
+            json!({"event": "job_dead", "level": "warn", "message": "job j1 is DEAD: HTTP 404", "job_id": "j1",
+                   "job_type": "webhook", "ordering_key": null, "attempts": 8, "error": "HTTP 404"})
+        );
+        let batch = Event::Batch {
+            queue: "orderly-jobs",
+            mode: "strict",
+            messages: 3,
+            acked: 2,
+            retried: 1,
+            deferred: 0,
+            duration_ms: 12,
+        };
+        let v: Value = serde_json::from_str(&batch.json()).unwrap();
+        assert_eq!((v["event"].as_str(), v["acked"].as_u64(), v["level"].as_str()), (Some("batch"), Some(2), Some("info")));
+        let outage: Value = serde_json::from_str(&Event::Outage { message: "D1 \"down\"\n".into() }.json()).unwrap();
+        assert_eq!(outage["message"], "D1 \"down\"\n", "messages are escaped, never break the line");
+        assert_eq!(Event::ConfigError { error: "x".into() }.level(), "error");
+    }
+}

@@ -1,0 +1,307 @@
+//! The operator's tools over the real ledger SQL: cancel, bulk redrive with a dry run, list
+//! filters, per-minute activity, the audit trail in each job's history, priorities, and the
+//! OpenAPI document checked against the routes the API actually answers.
+
+mod support;
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+
+use futures::executor::block_on;
+use orderly::api::{match_route, Api, ApiRequest, ApiResponse, Matched, OPENAPI, ROUTES};
+use orderly::clock::ManualClock;
+use orderly::config::Config;
+use orderly::ledger::history::{self, Run, RunOutcome};
+use orderly::ledger::{stmt, Ledger, Sql};
+use orderly::maintenance::{self, RESEND_GRACE_MS};
+use serde_json::{json, Value};
+use support::{MemoryQueue as Queue, Sqlite};
+
+const T0: i64 = 1_700_000_000_000;
+const TOKEN: &str = "s3cret-token-0123456789";
+
+struct World {
+    ledger: Ledger<Sqlite>,
+    queue: Queue,
+    clock: ManualClock,
+    cfg: Config,
+    ids: Cell<u32>,
+}
+
+impl World {
+    fn new() -> World {
+        World {
+            ledger: Ledger::new(Sqlite::temp().0),
+            queue: Queue::default(),
+            clock: ManualClock::new(T0),
+            cfg: Config::default(),
+            ids: Cell::new(0),
+        }
+    }
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+        let next_id = || {
+            self.ids.set(self.ids.get() + 1);
+            format!("job-{:03}", self.ids.get())
+        };
+        let api = Api {
+            ledger: &self.ledger,
+            queue: &self.queue,
+            clock: &self.clock,
+            cfg: Ok(&self.cfg),
+            admin_token: Some(TOKEN),
+            new_id: &next_id,
+        };
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let req = ApiRequest {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            authorization: Some(format!("Bearer {TOKEN}")),
+            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+        };
+        block_on(api.handle(&req))
+    }
+    /// Submits a job; its id.
+    fn submit(&self, job: Value) -> String {
+        let r = self.call("POST", "/jobs", Some(job));
+        assert_eq!(r.status, 202, "{}", r.body);
+        r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string()
+    }
+    /// Makes a PENDING job DEAD through a failed run, as a consumer would.
+    fn kill(&self, id: &str, error: &str, at: i64) {
+        let job = block_on(self.ledger.get(id)).unwrap().unwrap();
+        let rows = block_on(self.ledger.sql.query(stmt::claim(&job.spec(), "inv-1", at, at + 120_000, at))).unwrap();
+        assert_eq!(rows.len(), 1, "claimed");
+        let rows = block_on(self.ledger.sql.query(stmt::fail(id, "inv-1", at, orderly::ledger::Status::Dead, at, error)))
+            .unwrap();
+        assert_eq!(rows.len(), 1, "failed");
+    }
+    fn history(&self, id: &str) -> Vec<Value> {
+        let r = self.call("GET", &format!("/jobs/{id}"), None);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json_body()["history"].as_array().unwrap().clone()
+    }
+}
+
+fn webhook(path: &str) -> Value {
+    json!({"type": "webhook", "url": format!("https://example.test/{path}"), "body": {}})
+}
+
+#[test]
+fn a_pending_job_is_cancelled_and_audited_and_nothing_else_is() {
+    let w = World::new();
+    let id = w.submit(json!({"payload": webhook("a")}));
+    w.clock.advance_ms(1_000);
+    let r = w.call("POST", &format!("/jobs/{id}/cancel"), None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let job = &r.json_body()["job"];
+    assert_eq!((job["status"].as_str(), job["last_error"].as_str()), (Some("DEAD"), Some("cancelled")));
+    assert!(job["skipped_at"].is_i64(), "a cancelled job never blocks its key");
+    let h = w.history(&id);
+    assert_eq!(h.len(), 1);
+    assert_eq!((h[0]["kind"].as_str(), h[0]["actor"].as_str(), h[0]["at"].as_i64()), (Some("cancel"), Some("api"), Some(T0 + 1_000)));
+
+    // Once DEAD, a second cancel is refused and not audited again.
+    let again = w.call("POST", &format!("/jobs/{id}/cancel"), None);
+    assert_eq!((again.status, again.json_body()["status"].as_str()), (409, Some("DEAD")));
+    assert_eq!(w.history(&id).len(), 1);
+
+    // A RUNNING job is never cancelled underneath its handler.
+    let running = w.submit(json!({"payload": webhook("b")}));
+    let spec = block_on(w.ledger.get(&running)).unwrap().unwrap().spec();
+    let now = T0 + 1_000;
+    let claimed = block_on(w.ledger.sql.query(stmt::claim(&spec, "inv", now, now + 120_000, now))).unwrap();
+    assert_eq!(claimed.len(), 1);
+    let r = w.call("POST", &format!("/jobs/{running}/cancel"), None);
+    assert_eq!((r.status, r.json_body()["status"].as_str()), (409, Some("RUNNING")));
+    assert_eq!(w.call("POST", "/jobs/nope/cancel", None).status, 404);
+    assert_eq!(w.call("GET", "/jobs/job-002/cancel", None).status, 405);
+}
+
+#[test]
+fn bulk_redrive_counts_first_then_redrives_only_what_matches() {
+    let w = World::new();
+    let a = w.submit(json!({"payload": webhook("a"), "ordering_key": "k1"}));
+    let b = w.submit(json!({"payload": webhook("b"), "ordering_key": "k2"}));
+    let c = w.submit(json!({"payload": {"type": "webhook", "url": "https://other.test/", "body": 1}}));
+    let pending = w.submit(json!({"payload": webhook("d")}));
+    w.kill(&a, "https://example.test/a: HTTP 503 (attempt 8 of 8, no attempts left)", T0 + 10_000);
+    w.kill(&b, "https://example.test/b: HTTP 404", T0 + 20_000);
+    w.kill(&c, "https://other.test/: HTTP 503 (attempt 8 of 8, no attempts left)", T0 + 30_000);
+    let sent_before = w.queue.sent().len();
+
+    let dry = |filter: Value| {
+        let r = w.call("POST", "/jobs/redrive", Some(json!({"dry_run": true, "filter": filter})));
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json_body()["matched"].as_i64().unwrap()
+    };
+    assert_eq!(dry(json!({})), 3);
+    assert_eq!(dry(json!({"error": "HTTP 503"})), 2);
+    assert_eq!(dry(json!({"error": "HTTP 503", "ordering_key": "k1"})), 1);
+    assert_eq!(dry(json!({"type": "webhook", "from": T0 + 15_000})), 2);
+    assert_eq!(dry(json!({"to": T0 + 15_000})), 1);
+    assert_eq!(dry(json!({"type": "email"})), 0);
+    assert_eq!(w.queue.sent().len(), sent_before, "a dry run sends nothing");
+    assert_eq!(block_on(w.ledger.counts()).unwrap().dead, 3, "and changes nothing");
+
+    w.clock.advance_ms(60_000);
+    let r = w.call("POST", "/jobs/redrive", Some(json!({"filter": {"error": "HTTP 503"}})));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let body = r.json_body();
+    assert_eq!((body["matched"].as_i64(), body["redriven"].as_i64(), body["remaining"].as_i64()), (Some(2), Some(2), Some(0)));
+    let sent: Vec<String> = w.queue.sent()[sent_before..].iter().filter_map(|e| e.meta.id.clone()).collect();
+    assert_eq!(sent, vec![a.clone(), c.clone()], "oldest death first, each re-sent once");
+    for id in [&a, &c] {
+        let job = block_on(w.ledger.get(id)).unwrap().unwrap();
+        assert_eq!(job.status.as_str(), "PENDING");
+        let h = w.history(id);
+        let last = h.last().unwrap();
+        assert_eq!((last["kind"].as_str(), last["actor"].as_str()), (Some("redrive"), Some("api")), "{h:?}");
+    }
+    assert_eq!(block_on(w.ledger.get(&b)).unwrap().unwrap().status.as_str(), "DEAD", "a 404 did not match");
+    assert_eq!(block_on(w.ledger.get(&pending)).unwrap().unwrap().status.as_str(), "PENDING");
+
+    for (body, want) in [
+        (json!({"filter": {"colour": "red"}}), "unknown filter field"),
+        (json!({"filter": {"from": "yesterday"}}), "milliseconds"),
+        (json!({"dry_run": "yes"}), "dry_run"),
+        (json!({"filter": [1]}), "must be an object"),
+        (json!({"everything": true}), "unknown field"),
+    ] {
+        let r = w.call("POST", "/jobs/redrive", Some(body.clone()));
+        assert_eq!(r.status, 400, "{body}");
+        assert!(r.json_body()["error"].as_str().unwrap().contains(want), "{body}: {}", r.body);
+    }
+}
+
+#[test]
+fn lists_filter_by_type_key_and_status() {
+    let w = World::new();
+    w.submit(json!({"payload": webhook("a"), "ordering_key": "k1"}));
+    w.clock.advance_ms(1);
+    let b = w.submit(json!({"payload": webhook("b"), "ordering_key": "k2"}));
+    w.clock.advance_ms(1);
+    w.submit(json!({"payload": webhook("c"), "ordering_key": "k1"}));
+    w.kill(&b, "HTTP 404", T0 + 5);
+    let ids = |q: &str| -> Vec<String> {
+        let r = w.call("GET", &format!("/jobs?{q}"), None);
+        assert_eq!(r.status, 200, "{q}: {}", r.body);
+        r.json_body()["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(ids("ordering_key=k1"), vec!["job-003", "job-001"]);
+    assert_eq!(ids("ordering_key=k1&status=DEAD"), Vec::<String>::new());
+    assert_eq!(ids("type=webhook&status=DEAD"), vec!["job-002"]);
+    assert_eq!(ids("type=email"), Vec::<String>::new());
+    assert_eq!(ids("type=webhook&limit=2").len(), 2);
+    let page1 = w.call("GET", "/jobs?type=webhook&limit=2", None).json_body();
+    let cursor = page1["next_cursor"].as_str().unwrap().to_string();
+    assert_eq!(ids(&format!("type=webhook&limit=2&cursor={cursor}")), vec!["job-001"]);
+    assert_eq!(ids("type=&ordering_key="), vec!["job-003", "job-002", "job-001"], "empty filters are no filters");
+}
+
+#[test]
+fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
+    let w = World::new();
+    let start = (T0 / 60_000 + 1) * 60_000; // a minute boundary
+    w.clock.advance_ms(start - T0);
+    for n in 0..5 {
+        w.submit(json!({"payload": webhook(&n.to_string())}));
+    }
+    // Minute 1: job-001 succeeds; job-002 fails once. Minute 2: job-003 dies.
+    let run = |id: &str, at: i64, outcome: RunOutcome| {
+        let job = block_on(w.ledger.get(id)).unwrap().unwrap();
+        block_on(w.ledger.sql.query(stmt::claim(&job.spec(), "inv", at, at + 120_000, at))).unwrap();
+        let transition = match outcome {
+            RunOutcome::Done => stmt::complete(id, "inv", at, None),
+            RunOutcome::Retry => stmt::fail(id, "inv", at, orderly::ledger::Status::Pending, at + 5_000, "HTTP 503"),
+            RunOutcome::Dead => stmt::fail(id, "inv", at, orderly::ledger::Status::Dead, at, "HTTP 404"),
+        };
+        let r = Run {
+            job_id: id,
+            attempt: 1,
+            started_at: at,
+            finished_at: at,
+            outcome,
+            error: None,
+            http_status: Some(200),
+            actor: "inv",
+        };
+        block_on(w.ledger.sql.batch(vec![transition, history::stmt::run(&r)])).unwrap();
+    };
+    run("job-001", start + 60_000 + 5, RunOutcome::Done);
+    run("job-002", start + 60_000 + 6, RunOutcome::Retry);
+    run("job-003", start + 120_000 + 7, RunOutcome::Dead);
+    w.clock.advance_ms(120_000 + 30_000);
+    let r = w.call("GET", "/jobs/activity", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let minutes = r.json_body()["minutes"].as_array().unwrap().clone();
+    assert_eq!(minutes.len(), 60);
+    let m = |back: usize| minutes[59 - back].clone();
+    assert_eq!(m(0)["at"].as_i64(), Some(start + 120_000));
+    assert_eq!((m(0)["dead"].as_i64(), m(0)["backlog"].as_i64()), (Some(1), Some(3)), "now: 5 - 2 finished");
+    assert_eq!((m(1)["done"].as_i64(), m(1)["failed"].as_i64(), m(1)["backlog"].as_i64()), (Some(1), Some(1), Some(4)));
+    assert_eq!(m(2)["backlog"].as_i64(), Some(5), "all five submitted in the first minute");
+    assert_eq!(m(3)["backlog"].as_i64(), Some(0), "before any was submitted");
+}
+
+#[test]
+fn priority_is_validated_stored_and_orders_maintenance_resends() {
+    let w = World::new();
+    let low = w.submit(json!({"payload": webhook("a"), "priority": 9}));
+    let normal = w.submit(json!({"payload": webhook("b")}));
+    let urgent = w.submit(json!({"payload": webhook("c"), "priority": 0}));
+    let job = w.call("GET", &format!("/jobs/{urgent}"), None).json_body()["job"].clone();
+    assert_eq!(job["priority"], 0);
+    assert_eq!(w.call("GET", &format!("/jobs/{normal}"), None).json_body()["job"]["priority"], 5, "default");
+    assert_eq!(w.queue.sent()[2].meta.priority, Some(0), "the priority rides in the message");
+    let r = w.call("POST", "/jobs", Some(json!({"payload": webhook("d"), "priority": 10})));
+    assert_eq!(r.status, 400);
+    // Their messages are lost; maintenance re-sends them most urgent first.
+    let before = w.queue.sent().len();
+    w.clock.advance_ms(RESEND_GRACE_MS + 1);
+    let report = block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg));
+    assert_eq!(report.resent, 3);
+    let order: Vec<String> = w.queue.sent()[before..].iter().filter_map(|e| e.meta.id.clone()).collect();
+    assert_eq!(order, vec![urgent, normal, low]);
+}
+
+/// Every path in the document, as (method, path) with `{name}` placeholders.
+fn documented() -> BTreeSet<(String, String)> {
+    let doc: Value = serde_json::from_str(OPENAPI).expect("openapi.json is JSON");
+    assert_eq!(doc["openapi"].as_str().map(|v| &v[..3]), Some("3.1"));
+    let mut out = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            out.insert((method.to_ascii_uppercase(), path.clone()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_openapi_document_describes_exactly_the_routes_the_api_answers() {
+    let served: BTreeSet<(String, String)> = ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+    assert_eq!(documented(), served, "openapi.json and api::ROUTES differ");
+    let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+    let w = World::new();
+    for (method, pattern) in ROUTES {
+        // Each route answers as itself: the router matches it, and the API does not 404 it as
+        // an unknown route (a missing job is a 404 with its own message).
+        let path = pattern.replace("{id}", "some-job").replace("{key}", "some-key");
+        assert!(matches!(match_route(method, &path), Matched::Route(p, _) if p == *pattern), "{method} {path}");
+        let r = w.call(method, &path, Some(json!({})));
+        assert!(!r.body.contains("no route") && !r.body.contains("no handler"), "{method} {path}: {}", r.body);
+        // Every status the API answered is documented for the route.
+        if *pattern != "/" {
+            let responses = &doc["paths"][pattern][method.to_ascii_lowercase()]["responses"];
+            assert!(responses.get(r.status.to_string()).is_some(), "{method} {path} answered {} undocumented", r.status);
+        }
+    }
+    // And nothing else is served.
+    for (method, path) in [("GET", "/nope"), ("DELETE", "/jobs/x"), ("GET", "/jobs/x/history"), ("PUT", "/keys")] {
+        assert_ne!(match_route(method, path), Matched::Route("", vec![]));
+        assert!(!matches!(match_route(method, path), Matched::Route(..)), "{method} {path}");
+    }
+    let served = w.call("GET", "/openapi.json", None);
+    assert_eq!((served.status, served.body.as_str()), (200, OPENAPI));
+}
