@@ -29,6 +29,8 @@ export const FAST_VARS = {
  *   /status/<code>/<name>   always <code>
  *   /slow/<ms>/<name>       200 after <ms>
  *   /redirect/<code>/<name> <code> with a Location on another host
+ *   /echo/<name>            200, JSON {"received": <request body>}
+ *   /big/<bytes>/<name>     200, <bytes> bytes of text
  * Every request is recorded in arrival order with its body and headers.
  */
 export class Target {
@@ -51,6 +53,10 @@ export class Target {
     const parts = url.pathname.split("/").filter(Boolean);
     if (parts[0] === "fail") return new Response("no", { status: n <= Number(parts[1]) ? 500 : 200 });
     if (parts[0] === "status") return new Response("x", { status: Number(parts[1]) });
+    if (parts[0] === "echo") {
+      return new Response(JSON.stringify({ received: body }), { headers: { "content-type": "application/json" } });
+    }
+    if (parts[0] === "big") return new Response("b".repeat(Number(parts[1])), { headers: { "content-type": "text/plain" } });
     if (parts[0] === "redirect") {
       return new Response(null, { status: Number(parts[1]), headers: { location: "http://elsewhere.test/stolen" } });
     }
@@ -105,7 +111,7 @@ export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue =
     queueConsumers: {
       "orderly-jobs": { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 100, deadLetterQueue: dlqName, ...mainQueue },
       ...(urgentLane
-        ? { "orderly-jobs-urgent": { maxBatchSize: 10, maxBatchTimeout: 1, maxRetries: 100, deadLetterQueue: dlqName, ...urgentQueue } }
+        ? { "orderly-jobs-urgent": { maxBatchSize: 10, maxBatchTimeout: 0, maxRetries: 100, deadLetterQueue: dlqName, ...urgentQueue } }
         : {}),
       [dlqName]: { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 10 },
       ...extraConsumers,
@@ -113,8 +119,16 @@ export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue =
     bindings: bindings ?? { ...FAST_VARS, ...(adminToken ? { ADMIN_TOKEN: adminToken } : {}), ...vars },
     outboundService: (request) => target.handle(request),
   };
+  // The worker's log lines, kept for tests (printed too with ORDERLY_E2E_LOGS=1).
+  const logs = [];
+  const shared = {
+    handleStructuredLogs: ({ level, message }) => {
+      logs.push({ level, message });
+      if (process.env.ORDERLY_E2E_LOGS) console.log(`[${level}] ${message}`);
+    },
+  };
   // Other Workers (e.g. a producer with a service binding to "orderly") run beside it.
-  const mf = new Miniflare(extraWorkers ? { workers: [orderly, ...extraWorkers] } : orderly);
+  const mf = new Miniflare(extraWorkers ? { ...shared, workers: [orderly, ...extraWorkers] } : { ...shared, ...orderly });
   const url = await mf.ready;
   const db = await mf.getD1Database("DB");
   await migrate(db);
@@ -138,7 +152,11 @@ export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue =
   const job = async (id) => (await db.prepare("SELECT * FROM job WHERE id = ?").bind(id).first()) ?? null;
   const counts = async () => (await api("GET", "/jobs/counts")).json;
 
-  return { mf, url, db, kv, worker, queue, target, api, job, counts, dispose: () => mf.dispose() };
+  /** orderly's structured log lines (src/log.rs) seen so far, parsed. */
+  const events = () => logs.flatMap(({ message }) => {
+    try { const v = JSON.parse(message); return v && typeof v.event === "string" ? [v] : []; } catch { return []; }
+  });
+  return { mf, url, db, kv, worker, queue, target, api, job, counts, logs, events, dispose: () => mf.dispose() };
 }
 
 /** A webhook payload to the target. */
