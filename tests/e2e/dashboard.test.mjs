@@ -27,7 +27,6 @@ test("the dashboard shows counts and dead letters, and redrives one to DONE", as
     await page.waitForSelector(`tr[data-id="${id}"]`);
     assert.equal(await page.textContent('[data-status="DEAD"] b'), "1");
     assert.match(await page.textContent(`tr[data-id="${id}"] td.err`), /HTTP 404/);
-    if (process.env.DASHBOARD_SCREENSHOT) await page.screenshot({ path: process.env.DASHBOARD_SCREENSHOT, fullPage: true });
 
     await page.click(`tr[data-id="${id}"] button`);
     await waitFor(async () => (await w.job(id))?.status === "DONE", "the redriven job DONE");
@@ -85,6 +84,86 @@ test("the dashboard lists a blocked key and its Skip button lets the key move on
     await page.click(`${row} button[data-action=skip]`);
     await waitFor(async () => (await w.job(next))?.status === "DONE", "the job behind DONE");
     await page.waitForFunction(() => document.querySelectorAll("#blocked tr").length === 0);
+  } finally {
+    await browser.close();
+    await w.dispose();
+  }
+});
+
+const launch = () => chromium.launch({
+  executablePath: CHROMIUM,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync"],
+});
+
+test("the dashboard charts the jobs a test ran, shows a job's timeline, cancels and bulk-redrives", async () => {
+  const w = await start();
+  const browser = await launch();
+  try {
+    const r = await w.api("POST", "/jobs", { jobs: [
+      { payload: webhook("/fail/2/dash-flaky"), ordering_key: "acct/7", priority: 1 },
+      { payload: webhook("/ok/dash-1") },
+      { payload: webhook("/ok/dash-2") },
+      { payload: webhook("/status/404/dash-a") },
+      { payload: webhook("/status/404/dash-b") },
+      { payload: webhook("/ok/dash-later"), delay_seconds: 600 },
+    ] });
+    const [flaky, , , deadA, deadB, later] = r.json.jobs.map((j) => j.id);
+    for (const id of [flaky, deadA, deadB]) {
+      await waitFor(async () => ["DONE", "DEAD"].includes((await w.job(id))?.status), `${id} finished`);
+    }
+    await waitFor(async () => (await w.counts()).DONE === 3, "three DONE");
+
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    await page.goto(w.url.href);
+    await page.fill("#token", TOKEN);
+    await page.click("button[type=submit]");
+    // The charts: this test's runs, by minute, drawn as bars whose values add up.
+    await page.waitForSelector('[data-chart="done"] rect');
+    const bars = (chart) => page.$$eval(`[data-chart="${chart}"] rect`, (rs) => rs.reduce((a, r) => a + Number(r.dataset.value), 0));
+    assert.equal(await bars("done"), 3);
+    assert.equal(await bars("failed"), 2, "the flaky job's two failed attempts");
+    assert.equal(await bars("dead"), 2);
+    assert.match(await page.textContent('[data-total="backlog"]'), /now 1/, "the delayed job is the backlog");
+
+    // The job view: its attempts as a timeline, and its result.
+    await page.click(`tr[data-job="${flaky}"] a.job`);
+    await page.waitForSelector("#timeline li");
+    const steps = await page.$$eval("#timeline li", (lis) => lis.map((li) => li.className));
+    assert.deepEqual(steps, ["retry", "retry", "done"]);
+    assert.match(await page.textContent("#timeline li:last-child"), /attempt 3: done \(HTTP 200\)/);
+    assert.match(await page.textContent("#result"), /"status": 200/);
+    assert.match(await page.textContent("#detail"), /priority 1/);
+    // `npm run screenshot` keeps this view for the README.
+    if (process.env.DASHBOARD_SCREENSHOT) await page.screenshot({ path: process.env.DASHBOARD_SCREENSHOT, fullPage: true });
+
+    // Filters: by key.
+    await page.fill("#f-key", "acct/7");
+    await page.click("#list-filter button");
+    await page.waitForFunction(() => document.querySelectorAll("#jobs tr").length === 1);
+
+    // Cancel the delayed job from its view.
+    await page.fill("#f-key", "");
+    await page.selectOption("#f-status", "PENDING");
+    await page.click("#list-filter button");
+    await page.waitForSelector(`tr[data-job="${later}"]`);
+    await page.click(`tr[data-job="${later}"] a.job`);
+    await page.waitForSelector('#detail button[data-action="cancel"]');
+    await page.click('#detail button[data-action="cancel"]');
+    await waitFor(async () => (await w.job(later))?.last_error === "cancelled", "the job cancelled");
+    await page.waitForSelector('#timeline li[data-kind="cancel"]');
+
+    // Bulk redrive: count the 404s first, then redrive them.
+    w.target.answers.set("/status/404/dash-a", 200);
+    w.target.answers.set("/status/404/dash-b", 200);
+    await page.fill("#b-error", "HTTP 404");
+    await page.click("#b-count");
+    await page.waitForFunction(() => document.querySelector("#b-result")?.dataset.matched === "2");
+    assert.equal((await w.counts()).DEAD, 3, "counting changes nothing");
+    await page.click("#b-redrive");
+    await page.waitForFunction(() => document.querySelector("#b-result")?.dataset.redriven === "2");
+    for (const id of [deadA, deadB]) await waitFor(async () => (await w.job(id))?.status === "DONE", `${id} DONE`);
+    assert.equal((await w.job(later)).status, "DEAD", "the cancelled job was not in the filter");
   } finally {
     await browser.close();
     await w.dispose();
