@@ -1,0 +1,101 @@
+// Types of orderly's producer client (index.js). Fields follow orderly's HTTP API (openapi.json).
+
+export type Status = "PENDING" | "RUNNING" | "DONE" | "DEAD";
+
+export interface EnqueueOptions {
+  /** Jobs with the same key run one at a time, in order. At most 256 bytes. */
+  orderingKey?: string;
+  /** At most one PENDING or RUNNING job per dedupe key (single payloads only). */
+  dedupeKey?: string;
+  /** 0..43200. */
+  delaySeconds?: number;
+  /** 1..1000; orderly's MAX_ATTEMPTS by default. */
+  maxAttempts?: number;
+  /** 0 (most urgent) .. 9; 5 by default. */
+  priority?: number;
+}
+
+export interface EnqueuedJob {
+  id: string;
+  status: Status;
+  /** True when the job already existed (same id, or its dedupe key active in another job). */
+  duplicate: boolean;
+}
+
+export interface Job {
+  id: string;
+  type: string | null;
+  status: Status;
+  ordering_key: string | null;
+  dedupe_key: string | null;
+  payload?: unknown;
+  attempts: number;
+  max_attempts: number;
+  deferrals: number;
+  lease_owner: string | null;
+  lease_until: number | null;
+  next_run_at: number;
+  last_error: string | null;
+  created_at: number;
+  updated_at: number;
+  finished_at: number | null;
+  seq: number | null;
+  skipped_at: number | null;
+  priority: number;
+  /** What the successful run returned; a webhook's is `{status, content_type, body}`. */
+  result: unknown;
+}
+
+export interface JobEvent {
+  n: number;
+  at: number;
+  kind: "attempt" | "cancel" | "redrive" | "skip";
+  actor: string;
+  attempt?: number;
+  started_at?: number;
+  outcome?: "done" | "retry" | "dead";
+  error?: string;
+  http_status?: number;
+}
+
+export interface Counts {
+  PENDING: number;
+  RUNNING: number;
+  DONE: number;
+  DEAD: number;
+}
+
+export interface ClientOptions {
+  /** orderly's ADMIN_TOKEN. */
+  token: string;
+  /** A service binding to orderly. */
+  service?: { fetch(request: Request): Promise<Response> };
+  /** orderly's URL when not using a service binding. */
+  baseUrl?: string;
+  fetch?: (request: Request) => Promise<Response>;
+}
+
+export class OrderlyError extends Error {
+  readonly status: number;
+  readonly body: unknown;
+}
+export class BadRequestError extends OrderlyError {}
+export class UnauthorizedError extends OrderlyError {}
+export class NotFoundError extends OrderlyError {}
+export class ConflictError extends OrderlyError {}
+export class TooLargeError extends OrderlyError {}
+export class UnavailableError extends OrderlyError {}
+
+export function errorFor(status: number, body: unknown): OrderlyError;
+
+export class OrderlyClient {
+  constructor(options: ClientOptions);
+  /** Many jobs, one per payload, in order (an array is always many jobs: wrap an array payload). */
+  enqueue(payloads: unknown[], options?: EnqueueOptions): Promise<EnqueuedJob[]>;
+  /** One job. */
+  enqueue(payload: unknown, options?: EnqueueOptions): Promise<EnqueuedJob>;
+  get(id: string): Promise<{ job: Job; history: JobEvent[] }>;
+  counts(): Promise<Counts>;
+  redrive(id: string): Promise<Job>;
+  cancel(id: string): Promise<Job>;
+}

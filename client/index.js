@@ -1,0 +1,101 @@
+// orderly's producer client: submit jobs and look them up over orderly's HTTP API, from a Worker
+// (through a service binding) or anywhere `fetch` works. Types: index.d.ts. No dependencies.
+
+/** An error answer from orderly; `status` is the HTTP status, `body` the parsed JSON body. */
+export class OrderlyError extends Error {
+  constructor(status, body) {
+    super((body && typeof body.error === "string" ? body.error : `HTTP ${status}`) + ` (HTTP ${status})`);
+    this.name = "OrderlyError";
+    this.status = status;
+    this.body = body;
+  }
+}
+/** 400: the request or a job in it is invalid (`body.index` names the job). */
+export class BadRequestError extends OrderlyError { name = "BadRequestError"; }
+/** 401: missing or wrong token. */
+export class UnauthorizedError extends OrderlyError { name = "UnauthorizedError"; }
+/** 404: no such job. */
+export class NotFoundError extends OrderlyError { name = "NotFoundError"; }
+/** 409: the job is not in a state that allows this (e.g. redrive of a job that is not DEAD). */
+export class ConflictError extends OrderlyError { name = "ConflictError"; }
+/** 413: body, job or queue message over a limit. */
+export class TooLargeError extends OrderlyError { name = "TooLargeError"; }
+/** 503: D1 or Queues unavailable, or orderly's token not configured; worth retrying. */
+export class UnavailableError extends OrderlyError { name = "UnavailableError"; }
+
+const BY_STATUS = { 400: BadRequestError, 401: UnauthorizedError, 404: NotFoundError, 409: ConflictError, 413: TooLargeError, 503: UnavailableError };
+
+/** The error for an answer's status. */
+export function errorFor(status, body) {
+  const E = BY_STATUS[status] ?? OrderlyError;
+  return new E(status, body);
+}
+
+const OPTION_FIELDS = { orderingKey: "ordering_key", dedupeKey: "dedupe_key", delaySeconds: "delay_seconds", maxAttempts: "max_attempts", priority: "priority" };
+
+function jobBody(payload, options) {
+  const job = { payload };
+  for (const [opt, field] of Object.entries(OPTION_FIELDS)) {
+    if (options[opt] !== undefined) job[field] = options[opt];
+  }
+  return job;
+}
+
+export class OrderlyClient {
+  /**
+   * @param {{ token: string, service?: { fetch: typeof fetch }, baseUrl?: string, fetch?: typeof fetch }} options
+   *   `service`: a service binding to orderly (its URL's host is ignored); otherwise `baseUrl`
+   *   with `fetch` (the global one by default).
+   */
+  constructor({ token, service, baseUrl = "https://orderly.internal", fetch: fetchFn } = {}) {
+    if (!token) throw new TypeError("OrderlyClient needs orderly's ADMIN_TOKEN");
+    this.token = token;
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.fetchFn = service ? service.fetch.bind(service) : (fetchFn ?? globalThis.fetch.bind(globalThis));
+  }
+
+  async request(method, path, body) {
+    const headers = { authorization: `Bearer ${this.token}` };
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const res = await this.fetchFn(new Request(this.baseUrl + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }));
+    const text = await res.text();
+    let json;
+    try { json = text ? JSON.parse(text) : undefined; } catch { json = { error: text }; }
+    if (!res.ok) throw errorFor(res.status, json);
+    return json;
+  }
+
+  /**
+   * Submits one job (its payload) or many; `options` apply to each. One payload answers one
+   * `EnqueuedJob`, an array answers an array in the same order.
+   */
+  async enqueue(payloads, options = {}) {
+    const many = Array.isArray(payloads);
+    if (many && payloads.length > 1 && options.dedupeKey !== undefined) {
+      throw new TypeError("dedupeKey names one job; give it per enqueue() of a single payload");
+    }
+    const jobs = (many ? payloads : [payloads]).map((p) => jobBody(p, options));
+    const out = await this.request("POST", "/jobs", many ? { jobs } : jobs[0]);
+    return many ? out.jobs : out.jobs[0];
+  }
+
+  /** One job with its history. */
+  get(id) {
+    return this.request("GET", `/jobs/${encodeURIComponent(id)}`);
+  }
+
+  /** Jobs per status. */
+  counts() {
+    return this.request("GET", "/jobs/counts");
+  }
+
+  /** DEAD -> PENDING, sent again. */
+  async redrive(id) {
+    return (await this.request("POST", `/jobs/${encodeURIComponent(id)}/redrive`)).job;
+  }
+
+  /** PENDING -> DEAD "cancelled". */
+  async cancel(id) {
+    return (await this.request("POST", `/jobs/${encodeURIComponent(id)}/cancel`)).job;
+  }
+}

@@ -1,0 +1,134 @@
+// The producer client (client/) and the producer example (examples/producer-worker.js): the
+// example is type-checked against client/index.d.ts, then runs as a second Worker under miniflare
+// with a service binding to orderly, and sends a Fedify-enveloped message straight to the queue.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { start, webhook, waitFor, TOKEN, MODULES_RULES } from "./harness.mjs";
+import { OrderlyClient, UnavailableError, TooLargeError, OrderlyError } from "../../client/index.js";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const tsc = (project) => execFileSync(join(root, "node_modules/.bin/tsc"), ["-p", project], { cwd: root, encoding: "utf8" });
+
+test("the producer example type-checks against the client's types, and misuse does not", () => {
+  tsc(root);
+  const dir = join(root, "build/typecheck");
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "misuse.js"), `// @ts-check
+import { OrderlyClient } from "../../client/index.js";
+const c = new OrderlyClient({ token: "t" });
+c.enqueue({ type: "webhook" }, { priority: "urgent" });
+c.enqueue([{}]).then((jobs) => jobs.id);
+`);
+  writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({
+    compilerOptions: { allowJs: true, checkJs: true, noEmit: true, strict: true, target: "ES2022", module: "ES2022", moduleResolution: "bundler", lib: ["ES2022", "DOM"] },
+    include: ["misuse.js"],
+  }));
+  let out = "";
+  try { tsc(dir); } catch (e) { out = String(e.stdout); }
+  assert.match(out, /misuse\.js\(4,\d+\): error TS2769/, "a string priority is a type error");
+  assert.match(out, /misuse\.js\(5,.*'id' does not exist/s, "many payloads answer an array");
+});
+
+const producer = {
+  name: "producer",
+  modules: true,
+  scriptPath: join(root, "examples/producer-worker.js"),
+  modulesRoot: root,
+  modulesRules: MODULES_RULES,
+  compatibilityDate: "2026-08-01",
+  serviceBindings: { ORDERLY: "orderly" },
+  bindings: { ORDERLY_TOKEN: TOKEN },
+  queueProducers: { ORDERLY_JOBS: { queueName: "orderly-jobs" } },
+};
+
+test("a producer Worker uses the client through a service binding; errors come back typed", async () => {
+  const w = await start({ extraWorkers: [producer] });
+  try {
+    const p = await w.mf.getWorker("producer");
+    const call = async (path, body) => {
+      const res = await p.fetch(`http://producer.test${path}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) });
+      return { status: res.status, json: await res.json().catch(() => null) };
+    };
+    const one = await call("/notify", { account: 7, url: "http://target.test/echo/client", event: { n: 1 }, priority: 1 });
+    assert.equal(one.status, 202);
+    assert.equal(one.json.status, "PENDING");
+    await waitFor(async () => (await w.job(one.json.id))?.status === "DONE", "the client's job DONE");
+    const row = await w.job(one.json.id);
+    assert.equal(row.ordering_key, "acct/7");
+    assert.equal(row.priority, 1);
+    const seen = await call(`/job?id=${one.json.id}`);
+    assert.deepEqual([seen.json.status, seen.json.result.status, seen.json.attempts], ["DONE", 200, 1]);
+
+    const many = await call("/notify-many", { key: "acct/8", urls: ["http://target.test/ok/c1", "http://target.test/ok/c2"] });
+    assert.equal(many.json.length, 2);
+    for (const id of many.json) await waitFor(async () => (await w.job(id))?.status === "DONE", `${id} DONE`);
+    assert.deepEqual(w.target.to("/ok/c").map((r) => r.path), ["/ok/c1", "/ok/c2"]);
+    assert.equal((await call("/counts")).json.DONE, 3);
+
+    // Typed errors: 400 (bad job), 409 (redrive of a job that is not DEAD), 404, and a duplicate.
+    const bad = await call("/notify", { account: 1, url: "ftp://nope", event: {} });
+    assert.deepEqual([bad.status, bad.json.error, bad.json.status], [502, "BadRequestError", 400]);
+    const conflict = await call("/redrive", { id: one.json.id });
+    assert.deepEqual([conflict.json.error, conflict.json.status], ["ConflictError", 409]);
+    const missing = await call("/cancel", { id: "no-such-job" });
+    assert.deepEqual([missing.json.error, missing.json.status], ["NotFoundError", 404]);
+    const d1 = await call("/notify", { account: 2, url: "http://target.test/slow/300/dup", event: {}, dedupe: "welcome-2" });
+    const d2 = await call("/notify", { account: 2, url: "http://target.test/slow/300/dup", event: {}, dedupe: "welcome-2" });
+    assert.deepEqual([d2.json.id, d2.json.duplicate], [d1.json.id, true]);
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("a wrong token is an UnauthorizedError", async () => {
+  const w = await start({ extraWorkers: [{ ...producer, bindings: { ORDERLY_TOKEN: "not-the-token" } }] });
+  try {
+    const p = await w.mf.getWorker("producer");
+    const res = await p.fetch("http://producer.test/counts");
+    assert.deepEqual(await res.json().then((b) => [b.error, b.status]), ["UnauthorizedError", 401]);
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("a message sent the way Fedify's WorkersMessageQueue sends it runs in its key's order", async () => {
+  const w = await start({ extraWorkers: [producer] });
+  try {
+    const p = await w.mf.getWorker("producer");
+    for (const i of [1, 2, 3]) {
+      const res = await p.fetch("http://producer.test/fedify", {
+        method: "POST",
+        body: JSON.stringify({ orderingKey: "https://example.social/users/alice", payload: webhook(`/ok/fedify-${i}`, { i }) }),
+      });
+      assert.equal(res.status, 202);
+    }
+    await waitFor(() => w.target.to("/ok/fedify-").length === 3, "three deliveries");
+    assert.deepEqual(w.target.to("/ok/fedify-").map((r) => JSON.parse(r.body).i), [1, 2, 3]);
+    const rows = await w.db.prepare("SELECT ordering_key, status FROM job WHERE ordering_key = ?").bind("https://example.social/users/alice").all();
+    assert.deepEqual(rows.results.map((r) => r.status), ["DONE", "DONE", "DONE"]);
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("the client maps 413 and 503 answers, and works with plain fetch", async () => {
+  const answers = [
+    [413, { error: "more than 500 jobs in one request" }],
+    [503, { error: "D1: unavailable; try again" }],
+    [418, { error: "teapot" }],
+  ];
+  const fake = async (request) => {
+    assert.equal(request.headers.get("authorization"), "Bearer t0k");
+    const [status, body] = answers.shift();
+    return new Response(JSON.stringify(body), { status });
+  };
+  const c = new OrderlyClient({ token: "t0k", baseUrl: "https://orderly.example/", fetch: fake });
+  await assert.rejects(c.enqueue([1, 2]), (e) => e instanceof TooLargeError && e.status === 413);
+  await assert.rejects(c.counts(), (e) => e instanceof UnavailableError && /unavailable/.test(e.message));
+  await assert.rejects(c.counts(), (e) => e instanceof OrderlyError && e.name === "OrderlyError" && e.status === 418);
+  assert.throws(() => new OrderlyClient({}), /ADMIN_TOKEN/);
+});
