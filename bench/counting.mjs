@@ -28,25 +28,29 @@ class D1Database {
 }
 
 class WorkerQueue {
+  /** `queue`: the queue this producer binding sends to. */
+  constructor(queue) { this.queue = queue; }
   async send(body, options) {
     stats.sent++;
-    outbox.push({ body, delaySeconds: options?.delaySeconds ?? 0 });
+    outbox.push({ queue: this.queue, body, delaySeconds: options?.delaySeconds ?? 0 });
   }
   async sendBatch(messages, options) {
     for (const m of messages) {
       stats.sent++;
-      outbox.push({ body: m.body, delaySeconds: m.delaySeconds ?? options?.delaySeconds ?? 0 });
+      outbox.push({ queue: this.queue, body: m.body, delaySeconds: m.delaySeconds ?? options?.delaySeconds ?? 0 });
     }
   }
 }
 
-/** The same env with counting KV and D1 bindings and a captured queue producer. */
+/** The same env with counting KV and D1 bindings and captured queue producers (the urgent
+ * lane's too when `BENCH_LANE` is "1"). */
 export function counted(env) {
   return {
     ...env,
     ORDERING_KV: new KvNamespace(env.ORDERING_KV),
     ...(env.DB ? { DB: new D1Database(env.DB) } : {}),
-    JOBS: new WorkerQueue(),
+    JOBS: new WorkerQueue("orderly-jobs"),
+    ...(env.BENCH_LANE === "1" ? { JOBS_URGENT: new WorkerQueue("orderly-jobs-urgent") } : {}),
   };
 }
 

@@ -9,9 +9,15 @@
 // goes back into the model and counts as deliveries. KV and D1 are miniflare's; the webhook
 // target is in-process, answers after a short latency and counts per-key order inversions.
 //
+// The `urgent` workload (SPEC 12) submits the job count as a normal backlog, then 10 jobs of
+// priority 0, and counts how many backlog jobs finish before each urgent one (median): consumers
+// ending in `-lane` have the urgent lane (`JOBS_URGENT`, its own queue and C invocations, as
+// Cloudflare runs each queue's consumer independently), the others send everything to one queue.
+// Lane consumers run only that workload.
+//
 //   npm run bench
-//   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail
-//   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,fedify-direct,floor-direct
+//   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent
+//   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,fedify-direct,floor-direct,lock-api-lane,strict-api-lane
 import { Miniflare } from "miniflare";
 import { copyFileSync } from "node:fs";
 import { join, dirname } from "node:path";
@@ -22,8 +28,10 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 1);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,4,16").split(",").map(Number);
-const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail").split(",");
-const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-api,strict-direct,fedify-direct,floor-direct").split(",");
+const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail,urgent").split(",");
+const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-api,strict-direct,fedify-direct,floor-direct,lock-api-lane,strict-api-lane").split(",");
+const URGENT_JOBS = 10;
+const QUEUES = ["orderly-jobs", "orderly-jobs-urgent"];
 const HANDLER_LATENCY_MS = Number(process.env.BENCH_HANDLER_MS ?? 2);
 const MAX_BATCH = 100;
 const MAX_RETRIES = 100; // wrangler.toml's setting, for every consumer
@@ -31,16 +39,19 @@ const DRAIN_LIMIT_MS = 600_000;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** Jobs of a workload: key and per-key sequence number; `hotfail` fails every 10th job once. */
+/** Jobs of a workload: key and per-key sequence number; `hotfail` fails every 10th job once;
+ * `urgent` is an unkeyed backlog followed by URGENT_JOBS jobs of priority 0. */
 function workload(name) {
-  const keyOf = { hot: () => "hot", hotfail: () => "hot", keys20: (i) => `k${i % 20}`, unkeyed: () => null }[name];
+  const keyOf = { hot: () => "hot", hotfail: () => "hot", keys20: (i) => `k${i % 20}`, unkeyed: () => null, urgent: () => null }[name];
   const seqs = new Map();
-  return Array.from({ length: MESSAGES }, (_, i) => {
+  const count = MESSAGES + (name === "urgent" ? URGENT_JOBS : 0);
+  return Array.from({ length: count }, (_, i) => {
     const key = keyOf(i);
     const seq = (seqs.get(key) ?? 0) + 1;
     seqs.set(key, seq);
     const failOnce = name === "hotfail" && seq % 10 === 0;
-    return { key, payload: { type: "webhook", url: "http://target.test/hook", body: { key, seq, failOnce } } };
+    const urgent = name === "urgent" && i >= MESSAGES;
+    return { key, priority: urgent ? 0 : undefined, payload: { type: "webhook", url: "http://target.test/hook", body: { key, seq, failOnce, urgent } } };
   });
 }
 
@@ -49,9 +60,9 @@ const directBody = ({ key, payload }) => (key === null ? payload : { __fedify_or
 
 /** The webhook target: counts runs, distinct jobs run, and per-key order inversions. */
 function target() {
-  const t = { runs: 0, inversions: 0, last: new Map(), done: new Set(), attempts: new Map() };
+  const t = { runs: 0, inversions: 0, last: new Map(), done: new Set(), attempts: new Map(), backlogDone: 0, urgentAfter: [] };
   t.handle = async (request) => {
-    const { key, seq, failOnce } = await request.json();
+    const { key, seq, failOnce, urgent } = await request.json();
     t.runs++;
     const id = `${key}/${seq}`;
     const n = (t.attempts.get(id) ?? 0) + 1;
@@ -62,13 +73,18 @@ function target() {
       if (seq < (t.last.get(key) ?? 0)) t.inversions++;
       t.last.set(key, Math.max(seq, t.last.get(key) ?? 0));
     }
+    if (!t.done.has(id)) {
+      // For the urgent workload: how many backlog jobs finished before each urgent one.
+      if (urgent) t.urgentAfter.push(t.backlogDone);
+      else t.backlogDone++;
+    }
     t.done.add(id);
     return new Response("ok");
   };
   return t;
 }
 
-async function startConsumer(kind, t) {
+async function startConsumer(kind, t, lane) {
   const common = {
     modules: true,
     modulesRules: MODULES_RULES,
@@ -77,6 +93,8 @@ async function startConsumer(kind, t) {
     kvNamespaces: ["ORDERING_KV"],
     outboundService: (req) => t.handle(req),
     modulesRoot: join(root, "build"),
+    // The workers' log lines: per-batch info is noise here; warnings and errors go to stderr.
+    handleStructuredLogs: ({ level, message }) => { if (level !== "info" && level !== "log") console.error(message); },
   };
   const vars = { ADMIN_TOKEN: "bench-token-0123456789", LOCK_RETRY_DELAY_SECONDS: "2", LEASE_SECONDS: "120", BACKOFF_BASE_SECONDS: "1" };
   const orderly = (mode) => new Miniflare({
@@ -84,7 +102,7 @@ async function startConsumer(kind, t) {
     scriptPath: join(root, "build/bench-orderly.mjs"),
     d1Databases: ["DB"],
     queueProducers: { JOBS: { queueName: "orderly-jobs" } },
-    bindings: { ...vars, ORDERING_MODE: mode },
+    bindings: { ...vars, ORDERING_MODE: mode, BENCH_LANE: lane ? "1" : "0" },
   });
   const mf = {
     lock: () => orderly("lock"),
@@ -97,31 +115,37 @@ async function startConsumer(kind, t) {
   return { mf, worker: await mf.getWorker() };
 }
 
-/** Queues, modelled: batches of up to 100 visible messages to up to `concurrency` invocations. */
+/** Queues, modelled: per queue, batches of up to 100 visible messages to up to `concurrency`
+ * invocations (each queue's consumer scales on its own, as Cloudflare runs them). */
 async function drain(mf, worker, initial, concurrency) {
   const t0 = Date.now();
   let seq = 0;
   const message = (body, delaySeconds = 0) =>
     ({ id: `m${seq++}`, body, timestamp: new Date(), attempts: 1, visibleAt: Date.now() + delaySeconds * 1000 });
-  let pending = initial.map((m) => message(m.body, m.delaySeconds));
+  const pending = Object.fromEntries(QUEUES.map((q) => [q, []]));
+  const inflight = Object.fromEntries(QUEUES.map((q) => [q, new Set()]));
+  const enqueue = (o) => pending[o.queue ?? "orderly-jobs"].push(message(o.body, o.delaySeconds));
+  initial.forEach(enqueue);
   const m = { deliveries: 0, deadLettered: 0, batches: 0 };
-  const inflight = new Set();
   const collect = async () => {
     const out = await (await mf.dispatchFetch("http://bench.test/__outbox")).json();
-    for (const o of out) pending.push(message(o.body, o.delaySeconds));
+    out.forEach(enqueue);
   };
-  while (pending.length > 0 || inflight.size > 0) {
+  const busy = () => QUEUES.some((q) => pending[q].length > 0 || inflight[q].size > 0);
+  while (busy()) {
     if (Date.now() - t0 > DRAIN_LIMIT_MS) throw new Error("drain did not finish in time");
     const now = Date.now();
-    const visible = pending.filter((p) => p.visibleAt <= now);
-    if (visible.length > 0 && inflight.size < concurrency) {
+    let started = false;
+    for (const q of QUEUES) {
+      const visible = pending[q].filter((p) => p.visibleAt <= now);
+      if (visible.length === 0 || inflight[q].size >= concurrency) continue;
       const batch = visible.slice(0, MAX_BATCH);
       const taken = new Set(batch);
-      pending = pending.filter((p) => !taken.has(p));
+      pending[q] = pending[q].filter((p) => !taken.has(p));
       m.batches++;
       m.deliveries += batch.length;
       const run = worker
-        .queue("orderly-jobs", batch.map(({ id, body, timestamp, attempts }) => ({ id, body, timestamp, attempts })))
+        .queue(q, batch.map(({ id, body, timestamp, attempts }) => ({ id, body, timestamp, attempts })))
         .then(async (r) => {
           const retries = new Map(r.retryMessages.map((x) => [x.msgId, x.delaySeconds ?? 0]));
           for (const msg of batch) {
@@ -132,16 +156,18 @@ async function drain(mf, worker, initial, concurrency) {
               continue;
             }
             const delay = retries.get(msg.id) ?? r.retryBatch?.delaySeconds ?? 0;
-            pending.push({ ...msg, attempts: msg.attempts + 1, visibleAt: Date.now() + delay * 1000 });
+            pending[q].push({ ...msg, attempts: msg.attempts + 1, visibleAt: Date.now() + delay * 1000 });
           }
           await collect();
         })
-        .finally(() => inflight.delete(run));
-      inflight.add(run);
-      continue;
+        .finally(() => inflight[q].delete(run));
+      inflight[q].add(run);
+      started = true;
     }
-    const nextVisible = Math.min(...pending.map((p) => p.visibleAt));
-    await Promise.race([...inflight, sleep(Math.max(1, Math.min(50, nextVisible - Date.now())))]);
+    if (started) continue;
+    const all = QUEUES.flatMap((q) => pending[q]);
+    const nextVisible = all.length ? Math.min(...all.map((p) => p.visibleAt)) : Date.now() + 50;
+    await Promise.race([...QUEUES.flatMap((q) => [...inflight[q]]), sleep(Math.max(1, Math.min(50, nextVisible - Date.now())))]);
   }
   return { ...m, drainMs: Date.now() - t0 };
 }
@@ -150,18 +176,18 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** One consumer on one workload at one concurrency: medians over RUNS. */
 async function measure(consumer, name, concurrency) {
-  const [kind, path] = consumer.split("-");
+  const [kind, path, lane] = consumer.split("-");
   const results = [];
   for (let r = 0; r < RUNS; r++) {
     const t = target();
-    const { mf, worker } = await startConsumer(kind, t);
+    const { mf, worker } = await startConsumer(kind, t, lane === "lane");
     try {
       const jobs = workload(name);
       let initial;
       if (path === "api") {
         // Submitted through POST /jobs (recorded, sequenced, sent): the sends are the messages.
         for (let i = 0; i < jobs.length; i += 500) {
-          const chunk = jobs.slice(i, i + 500).map((j) => ({ payload: j.payload, ordering_key: j.key }));
+          const chunk = jobs.slice(i, i + 500).map((j) => ({ payload: j.payload, ordering_key: j.key, priority: j.priority }));
           const res = await mf.dispatchFetch("http://bench.test/jobs", {
             method: "POST",
             headers: { authorization: "Bearer bench-token-0123456789", "content-type": "application/json" },
@@ -176,21 +202,24 @@ async function measure(consumer, name, concurrency) {
       }
       const q = await drain(mf, worker, initial, concurrency);
       const stats = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
-      results.push({ ...q, ...stats, runs: t.runs, inversions: t.inversions, neverRun: MESSAGES - t.done.size });
+      results.push({ ...q, ...stats, jobs: jobs.length, runs: t.runs, inversions: t.inversions, neverRun: jobs.length - t.done.size,
+        urgentAfter: t.urgentAfter.length ? median(t.urgentAfter) : null });
     } finally {
       await mf.dispose();
     }
   }
   const pick = (k) => median(results.map((x) => x[k]));
+  const perJob = (k) => pick(k) / results[0].jobs;
   return {
     drainMs: pick("drainMs"),
-    deliveriesPerJob: pick("deliveries") / MESSAGES,
-    kvOpsPerJob: pick("kvOps") / MESSAGES,
-    d1PerJob: pick("d1RoundTrips") / MESSAGES,
+    deliveriesPerJob: perJob("deliveries"),
+    kvOpsPerJob: perJob("kvOps"),
+    d1PerJob: perJob("d1RoundTrips"),
     inversions: pick("inversions"),
     neverRun: pick("neverRun"),
     deadLettered: pick("deadLettered"),
-    runsPerJob: pick("runs") / MESSAGES,
+    runsPerJob: perJob("runs"),
+    urgentAfter: results[0].urgentAfter === null ? null : pick("urgentAfter"),
   };
 }
 
@@ -203,17 +232,20 @@ async function main() {
   }
   console.log(`${MESSAGES} jobs per workload, median of ${RUNS} run(s), batches of ${MAX_BATCH}, max_retries ${MAX_RETRIES}, ` +
     `handler latency ${HANDLER_LATENCY_MS} ms; api = submitted through POST /jobs, direct = sent straight to the queue\n`);
-  const header = ["workload", "C", "consumer", "drain ms", "deliveries/job", "inversions", "never run", "dead-lettered", "KV ops/job", "D1 trips/job", "handler runs/job"];
+  const header = ["workload", "C", "consumer", "drain ms", "deliveries/job", "inversions", "never run", "dead-lettered", "KV ops/job", "D1 trips/job", "handler runs/job", "backlog before urgent"];
   const rows = [header];
   const drains = new Map();
   for (const name of WORKLOADS) {
     for (const c of CONCURRENCY) {
       for (const consumer of CONSUMERS) {
+        // The lane only matters for urgent jobs; the urgent workload needs submissions (priority).
+        if (name === "urgent" ? !consumer.includes("-api") : consumer.endsWith("-lane")) continue;
         const x = await measure(consumer, name, c);
         drains.set(`${name}/${c}/${consumer}`, x.drainMs);
         const orderly = consumer.startsWith("lock") || consumer.startsWith("strict");
         rows.push([name, String(c), consumer, String(x.drainMs), fmt(x.deliveriesPerJob), name === "unkeyed" ? "-" : String(x.inversions),
-          String(x.neverRun), String(x.deadLettered), fmt(x.kvOpsPerJob), orderly ? fmt(x.d1PerJob) : "-", fmt(x.runsPerJob)]);
+          String(x.neverRun), String(x.deadLettered), fmt(x.kvOpsPerJob), orderly ? fmt(x.d1PerJob) : "-", fmt(x.runsPerJob),
+          x.urgentAfter === null ? "-" : `${x.urgentAfter} of ${MESSAGES}`]);
         console.error(`done: ${name} C=${c} ${consumer} ${x.drainMs} ms`);
       }
     }
