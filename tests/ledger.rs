@@ -6,7 +6,7 @@ mod support;
 
 use futures::executor::block_on;
 use orderly::config::OrderingMode;
-use orderly::ledger::{stmt, Job, JobSpec, Ledger, ListFilter, Redrive, Sql, Status};
+use orderly::ledger::{history, stmt, Job, JobSpec, Ledger, ListFilter, Redrive, Sql, Status};
 use support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
@@ -360,6 +360,17 @@ fn purge_deletes_only_done_rows_older_than_the_cutoff() {
     for (id, at) in [("old", T0), ("new", T0 + 10)] {
         claim(&db, &spec(id), "w", at).unwrap();
         one(&db, stmt::complete(id, "w", at, None)).unwrap();
+        let run = history::Run {
+            job_id: id,
+            attempt: 1,
+            started_at: at,
+            finished_at: at,
+            outcome: history::RunOutcome::Done,
+            error: None,
+            http_status: None,
+            actor: "w",
+        };
+        block_on(db.query(history::stmt::run(&run))).unwrap();
     }
     one(&db, stmt::record_dead(&spec("dead"), T0, "x")).unwrap();
     let purged = block_on(db.batch(stmt::purge(T0 + 5, 100).into())).unwrap();
@@ -367,6 +378,9 @@ fn purge_deletes_only_done_rows_older_than_the_cutoff() {
     assert_eq!(one(&db, stmt::get("old")), None);
     assert!(one(&db, stmt::get("new")).is_some());
     assert!(one(&db, stmt::get("dead")).is_some());
+    // A purged job's history goes with it; the others' stays.
+    assert!(block_on(history::events(&db, "old")).unwrap().is_empty());
+    assert_eq!(block_on(history::events(&db, "new")).unwrap().len(), 1);
 }
 
 #[test]

@@ -247,8 +247,11 @@ fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
 #[test]
 fn priority_is_validated_stored_and_orders_maintenance_resends() {
     let w = World::new();
+    // Submitted least urgent first, so their due times alone would re-send them in that order.
     let low = w.submit(json!({"payload": webhook("a"), "priority": 9}));
+    w.clock.advance_ms(1);
     let normal = w.submit(json!({"payload": webhook("b")}));
+    w.clock.advance_ms(1);
     let urgent = w.submit(json!({"payload": webhook("c"), "priority": 0}));
     let job = w.call("GET", &format!("/jobs/{urgent}"), None).json_body()["job"].clone();
     assert_eq!(job["priority"], 0);
