@@ -368,7 +368,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             .map(|j| {
                 let mut v = json!(j);
                 if let Some(o) = v.as_object_mut() {
-                    o.remove("payload");
+                    o.shift_remove("payload");
                 }
                 v
             })
