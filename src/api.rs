@@ -359,8 +359,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             }
         }
         let filter = ListFilter { status, job_type: job_type.as_deref(), ordering_key: ordering_key.as_deref() };
-        let (jobs, next) =
-            self.ledger.list(&filter, cursor.as_ref().map(|(at, id)| (*at, id.as_str())), limit).await?;
+        let (jobs, next) = self.ledger.list(&filter, cursor.as_ref().map(|(at, id)| (*at, id.as_str())), limit).await?;
         let next_cursor = next.map(|(at, id)| B64URL.encode(format!("{at}:{id}")));
         // Payloads stay out of lists (up to 128 KB each); `GET /jobs/{id}` has them.
         let jobs: Vec<Value> = jobs

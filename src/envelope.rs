@@ -151,7 +151,10 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
 pub fn checked_priority(v: &Value) -> Result<u8, String> {
     match v.as_u64() {
         Some(n) if n <= u64::from(crate::ledger::MAX_PRIORITY) => Ok(n as u8),
-        _ => Err(format!("priority must be a whole number from 0 (most urgent) to {}, got {v}", crate::ledger::MAX_PRIORITY)),
+        _ => Err(format!(
+            "priority must be a whole number from 0 (most urgent) to {}, got {v}",
+            crate::ledger::MAX_PRIORITY
+        )),
     }
 }
 
@@ -253,7 +256,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.payload, json!({"type": "t"}));
-        assert_eq!(e.meta, JobMeta { id: Some("j1".into()), dedupe_key: Some("d".into()), max_attempts: Some(3), priority: None });
+        assert_eq!(
+            e.meta,
+            JobMeta { id: Some("j1".into()), dedupe_key: Some("d".into()), max_attempts: Some(3), priority: None }
+        );
         let e = Envelope::decode(json!({"__fedify_payload__": {"a": 1}, "__orderly_job__": {"id": "j2"}})).unwrap();
         assert_eq!(e.payload, json!({"a": 1}));
         assert_eq!(e.meta.id.as_deref(), Some("j2"));

@@ -41,7 +41,10 @@ pub mod edge;
 
 #[cfg(target_arch = "wasm32")]
 mod entry {
-    use worker::{console_error, console_log, console_warn, event, Context, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder};
+    use worker::{
+        console_error, console_log, console_warn, event, Context, Env, MessageBatch, MessageExt,
+        QueueRetryOptionsBuilder,
+    };
     use worker::{Request, Response, ScheduleContext, ScheduledEvent};
 
     use crate::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};

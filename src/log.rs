@@ -111,10 +111,9 @@ impl Event<'_> {
 impl fmt::Display for Event<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Event::Batch { queue, messages, acked, retried, deferred, .. } => write!(
-                f,
-                "{queue} batch of {messages}: {acked} acked, {retried} retried, {deferred} deferred"
-            ),
+            Event::Batch { queue, messages, acked, retried, deferred, .. } => {
+                write!(f, "{queue} batch of {messages}: {acked} acked, {retried} retried, {deferred} deferred")
+            }
             Event::Outage { message } => write!(f, "{message}"),
             Event::JobDead { job_id, error, .. } => write!(f, "job {job_id} is DEAD: {error}"),
             Event::ConfigError { error } => write!(f, "configuration error: {error}"),
@@ -153,7 +152,10 @@ mod tests {
             duration_ms: 12,
         };
         let v: Value = serde_json::from_str(&batch.json()).unwrap();
-        assert_eq!((v["event"].as_str(), v["acked"].as_u64(), v["level"].as_str()), (Some("batch"), Some(2), Some("info")));
+        assert_eq!(
+            (v["event"].as_str(), v["acked"].as_u64(), v["level"].as_str()),
+            (Some("batch"), Some(2), Some("info"))
+        );
         let outage: Value = serde_json::from_str(&Event::Outage { message: "D1 \"down\"\n".into() }.json()).unwrap();
         assert_eq!(outage["message"], "D1 \"down\"\n", "messages are escaped, never break the line");
         assert_eq!(Event::ConfigError { error: "x".into() }.level(), "error");

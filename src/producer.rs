@@ -220,7 +220,8 @@ mod tests {
     fn urgent_jobs_take_the_urgent_lane_and_keyed_ones_only_when_the_ledger_orders_keys() {
         let m = |priority: u8, keyed: bool| OutMessage { priority, keyed, ..msg(1) };
         for (keyed_by_priority, urgent_got) in [(false, vec![0, 2]), (true, vec![0, 2, 1])] {
-            let lanes = Lanes { main: Kept::default(), urgent: Some(Kept::default()), urgent_priority: 2, keyed_by_priority };
+            let lanes =
+                Lanes { main: Kept::default(), urgent: Some(Kept::default()), urgent_priority: 2, keyed_by_priority };
             let sent = vec![m(0, false), m(5, false), m(2, false), m(3, false), m(1, true), m(9, true)];
             futures::executor::block_on(send_all(&lanes, sent)).unwrap();
             assert_eq!(*lanes.urgent.as_ref().unwrap().0.borrow(), urgent_got, "keyed_by_priority {keyed_by_priority}");

@@ -3,72 +3,15 @@
 
 mod support;
 
-use std::cell::Cell;
-
 use futures::executor::block_on;
 use orderly::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};
-use orderly::clock::ManualClock;
-use orderly::config::{Config, ConfigError};
-use orderly::ledger::{stmt, JobSpec, Ledger, Sql, Status};
+use orderly::config::Config;
+use orderly::ledger::{stmt, JobSpec, Sql, Status};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
 use serde_json::{json, Value};
-use support::{MemoryQueue as Queue, Sqlite};
+use support::api::{ApiWorld, T0, TOKEN};
 
-const T0: i64 = 1_700_000_000_000;
-const TOKEN: &str = "s3cret-token-0123456789";
-
-struct World {
-    ledger: Ledger<Sqlite>,
-    queue: Queue,
-    clock: ManualClock,
-    cfg: Config,
-    ids: Cell<u32>,
-}
-
-impl World {
-    fn new() -> World {
-        World {
-            ledger: Ledger::new(Sqlite::temp().0),
-            queue: Queue::default(),
-            clock: ManualClock::new(T0),
-            cfg: Config::default(),
-            ids: Cell::new(0),
-        }
-    }
-    fn call_with(
-        &self,
-        token: Option<&str>,
-        cfg: Result<&Config, &ConfigError>,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-    ) -> ApiResponse {
-        let next_id = || {
-            self.ids.set(self.ids.get() + 1);
-            format!("job-{:03}", self.ids.get())
-        };
-        let api = Api {
-            ledger: &self.ledger,
-            queue: &self.queue,
-            clock: &self.clock,
-            cfg,
-            admin_token: Some(TOKEN),
-            new_id: &next_id,
-        };
-        let (path, query) = path.split_once('?').unwrap_or((path, ""));
-        let req = ApiRequest {
-            method: method.into(),
-            path: path.into(),
-            query: query.into(),
-            authorization: token.map(|t| format!("Bearer {t}")),
-            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-        };
-        block_on(api.handle(&req))
-    }
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
-        self.call_with(Some(TOKEN), Ok(&self.cfg), method, path, body)
-    }
-}
+type World = ApiWorld;
 
 fn webhook(n: u32) -> Value {
     json!({"type": "webhook", "url": "https://example.test/hook", "body": {"n": n}})

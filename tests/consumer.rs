@@ -10,7 +10,7 @@ use futures::executor::block_on;
 use orderly::clock::{Clock, ManualClock};
 use orderly::config::Config;
 use orderly::consumer::{Consumer, Incoming, Outcome, Role, DELIVERY_EXHAUSTED, INFRA_RETRY_DELAY_SECONDS};
-use orderly::handlers::{JobContext, JobError, Runner, Done};
+use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{stmt, Job, JobSpec, Sql, Status};
 use orderly::lock::{owner_token, Kv, MemoryKv};
 use serde_json::{json, Value};
@@ -598,7 +598,7 @@ fn every_attempt_is_in_the_jobs_history_and_the_result_is_kept_on_done() {
     let job = json!({"type": "t", "fail": 2, "result": {"status": 200, "body": "thanks"}});
     let m = msg("h1", T0, job);
     for _ in 0..3 {
-        w.run(&[m.clone()]);
+        w.run(std::slice::from_ref(&m));
         w.clock.advance_ms(3_600_000);
     }
     let j = w.job("h1");
@@ -609,7 +609,11 @@ fn every_attempt_is_in_the_jobs_history_and_the_result_is_kept_on_done() {
     let seen: Vec<_> = h.iter().map(|e| (e.n, e.attempt, e.outcome, e.http_status)).collect();
     assert_eq!(
         seen,
-        vec![(1, Some(1), Some(Retry), Some(503)), (2, Some(2), Some(Retry), Some(503)), (3, Some(3), Some(Ok_), Some(200))]
+        vec![
+            (1, Some(1), Some(Retry), Some(503)),
+            (2, Some(2), Some(Retry), Some(503)),
+            (3, Some(3), Some(Ok_), Some(200))
+        ]
     );
     assert_eq!(h[0].error.as_deref(), Some("HTTP 503"));
     assert!(h.iter().all(|e| e.actor.starts_with("inv") && e.started_at.is_some_and(|s| s <= e.at)), "{h:?}");
@@ -629,7 +633,7 @@ fn history_keeps_the_last_twenty_events_of_a_long_retrying_job() {
     let w = World::new();
     let m = msg("long", T0, json!({"type": "t", "fail": 24, "__orderly_job__": {"max_attempts": 30}}));
     for _ in 0..25 {
-        w.run(&[m.clone()]);
+        w.run(std::slice::from_ref(&m));
         w.clock.advance_ms(3_600_000);
     }
     assert_eq!(w.job("long").status.as_str(), "DONE");

@@ -340,8 +340,12 @@ fn list_pages_newest_first_with_a_cursor() {
     let mut seen = Vec::new();
     let mut cursor: Option<(i64, String)> = None;
     loop {
-        let (page, next) =
-            block_on(ledger.list(&ListFilter { status: Some(Status::Dead), ..ListFilter::default() }, cursor.as_ref().map(|(a, i)| (*a, i.as_str())), 3)).unwrap();
+        let (page, next) = block_on(ledger.list(
+            &ListFilter { status: Some(Status::Dead), ..ListFilter::default() },
+            cursor.as_ref().map(|(a, i)| (*a, i.as_str())),
+            3,
+        ))
+        .unwrap();
         seen.extend(page.into_iter().map(|j| j.id));
         match next {
             Some(c) => cursor = Some(c),

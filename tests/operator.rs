@@ -4,63 +4,26 @@
 
 mod support;
 
-use std::cell::Cell;
 use std::collections::BTreeSet;
 
 use futures::executor::block_on;
-use orderly::api::{match_route, Api, ApiRequest, ApiResponse, Matched, OPENAPI, ROUTES};
-use orderly::clock::ManualClock;
-use orderly::config::Config;
+use orderly::api::{match_route, Matched, OPENAPI, ROUTES};
 use orderly::ledger::history::{self, Run, RunOutcome};
-use orderly::ledger::{stmt, Ledger, Sql};
+use orderly::ledger::{stmt, Sql};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
 use serde_json::{json, Value};
-use support::{MemoryQueue as Queue, Sqlite};
+use support::api::{ApiWorld, T0};
 
-const T0: i64 = 1_700_000_000_000;
-const TOKEN: &str = "s3cret-token-0123456789";
+type World = ApiWorld;
 
-struct World {
-    ledger: Ledger<Sqlite>,
-    queue: Queue,
-    clock: ManualClock,
-    cfg: Config,
-    ids: Cell<u32>,
+/// What the operator tests do beside calling the API.
+trait Operator {
+    fn submit(&self, job: Value) -> String;
+    fn kill(&self, id: &str, error: &str, at: i64);
+    fn history(&self, id: &str) -> Vec<Value>;
 }
 
-impl World {
-    fn new() -> World {
-        World {
-            ledger: Ledger::new(Sqlite::temp().0),
-            queue: Queue::default(),
-            clock: ManualClock::new(T0),
-            cfg: Config::default(),
-            ids: Cell::new(0),
-        }
-    }
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
-        let next_id = || {
-            self.ids.set(self.ids.get() + 1);
-            format!("job-{:03}", self.ids.get())
-        };
-        let api = Api {
-            ledger: &self.ledger,
-            queue: &self.queue,
-            clock: &self.clock,
-            cfg: Ok(&self.cfg),
-            admin_token: Some(TOKEN),
-            new_id: &next_id,
-        };
-        let (path, query) = path.split_once('?').unwrap_or((path, ""));
-        let req = ApiRequest {
-            method: method.into(),
-            path: path.into(),
-            query: query.into(),
-            authorization: Some(format!("Bearer {TOKEN}")),
-            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-        };
-        block_on(api.handle(&req))
-    }
+impl Operator for ApiWorld {
     /// Submits a job; its id.
     fn submit(&self, job: Value) -> String {
         let r = self.call("POST", "/jobs", Some(job));
@@ -72,8 +35,9 @@ impl World {
         let job = block_on(self.ledger.get(id)).unwrap().unwrap();
         let rows = block_on(self.ledger.sql.query(stmt::claim(&job.spec(), "inv-1", at, at + 120_000, at))).unwrap();
         assert_eq!(rows.len(), 1, "claimed");
-        let rows = block_on(self.ledger.sql.query(stmt::fail(id, "inv-1", at, orderly::ledger::Status::Dead, at, error)))
-            .unwrap();
+        let rows =
+            block_on(self.ledger.sql.query(stmt::fail(id, "inv-1", at, orderly::ledger::Status::Dead, at, error)))
+                .unwrap();
         assert_eq!(rows.len(), 1, "failed");
     }
     fn history(&self, id: &str) -> Vec<Value> {
@@ -99,7 +63,10 @@ fn a_pending_job_is_cancelled_and_audited_and_nothing_else_is() {
     assert!(job["skipped_at"].is_i64(), "a cancelled job never blocks its key");
     let h = w.history(&id);
     assert_eq!(h.len(), 1);
-    assert_eq!((h[0]["kind"].as_str(), h[0]["actor"].as_str(), h[0]["at"].as_i64()), (Some("cancel"), Some("api"), Some(T0 + 1_000)));
+    assert_eq!(
+        (h[0]["kind"].as_str(), h[0]["actor"].as_str(), h[0]["at"].as_i64()),
+        (Some("cancel"), Some("api"), Some(T0 + 1_000))
+    );
 
     // Once DEAD, a second cancel is refused and not audited again.
     let again = w.call("POST", &format!("/jobs/{id}/cancel"), None);
@@ -148,7 +115,10 @@ fn bulk_redrive_counts_first_then_redrives_only_what_matches() {
     let r = w.call("POST", "/jobs/redrive", Some(json!({"filter": {"error": "HTTP 503"}})));
     assert_eq!(r.status, 200, "{}", r.body);
     let body = r.json_body();
-    assert_eq!((body["matched"].as_i64(), body["redriven"].as_i64(), body["remaining"].as_i64()), (Some(2), Some(2), Some(0)));
+    assert_eq!(
+        (body["matched"].as_i64(), body["redriven"].as_i64(), body["remaining"].as_i64()),
+        (Some(2), Some(2), Some(0))
+    );
     let sent: Vec<String> = w.queue.sent()[sent_before..].iter().filter_map(|e| e.meta.id.clone()).collect();
     assert_eq!(sent, vec![a.clone(), c.clone()], "oldest death first, each re-sent once");
     for id in [&a, &c] {
@@ -297,7 +267,11 @@ fn the_openapi_document_describes_exactly_the_routes_the_api_answers() {
         // Every status the API answered is documented for the route.
         if *pattern != "/" {
             let responses = &doc["paths"][pattern][method.to_ascii_lowercase()]["responses"];
-            assert!(responses.get(r.status.to_string()).is_some(), "{method} {path} answered {} undocumented", r.status);
+            assert!(
+                responses.get(r.status.to_string()).is_some(),
+                "{method} {path} answered {} undocumented",
+                r.status
+            );
         }
     }
     // And nothing else is served.

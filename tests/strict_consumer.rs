@@ -12,7 +12,7 @@ use futures::executor::block_on;
 use orderly::clock::{Clock, ManualClock};
 use orderly::config::{Config, OnDead, OrderingMode};
 use orderly::consumer::{Consumer, Incoming, Outcome, Role};
-use orderly::handlers::{JobContext, JobError, Runner, Done};
+use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status};
 use orderly::lock::MemoryKv;
 use serde_json::{json, Value};
@@ -401,7 +401,10 @@ fn the_most_urgent_keys_start_first_and_a_key_runs_in_order_whatever_its_priorit
     assert_eq!(runs.len(), 11);
     let at = |id: &str| runs.iter().position(|r| r == id).unwrap();
     let first_normal = (0..8).map(|i| at(&format!("j{i}"))).min().unwrap();
-    assert!(at("late-urgent") < first_normal && at("first") < first_normal, "the two urgent keys start first: {runs:?}");
+    assert!(
+        at("late-urgent") < first_normal && at("first") < first_normal,
+        "the two urgent keys start first: {runs:?}"
+    );
     assert_eq!(at("second"), at("first") + 1, "the key runs in its order: {runs:?}");
     assert_eq!(w.job("second").priority, 0);
 }

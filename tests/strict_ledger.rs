@@ -192,17 +192,29 @@ fn a_chain_step_claims_on_only_when_the_previous_job_is_finished() {
     // must not claim `a` again as if it were the next job.
     set(&db, "a", "status = 'PENDING', lease_owner = NULL, lease_until = NULL");
     let c = ClaimSpec { owner: "w1", lease: lease(T0 + 10), on_dead: OnDead::Skip, limit: 5 };
-    let step =
-        block_on(strict::step(&db, "k", vec![stmt::complete("a", "w1", T0 + 10, None)], vec![], Some((c, Some("a"))), OnDead::Skip))
-            .unwrap();
+    let step = block_on(strict::step(
+        &db,
+        "k",
+        vec![stmt::complete("a", "w1", T0 + 10, None)],
+        vec![],
+        Some((c, Some("a"))),
+        OnDead::Skip,
+    ))
+    .unwrap();
     assert_eq!(step.recorded, vec![false]);
     assert!(step.state.claimed.is_empty());
     // Now as it should go: run, record, chain.
     claim(&db, "k", "w2", T0 + 20, OnDead::Skip, 1, None);
     let c = ClaimSpec { owner: "w2", lease: lease(T0 + 30), on_dead: OnDead::Skip, limit: 5 };
-    let step =
-        block_on(strict::step(&db, "k", vec![stmt::complete("a", "w2", T0 + 30, None)], vec![], Some((c, Some("a"))), OnDead::Skip))
-            .unwrap();
+    let step = block_on(strict::step(
+        &db,
+        "k",
+        vec![stmt::complete("a", "w2", T0 + 30, None)],
+        vec![],
+        Some((c, Some("a"))),
+        OnDead::Skip,
+    ))
+    .unwrap();
     assert_eq!(step.recorded, vec![true]);
     assert_eq!(step.state.claimed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), vec!["b"]);
     assert_eq!(step.state.head.map(|j| j.id), Some("b".to_string()));

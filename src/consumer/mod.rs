@@ -319,7 +319,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         attempts: job.attempts,
                         error: &why,
                     });
-                    (stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why), RunEnd::Dead, Some(why), e.http_status())
+                    (
+                        stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why),
+                        RunEnd::Dead,
+                        Some(why),
+                        e.http_status(),
+                    )
                 }
                 FailureDecision::Retry { delay_seconds } => {
                     let at = now + i64::from(delay_seconds) * 1000;

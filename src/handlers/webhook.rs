@@ -200,10 +200,9 @@ pub fn classify(resp: &HttpResponse, retry_after_cap: u32) -> Result<(), JobErro
     let s = resp.status;
     match s {
         200..=299 => Ok(()),
-        300..=399 => Err(JobError::Permanent {
-            reason: format!("HTTP {s} (redirects are not followed)"),
-            http_status: Some(s),
-        }),
+        300..=399 => {
+            Err(JobError::Permanent { reason: format!("HTTP {s} (redirects are not followed)"), http_status: Some(s) })
+        }
         408 | 429 | 500..=599 => {
             let honoured = matches!(s, 429 | 503);
             let retry_after = if honoured {
@@ -233,7 +232,12 @@ mod tests {
     use std::cell::RefCell;
 
     fn resp(status: u16, retry_after: Option<&str>) -> HttpResponse {
-        HttpResponse { status, retry_after: retry_after.map(str::to_string), content_type: None, body_start: String::new() }
+        HttpResponse {
+            status,
+            retry_after: retry_after.map(str::to_string),
+            content_type: None,
+            body_start: String::new(),
+        }
     }
 
     #[test]
@@ -402,7 +406,8 @@ mod tests {
         };
         let payload =
             json!({"type": "webhook", "url": "http://h/", "body": {"test": 1}, "headers": {"webhook-id": "forged"}});
-        let done = block_on(Webhook::run(&JobContext { id: "job-1", attempt: 1, payload: &payload }, &services)).unwrap();
+        let done =
+            block_on(Webhook::run(&JobContext { id: "job-1", attempt: 1, payload: &payload }, &services)).unwrap();
         assert_eq!(done.http_status, Some(200));
         assert_eq!(done.result, Some(json!({"status": 200, "content_type": null, "body": ""})));
         let sent = services.http.0.borrow();

@@ -287,11 +287,10 @@ pub fn activity(now: i64, now_open: i64, runs: &[Row], jobs: &[Row]) -> Vec<Minu
 /// Reads the activity of the last hour in one round trip.
 pub async fn read_activity<S: Sql>(sql: &S, now: i64) -> Result<Vec<Minute>, InfraError> {
     let since = (now.div_euclid(60_000) - (ACTIVITY_MINUTES - 1)) * 60_000;
-    let out = sql
-        .batch(vec![stmt::activity_runs(since), stmt::activity_jobs(since), super::stmt::counts()])
-        .await?;
+    let out = sql.batch(vec![stmt::activity_runs(since), stmt::activity_jobs(since), super::stmt::counts()]).await?;
     let counts = Counts::from_rows(out.get(2).map(Vec::as_slice).unwrap_or_default());
-    let (runs, jobs) = (out.first().map(Vec::as_slice).unwrap_or_default(), out.get(1).map(Vec::as_slice).unwrap_or_default());
+    let (runs, jobs) =
+        (out.first().map(Vec::as_slice).unwrap_or_default(), out.get(1).map(Vec::as_slice).unwrap_or_default());
     Ok(activity(now, counts.pending + counts.running, runs, jobs))
 }
 
@@ -313,7 +312,10 @@ mod tests {
             row(json!({"what": "created", "minute": 99, "n": 3})),
             row(json!({"what": "finished", "minute": 98, "status": "DEAD", "n": 1})),
         ];
-        let runs = [row(json!({"minute": 100, "outcome": "done", "n": 2})), row(json!({"minute": 99, "outcome": "retry", "n": 4}))];
+        let runs = [
+            row(json!({"minute": 100, "outcome": "done", "n": 2})),
+            row(json!({"minute": 99, "outcome": "retry", "n": 4})),
+        ];
         let m = activity(now, 7, &runs, &jobs);
         assert_eq!(m.len(), 60);
         let last = m[59];

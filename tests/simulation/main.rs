@@ -670,11 +670,16 @@ impl Sim {
             params: vec![],
         }))
         .unwrap_or_default();
-        let mut by_job: BTreeMap<String, Vec<(i64, Option<i64>, Option<String>)>> = BTreeMap::new();
+        type Run = (i64, Option<i64>, Option<String>); // (n, attempt, outcome)
+        let mut by_job: BTreeMap<String, Vec<Run>> = BTreeMap::new();
         for e in &events {
             let text = |c: &str| e.get(c).and_then(serde_json::Value::as_str).map(str::to_string);
             let int = |c: &str| e.get(c).and_then(serde_json::Value::as_i64);
-            by_job.entry(text("job_id").unwrap_or_default()).or_default().push((int("n").unwrap_or(0), int("attempt"), text("outcome")));
+            by_job.entry(text("job_id").unwrap_or_default()).or_default().push((
+                int("n").unwrap_or(0),
+                int("attempt"),
+                text("outcome"),
+            ));
         }
         for (id, j) in rows.iter().filter(|(_, j)| j.status == Status::Done) {
             let h = by_job.get(id).map(Vec::as_slice).unwrap_or_default();
@@ -682,9 +687,11 @@ impl Sim {
                 t.other_violations += 1;
                 violations.push(format!("{id}: {} history events, more than the ring's 20", h.len()));
             }
-            if !h.iter().any(|(_, attempt, outcome)| *attempt == Some(j.attempts) && outcome.as_deref() == Some("done")) {
+            if !h.iter().any(|(_, attempt, outcome)| *attempt == Some(j.attempts) && outcome.as_deref() == Some("done"))
+            {
                 t.other_violations += 1;
-                violations.push(format!("{id} is DONE after attempt {} but its history has no such run: {h:?}", j.attempts));
+                violations
+                    .push(format!("{id} is DONE after attempt {} but its history has no such run: {h:?}", j.attempts));
             }
         }
         // Per key, first successes in start order follow the key's order (seq in strict mode, the

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use orderly::clock::ManualClock;
 use orderly::config::OnDead;
 use orderly::error::InfraError;
-use orderly::handlers::{JobContext, JobError, Runner, Done};
+use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{Job, Row, Sql, Status, Stmt};
 use orderly::lock::{Kv, MemoryKv};
 use orderly::producer::{OutMessage, QueueSender};

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod api;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
