@@ -331,7 +331,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let mut status = None;
         let mut limit = 50;
         let mut cursor = None;
-        let (mut job_type, mut ordering_key) = (None, None);
+        let (mut job_type, mut ordering_key, mut priority) = (None, None, None);
         for (k, v) in query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))) {
             let v = percent_decode(v);
             match k {
@@ -354,11 +354,16 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 },
                 "type" if !v.is_empty() => job_type = Some(v),
                 "ordering_key" if !v.is_empty() => ordering_key = Some(v),
-                "type" | "ordering_key" => {}
+                "priority" if !v.is_empty() => match checked_priority(&Value::from(v.parse::<u64>().unwrap_or(u64::MAX))) {
+                    Ok(p) => priority = Some(p),
+                    Err(e) => return Ok(ApiResponse::error(400, e)),
+                },
+                "type" | "ordering_key" | "priority" => {}
                 _ => return Ok(ApiResponse::error(400, format!("unknown query parameter {k:?}"))),
             }
         }
-        let filter = ListFilter { status, job_type: job_type.as_deref(), ordering_key: ordering_key.as_deref() };
+        let filter =
+            ListFilter { status, job_type: job_type.as_deref(), ordering_key: ordering_key.as_deref(), priority };
         let (jobs, next) = self.ledger.list(&filter, cursor.as_ref().map(|(at, id)| (*at, id.as_str())), limit).await?;
         let next_cursor = next.map(|(at, id)| B64URL.encode(format!("{at}:{id}")));
         // Payloads stay out of lists (up to 128 KB each); `GET /jobs/{id}` has them.

@@ -145,13 +145,13 @@ fn bulk_redrive_counts_first_then_redrives_only_what_matches() {
 }
 
 #[test]
-fn lists_filter_by_type_key_and_status() {
+fn lists_filter_by_type_key_priority_and_status() {
     let w = World::new();
     w.submit(json!({"payload": webhook("a"), "ordering_key": "k1"}));
     w.clock.advance_ms(1);
     let b = w.submit(json!({"payload": webhook("b"), "ordering_key": "k2"}));
     w.clock.advance_ms(1);
-    w.submit(json!({"payload": webhook("c"), "ordering_key": "k1"}));
+    w.submit(json!({"payload": webhook("c"), "ordering_key": "k1", "priority": 0}));
     w.kill(&b, "HTTP 404", T0 + 5);
     let ids = |q: &str| -> Vec<String> {
         let r = w.call("GET", &format!("/jobs?{q}"), None);
@@ -167,6 +167,10 @@ fn lists_filter_by_type_key_and_status() {
     let cursor = page1["next_cursor"].as_str().unwrap().to_string();
     assert_eq!(ids(&format!("type=webhook&limit=2&cursor={cursor}")), vec!["job-001"]);
     assert_eq!(ids("type=&ordering_key="), vec!["job-003", "job-002", "job-001"], "empty filters are no filters");
+    assert_eq!(ids("priority=0"), vec!["job-003"]);
+    assert_eq!(ids("priority=5&ordering_key=k1"), vec!["job-001"]);
+    assert_eq!(w.call("GET", "/jobs?priority=high", None).status, 400);
+    assert_eq!(w.call("GET", "/jobs?priority=10", None).status, 400);
 }
 
 #[test]

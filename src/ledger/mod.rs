@@ -373,6 +373,7 @@ pub mod stmt {
             c_at,
             c_id,
             limit.into(),
+            filter.priority.map_or(Param::Null, |p| Param::Int(i64::from(p))),
         ];
         with(sql!("list_filtered"), params)
     }
@@ -462,6 +463,8 @@ pub struct ListFilter<'a> {
     pub job_type: Option<&'a str>,
     /// Ordering key.
     pub ordering_key: Option<&'a str>,
+    /// Priority.
+    pub priority: Option<u8>,
 }
 
 /// Which DEAD jobs an operator's bulk redrive takes; `None` is any.
@@ -531,7 +534,7 @@ impl<S: Sql> Ledger<S> {
         cursor: Option<(i64, &str)>,
         limit: u32,
     ) -> Result<(Vec<Job>, Option<(i64, String)>), InfraError> {
-        let query = if filter.job_type.is_none() && filter.ordering_key.is_none() {
+        let query = if filter.job_type.is_none() && filter.ordering_key.is_none() && filter.priority.is_none() {
             stmt::list(filter.status, cursor, limit)
         } else {
             stmt::list_filtered(filter, cursor, limit)

@@ -137,10 +137,15 @@ test("the dashboard charts the jobs a test ran, shows a job's timeline, cancels 
     // `npm run screenshot` keeps this view for the README.
     if (process.env.DASHBOARD_SCREENSHOT) await page.screenshot({ path: process.env.DASHBOARD_SCREENSHOT, fullPage: true });
 
-    // Filters: by key.
+    // Filters: by key, and by priority.
     await page.fill("#f-key", "acct/7");
     await page.click("#list-filter button");
     await page.waitForFunction(() => document.querySelectorAll("#jobs tr").length === 1);
+    await page.fill("#f-key", "");
+    await page.selectOption("#f-priority", "1");
+    await page.click("#list-filter button");
+    await page.waitForFunction((id) => [...document.querySelectorAll("#jobs tr")].map((tr) => tr.dataset.job).join() === id, flaky);
+    await page.selectOption("#f-priority", "");
 
     // Cancel the delayed job from its view.
     await page.fill("#f-key", "");

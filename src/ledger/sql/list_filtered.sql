@@ -1,9 +1,10 @@
--- A page of jobs filtered by any of status, type and ordering key, newest first, after a
--- (created_at, id) cursor. Walks the created_at index and filters (lists by status alone use
+-- A page of jobs filtered by any of status, type, ordering key and priority, newest first, after
+-- a (created_at, id) cursor. Walks the created_at index and filters (lists by status alone use
 -- list.sql's index). ?1 status, ?2 type, ?3 ordering_key (each NULL for any), ?4 cursor
--- created_at or NULL, ?5 cursor id, ?6 limit
+-- created_at or NULL, ?5 cursor id, ?6 limit, ?7 priority or NULL
 SELECT * FROM job
 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR type = ?2) AND (?3 IS NULL OR ordering_key = ?3)
+  AND (?7 IS NULL OR priority = ?7)
   AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5))
 ORDER BY created_at DESC, id DESC
 LIMIT ?6
