@@ -354,10 +354,12 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 },
                 "type" if !v.is_empty() => job_type = Some(v),
                 "ordering_key" if !v.is_empty() => ordering_key = Some(v),
-                "priority" if !v.is_empty() => match checked_priority(&Value::from(v.parse::<u64>().unwrap_or(u64::MAX))) {
-                    Ok(p) => priority = Some(p),
-                    Err(e) => return Ok(ApiResponse::error(400, e)),
-                },
+                "priority" if !v.is_empty() => {
+                    match checked_priority(&Value::from(v.parse::<u64>().unwrap_or(u64::MAX))) {
+                        Ok(p) => priority = Some(p),
+                        Err(e) => return Ok(ApiResponse::error(400, e)),
+                    }
+                }
                 "type" | "ordering_key" | "priority" => {}
                 _ => return Ok(ApiResponse::error(400, format!("unknown query parameter {k:?}"))),
             }
@@ -366,13 +368,15 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             ListFilter { status, job_type: job_type.as_deref(), ordering_key: ordering_key.as_deref(), priority };
         let (jobs, next) = self.ledger.list(&filter, cursor.as_ref().map(|(at, id)| (*at, id.as_str())), limit).await?;
         let next_cursor = next.map(|(at, id)| B64URL.encode(format!("{at}:{id}")));
-        // Payloads stay out of lists (up to 128 KB each); `GET /jobs/{id}` has them.
+        // Payloads and results stay out of lists (up to 128 KB and 4 KB each); `GET /jobs/{id}`
+        // has them.
         let jobs: Vec<Value> = jobs
             .iter()
             .map(|j| {
                 let mut v = json!(j);
                 if let Some(o) = v.as_object_mut() {
                     o.shift_remove("payload");
+                    o.shift_remove("result");
                 }
                 v
             })

@@ -303,7 +303,10 @@ fn lists_leave_payloads_out_and_one_job_has_it() {
     let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
     let list = w.call("GET", "/jobs", None).json_body();
     assert!(list["jobs"][0].get("payload").is_none(), "{list}");
+    assert!(list["jobs"][0].get("result").is_none(), "{list}");
     assert_eq!(list["jobs"][0]["id"], json!(id));
+    let keys: Vec<&String> = list["jobs"][0].as_object().unwrap().keys().collect();
+    assert_eq!(keys[..3], ["id", "type", "status"], "fields keep their order");
     assert_eq!(w.call("GET", &format!("/jobs/{id}"), None).json_body()["job"]["payload"], webhook(1));
 }
 

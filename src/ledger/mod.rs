@@ -12,7 +12,8 @@
 //!                      ▲  ▲            │ │ fail: retry        ▲
 //!                      │  └────────────┘ │ / lease reaped     │
 //!                      │    redrive      ▼ fail: permanent or out of attempts
-//!                      └──────────────  DEAD ◄── unreadable body / delivery attempts exhausted
+//!                      └──────────────  DEAD ◄── unreadable body / delivery attempts exhausted /
+//!                                            operator cancel (PENDING only)
 //! ```
 
 #[cfg(target_arch = "wasm32")]
