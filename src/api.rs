@@ -86,10 +86,20 @@ pub enum Matched {
 
 /// Matches a request against [`ROUTES`].
 pub fn match_route(method: &str, path: &str) -> Matched {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    // Empty segments inside a path stay (`/jobs//redrive` names the job "", never the bulk route).
+    let split = |p: &'static str| -> Vec<&'static str> {
+        let p = p.trim_matches('/');
+        if p.is_empty() {
+            Vec::new()
+        } else {
+            p.split('/').collect()
+        }
+    };
+    let trimmed = path.trim_matches('/');
+    let segments: Vec<&str> = if trimmed.is_empty() { Vec::new() } else { trimmed.split('/').collect() };
     let mut path_exists = false;
     for (m, pattern) in ROUTES {
-        let parts: Vec<&str> = pattern.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+        let parts = split(pattern);
         if parts.len() != segments.len() {
             continue;
         }

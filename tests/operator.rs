@@ -278,6 +278,8 @@ fn the_openapi_document_describes_exactly_the_routes_the_api_answers() {
             );
         }
     }
+    assert_eq!(match_route("POST", "/jobs//redrive"), Matched::Route("/jobs/{id}/redrive", vec![String::new()]));
+    assert_eq!(match_route("GET", "/jobs/"), Matched::Route("/jobs", vec![]));
     // And nothing else is served.
     for (method, path) in [("GET", "/nope"), ("DELETE", "/jobs/x"), ("GET", "/jobs/x/history"), ("PUT", "/keys")] {
         assert_ne!(match_route(method, path), Matched::Route("", vec![]));
