@@ -4,7 +4,7 @@
 mod support;
 
 use futures::executor::block_on;
-use orderly::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};
+use orderly::api::{ApiRequest, ApiResponse, MAX_BODY_BYTES};
 use orderly::config::Config;
 use orderly::ledger::{stmt, JobSpec, Sql, Status};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
@@ -31,14 +31,7 @@ fn the_api_refuses_missing_and_wrong_tokens() {
 #[test]
 fn without_a_configured_token_the_api_answers_503() {
     let w = World::new();
-    let api = Api {
-        ledger: &w.ledger,
-        queue: &w.queue,
-        clock: &w.clock,
-        cfg: Ok(&w.cfg),
-        admin_token: None,
-        new_id: &|| "x".into(),
-    };
+    let api = w.api(Ok(&w.cfg), None, &|| "x".into());
     let req = ApiRequest {
         method: "GET".into(),
         path: "/jobs/counts".into(),
@@ -261,14 +254,7 @@ fn maintenance_resends_overdue_pending_jobs_once_and_purges_old_done_rows() {
 
 fn gate(token: Option<&str>, authorization: Option<&str>, method: &str, path: &str) -> Option<ApiResponse> {
     let w = World::new();
-    let api = Api {
-        ledger: &w.ledger,
-        queue: &w.queue,
-        clock: &w.clock,
-        cfg: Ok(&w.cfg),
-        admin_token: token,
-        new_id: &|| "x".into(),
-    };
+    let api = w.api(Ok(&w.cfg), token, &|| "x".into());
     api.gate(method, path, authorization)
 }
 

@@ -10,7 +10,7 @@ use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
 use super::{
-    until, Consumer, Decoded, Incoming, Leases, Outcome, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
+    until, Consumer, Decoded, Incoming, Leases, Outcome, Ran, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
     INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
 };
 use crate::batch::{self, Item};
@@ -81,6 +81,10 @@ impl Settle {
     }
     fn guarded(index: usize, job: &str, record: Stmt, outcome: Outcome) -> Self {
         Settle { index, record: Some(record), outcome, guarded: Some(job.to_string()), history: None }
+    }
+    /// A handler run: its guarded transition and its history line.
+    fn ran(index: usize, job: &str, ran: Ran, outcome: Outcome) -> Self {
+        Settle { history: Some(ran.history), ..Settle::guarded(index, job, ran.transition, outcome) }
     }
 }
 
@@ -375,9 +379,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                             Outcome::Retry { delay_seconds }
                         }
                     };
-                    let mut settle = Settle::guarded(i, &job.id, ran.transition, outcome);
-                    settle.history = Some(ran.history);
-                    settled.push(settle);
+                    settled.push(Settle::ran(i, &job.id, ran, outcome));
                 }
             }
         }

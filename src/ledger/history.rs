@@ -122,6 +122,11 @@ pub struct Event {
 }
 
 impl Event {
+    /// Every row of `events.sql` as an event.
+    pub fn all(rows: &[Row]) -> Result<Vec<Event>, InfraError> {
+        rows.iter().map(Event::from_row).collect()
+    }
+
     fn from_row(row: &Row) -> Result<Event, InfraError> {
         let text = |c: &str| row.get(c).and_then(Value::as_str).map(str::to_string);
         let int = |c: &str| row.get(c).and_then(int_of);
@@ -219,7 +224,7 @@ pub mod stmt {
 
 /// Reads a job's history, oldest first.
 pub async fn events<S: Sql>(sql: &S, job_id: &str) -> Result<Vec<Event>, InfraError> {
-    sql.query(stmt::events(job_id)).await?.iter().map(Event::from_row).collect()
+    Event::all(&sql.query(stmt::events(job_id)).await?)
 }
 
 /// One minute of activity.

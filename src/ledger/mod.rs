@@ -523,6 +523,16 @@ impl<S: Sql> Ledger<S> {
         Job::first(&self.sql.query(stmt::get(id)).await?)
     }
 
+    /// One job with its history (oldest event first), in one round trip.
+    pub async fn get_with_history(&self, id: &str) -> Result<Option<(Job, Vec<history::Event>)>, InfraError> {
+        let out = self.sql.batch(vec![stmt::get(id), history::stmt::events(id)]).await?;
+        let Some(job) = Job::first(out.first().map(Vec::as_slice).unwrap_or_default())? else {
+            return Ok(None);
+        };
+        let events = history::Event::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
+        Ok(Some((job, events)))
+    }
+
     /// Counts by status, zeros included.
     pub async fn counts(&self) -> Result<Counts, InfraError> {
         Ok(Counts::from_rows(&self.sql.query(stmt::counts()).await?))

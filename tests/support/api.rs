@@ -37,6 +37,16 @@ impl ApiWorld {
         }
     }
 
+    /// The API over this world's ports, with this configuration and admin token.
+    pub fn api<'a>(
+        &'a self,
+        cfg: Result<&'a Config, &'a ConfigError>,
+        admin_token: Option<&'a str>,
+        new_id: &'a dyn Fn() -> String,
+    ) -> Api<'a, Sqlite, MemoryQueue, ManualClock> {
+        Api { ledger: &self.ledger, queue: &self.queue, clock: &self.clock, cfg, admin_token, new_id }
+    }
+
     /// A request with this token (or none) and configuration; `path` may carry `?query`.
     pub fn call_with(
         &self,
@@ -50,14 +60,7 @@ impl ApiWorld {
             self.ids.set(self.ids.get() + 1);
             format!("job-{:03}", self.ids.get())
         };
-        let api = Api {
-            ledger: &self.ledger,
-            queue: &self.queue,
-            clock: &self.clock,
-            cfg,
-            admin_token: Some(TOKEN),
-            new_id: &next_id,
-        };
+        let api = self.api(cfg, Some(TOKEN), &next_id);
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         let req = ApiRequest {
             method: method.into(),
