@@ -18,7 +18,7 @@ use crate::config::{Config, ConfigError, OnDead, OrderingMode, MAX_DELAY_SECONDS
 use crate::envelope::{checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
 use crate::ledger::history::{self, Kind};
 use crate::ledger::strict::Skip;
-use crate::ledger::{Cancel, DeadFilter, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, DEFAULT_PRIORITY};
+use crate::ledger::{Cancel, DeadFilter, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, DEFAULT_PRIORITY, MAX_PRIORITY};
 use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES};
 
 /// Largest request body accepted.
@@ -48,9 +48,6 @@ fn dashboard_csp() -> String {
 /// Largest page.
 pub const MAX_PAGE: u32 = 200;
 
-/// Most jobs one bulk redrive takes: three D1 statements each, within Workers' 1,000 D1 queries
-/// per invocation. The rest stay DEAD and matched: call again.
-pub const MAX_BULK_REDRIVE: u32 = 250;
 
 const DASHBOARD: &str = include_str!("dashboard.html");
 /// The API described in OpenAPI 3.1, served at `GET /openapi.json`.
@@ -272,10 +269,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             "/jobs/activity" => history::read_activity(&self.ledger.sql, self.clock.now_ms())
                 .await
                 .map(|minutes| ApiResponse::json(200, json!({ "minutes": minutes }))),
-            "/jobs/redrive" => self.redrive_matching(&req.body).await,
+            "/jobs/redrive" => self.redrive_matching(cfg, &req.body).await,
             "/jobs/{id}" => self.get(param).await,
             "/jobs/{id}/redrive" => self.redrive(param).await,
-            "/jobs/{id}/cancel" => self.cancel(param).await,
+            "/jobs/{id}/cancel" => self.cancel(cfg, param).await,
             "/keys" => self.keys(cfg, &req.query).await,
             "/keys/{key}/skip" => self.skip(cfg, param).await,
             // The public routes are answered by the gate.
@@ -342,9 +339,8 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let mut limit = 50;
         let mut cursor = None;
         let (mut job_type, mut ordering_key, mut priority) = (None, None, None);
-        for (k, v) in query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))) {
-            let v = percent_decode(v);
-            match k {
+        for (k, v) in query_pairs(query) {
+            match k.as_str() {
                 "status" => match Status::parse(&v.to_ascii_uppercase()) {
                     Some(s) => status = Some(s),
                     None => {
@@ -364,12 +360,15 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 },
                 "type" if !v.is_empty() => job_type = Some(v),
                 "ordering_key" if !v.is_empty() => ordering_key = Some(v),
-                "priority" if !v.is_empty() => {
-                    match checked_priority(&Value::from(v.parse::<u64>().unwrap_or(u64::MAX))) {
-                        Ok(p) => priority = Some(p),
-                        Err(e) => return Ok(ApiResponse::error(400, e)),
+                "priority" if !v.is_empty() => match v.parse::<u8>().ok().filter(|p| *p <= MAX_PRIORITY) {
+                    Some(p) => priority = Some(p),
+                    None => {
+                        return Ok(ApiResponse::error(
+                            400,
+                            format!("priority must be a whole number from 0 (most urgent) to {MAX_PRIORITY}, got {v:?}"),
+                        ))
                     }
-                }
+                },
                 "type" | "ordering_key" | "priority" => {}
                 _ => return Ok(ApiResponse::error(400, format!("unknown query parameter {k:?}"))),
             }
@@ -395,18 +394,33 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     }
 
     async fn get(&self, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
-        let Some(job) = self.ledger.get(id).await? else {
+        let Some((job, history)) = self.ledger.get_with_history(id).await? else {
             return Ok(ApiResponse::error(404, format!("no job {id:?}")));
         };
-        let history = history::events(&self.ledger.sql, id).await?;
         Ok(ApiResponse::json(200, json!({ "job": job, "history": history })))
     }
 
     /// `POST /jobs/{id}/cancel`: a PENDING job becomes DEAD "cancelled"; a running or finished
-    /// job is refused (409), so a handler is never cancelled underneath.
-    async fn cancel(&self, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
-        Ok(match self.ledger.cancel(id, self.clock.now_ms()).await? {
-            Cancel::Cancelled(j) => ApiResponse::json(200, json!({ "job": j })),
+    /// job is refused (409), so a handler is never cancelled underneath. The cancelled job may
+    /// have been what its key waited for (strict mode: a head waiting for its delay or retry;
+    /// lock mode: a failed job holding the key's lock): the key's next job is woken at once (in
+    /// lock mode it then takes over the finished holder's lock).
+    async fn cancel(&self, cfg: &Config, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
+        let now = self.clock.now_ms();
+        Ok(match self.ledger.cancel(id, now).await? {
+            Cancel::Cancelled(j) => {
+                let Some(key) = j.ordering_key.as_deref() else {
+                    return Ok(ApiResponse::json(200, json!({ "job": j })));
+                };
+                let next = self.ledger.key_to_wake(key, cfg.ordering_mode, cfg.on_dead, now).await?;
+                let delay = next.as_ref().map_or(0, |n| crate::consumer::seconds_until(now, n.next_run_at));
+                let wake = next.as_ref().and_then(|n| producer::message_for(n, delay));
+                let mut answer = json!({ "job": j, "woken": wake.as_ref().and(next.as_ref().map(|n| &n.id)) });
+                if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {
+                    answer["warning"] = json!(format!("{e}; the key's next job runs when maintenance sends it"));
+                }
+                ApiResponse::json(200, answer)
+            }
             Cancel::NotFound => ApiResponse::error(404, format!("no job {id:?}")),
             Cancel::Refused(j) => ApiResponse::json(
                 409,
@@ -416,18 +430,25 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     }
 
     /// `POST /jobs/redrive`: DEAD jobs matching a filter, counted (`"dry_run": true`) or redriven,
-    /// at most [`MAX_BULK_REDRIVE`] per call (oldest death first).
-    async fn redrive_matching(&self, body: &[u8]) -> Result<ApiResponse, crate::error::InfraError> {
+    /// at most `BULK_REDRIVE_LIMIT` per call (oldest death first). Jobs that cannot be redriven
+    /// (no readable payload, a dedupe key active elsewhere) are counted, never taken, so every
+    /// call reaches the redrivable ones. `as_of` is the server's time of the answer: a caller
+    /// looping over calls pins `filter.to` to the count's `as_of + 1`, so a job redriven and dead
+    /// again in between is not taken twice.
+    async fn redrive_matching(&self, cfg: &Config, body: &[u8]) -> Result<ApiResponse, crate::error::InfraError> {
         let (filter, dry_run) = match parse_dead_filter(body) {
             Ok(f) => f,
             Err(msg) => return Ok(ApiResponse::error(400, msg)),
         };
-        let (ids, matched) = self.ledger.dead_matching(&filter, MAX_BULK_REDRIVE).await?;
-        if dry_run {
-            return Ok(ApiResponse::json(200, json!({ "dry_run": true, "matched": matched })));
-        }
         let now = self.clock.now_ms();
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let found = self.ledger.dead_matching(&filter, cfg.bulk_redrive_limit).await?;
+        if dry_run {
+            return Ok(ApiResponse::json(
+                200,
+                json!({ "dry_run": true, "matched": found.matched, "redrivable": found.redrivable, "as_of": now }),
+            ));
+        }
+        let ids: Vec<&str> = found.ids.iter().map(String::as_str).collect();
         let mut redriven = Vec::new();
         let mut refused = Vec::new();
         for (id, r) in ids.iter().zip(self.ledger.redrive_all(&ids, now).await?) {
@@ -440,10 +461,12 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let sent = producer::send_all(self.queue, msgs).await;
         let mut answer = json!({
             "dry_run": false,
-            "matched": matched,
+            "matched": found.matched,
+            "redrivable": found.redrivable,
             "redriven": redriven.len(),
             "refused": refused,
-            "remaining": (matched - (redriven.len() + refused.len()) as i64).max(0),
+            "remaining": (found.redrivable - (redriven.len() + refused.len()) as i64).max(0),
+            "as_of": now,
         });
         if let Err(e) = sent {
             answer["error"] = json!(format!("{e}; the jobs are PENDING and maintenance will send them"));
@@ -489,9 +512,8 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     async fn keys(&self, cfg: &Config, query: &str) -> Result<ApiResponse, crate::error::InfraError> {
         let mut limit = 50;
         let mut state = None;
-        for (k, v) in query.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, ""))) {
-            let v = percent_decode(v);
-            match k {
+        for (k, v) in query_pairs(query) {
+            match k.as_str() {
                 "state" => state = Some(v),
                 "limit" => match v.parse::<u32>() {
                     Ok(n) if (1..=MAX_PAGE).contains(&n) => limit = n,
@@ -648,7 +670,17 @@ fn decode_cursor(c: &str) -> Option<(i64, String)> {
     Some((at.parse().ok()?, id.to_string()))
 }
 
-/// Decodes `%XX` escapes (and `+` as space in query values is not used by this API's clients).
+/// A query string's `name=value` pairs, decoded as HTML forms and `URLSearchParams` write them
+/// (`+` is a space, then `%XX` escapes).
+pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    let decode = |s: &str| percent_decode(&s.replace('+', " "));
+    query.split('&').filter(|p| !p.is_empty()).map(move |p| {
+        let (k, v) = p.split_once('=').unwrap_or((p, ""));
+        (decode(k), decode(v))
+    })
+}
+
+/// Decodes `%XX` escapes (a path segment's: `+` stays a plus).
 pub fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -686,6 +718,16 @@ mod tests {
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz"), "%zz");
         assert_eq!(percent_decode("%4"), "%4");
+    }
+
+    #[test]
+    fn query_values_are_read_as_forms_write_them() {
+        let pairs: Vec<(String, String)> = query_pairs("ordering_key=a+b%2Bc&&x%3Dy=1%202&flag").collect();
+        assert_eq!(
+            pairs,
+            vec![("ordering_key".into(), "a b+c".into()), ("x=y".into(), "1 2".into()), ("flag".into(), String::new())]
+        );
+        assert_eq!(percent_decode("a+b"), "a+b", "a path keeps its plus");
     }
 
     #[test]

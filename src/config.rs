@@ -8,6 +8,9 @@
 use thiserror::Error;
 
 /// Largest delay Cloudflare Queues accepts for `retry` and `send` (12 hours).
+/// The most `BULK_REDRIVE_LIMIT` may be: three D1 statements a job plus one within Workers'
+/// 1,000 D1 queries per invocation.
+pub const MAX_BULK_REDRIVE: u32 = 333;
 pub const MAX_DELAY_SECONDS: u32 = 43_200;
 /// Shortest `expirationTtl` Workers KV accepts.
 pub const MIN_LOCK_TTL_SECONDS: u32 = 60;
@@ -93,6 +96,9 @@ pub struct Config {
     /// Strict mode: most jobs one invocation runs by chaining, so it stays within Workers'
     /// per-invocation subrequest and D1 query limits (1,000 on paid plans, 50 on free).
     pub strict_run_budget: u32,
+    /// Most DEAD jobs one bulk redrive takes: three D1 statements each plus one, within Workers'
+    /// D1 queries per invocation (1,000 on paid plans: 250; 50 on free: at most 16).
+    pub bulk_redrive_limit: u32,
 }
 
 impl Default for Config {
@@ -110,6 +116,7 @@ impl Default for Config {
             ordering_mode: OrderingMode::Lock,
             on_dead: OnDead::Skip,
             strict_run_budget: 200,
+            bulk_redrive_limit: 250,
             allow_private_targets: false,
             jobs_queue: "orderly-jobs".to_string(),
             dead_letter_queue: "orderly-dlq".to_string(),
@@ -236,6 +243,7 @@ impl Config {
             ordering_mode,
             on_dead,
             strict_run_budget: num("STRICT_RUN_BUDGET", d.strict_run_budget, 1, 1000)?,
+            bulk_redrive_limit: num("BULK_REDRIVE_LIMIT", d.bulk_redrive_limit, 1, MAX_BULK_REDRIVE)?,
             ordering_key_prefix,
             lock_ttl_seconds,
             max_attempts: num("MAX_ATTEMPTS", d.max_attempts, 1, 1000)?,

@@ -71,6 +71,31 @@ pub async fn acquire<K: Kv>(
     Ok(Acquired::Taken { token })
 }
 
+/// Takes over a lock whose holder is known to be finished (the ledger says DONE or DEAD), if it
+/// still holds `stale`: a job that finished without its release (an operator cancelled it while
+/// it held its key for a retry, the reaper made it DEAD) must not keep its key's jobs waiting.
+/// Best-effort like `acquire`: a newer value found in its place is left alone.
+pub async fn take_over<K: Kv>(
+    kv: &K,
+    key: &str,
+    stale: &str,
+    group_job_ids: &[&str],
+    ttl_seconds: u32,
+) -> Result<Acquired, InfraError> {
+    let Some(first) = group_job_ids.first() else {
+        return Err(InfraError::new("KV", "take_over called with an empty group"));
+    };
+    if let Some(now_held) = kv.get(key).await? {
+        let ours = group_job_ids.iter().any(|id| owner_token(id) == now_held);
+        if now_held != stale && !ours {
+            return Ok(Acquired::Held { holder: now_held });
+        }
+    }
+    let token = owner_token(first);
+    kv.put(key, &token, ttl_seconds).await?;
+    Ok(Acquired::Taken { token })
+}
+
 /// What `release` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {

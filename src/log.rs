@@ -104,8 +104,51 @@ impl Event<'_> {
         if let Value::Object(f) = fields {
             line.extend(f);
         }
-        Value::Object(line).to_string()
+        // Logs are read by more people than the ledger: no URL's credentials travel in them.
+        scrub_urls(&Value::Object(line).to_string())
     }
+}
+
+/// Takes out of `text` every http(s) URL's query string and fragment (Slack-style hooks carry
+/// their secret there) and its userinfo, keeping scheme, host and path: `https://u:p@h/x?k=s`
+/// becomes `https://h/x?[redacted]`. A URL ends at whitespace, a quote, a backslash (a JSON
+/// escape) or an angle bracket; punctuation right after it stays.
+pub fn scrub_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = find_scheme(rest) {
+        let (before, from) = rest.split_at(start);
+        out.push_str(before);
+        let scheme_len = from.find("://").map_or(0, |i| i + 3);
+        let end = from[scheme_len..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\\' | '<' | '>' | '`' | '\''))
+            .map_or(from.len(), |i| i + scheme_len);
+        let (url, after) = from.split_at(end);
+        let (scheme, tail) = url.split_at(scheme_len);
+        let authority_end = tail.find(['/', '?', '#']).unwrap_or(tail.len());
+        let (authority, path) = tail.split_at(authority_end);
+        out.push_str(scheme);
+        out.push_str(authority.rsplit_once('@').map_or(authority, |(_, host)| host));
+        match path.find(['?', '#']) {
+            Some(q) => {
+                out.push_str(&path[..q]);
+                let secret = &path[q..];
+                let kept = secret.trim_end_matches([':', ',', ';', '.', ')']);
+                out.push_str(if kept.len() > 1 { "?[redacted]" } else { kept });
+                out.push_str(&secret[kept.len()..]);
+            }
+            None => out.push_str(path),
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the next `http://` or `https://` starts, in any case.
+fn find_scheme(text: &str) -> Option<usize> {
+    let lower = text.to_ascii_lowercase();
+    [lower.find("http://"), lower.find("https://")].into_iter().flatten().min()
 }
 
 impl fmt::Display for Event<'_> {
@@ -126,6 +169,21 @@ impl fmt::Display for Event<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_lose_their_query_fragment_and_userinfo() {
+        for (text, want) in [
+            ("see https://h.test/a/b?k=s", "see https://h.test/a/b?[redacted]"),
+            ("HTTPS://u:pw@h.test/p#frag, then", "HTTPS://h.test/p?[redacted], then"),
+            ("http://h.test:8080?x=1 and http://g.test/ok", "http://h.test:8080?[redacted] and http://g.test/ok"),
+            ("\"url\":\"https://h.test/x?t=1\"", "\"url\":\"https://h.test/x?[redacted]\""),
+            ("https://h.test/x?", "https://h.test/x?"),
+            ("no url here?a=b", "no url here?a=b"),
+            ("a https://h.test/plain/path.", "a https://h.test/plain/path."),
+        ] {
+            assert_eq!(scrub_urls(text), want, "{text}");
+        }
+    }
 
     #[test]
     fn every_line_is_one_json_object_with_stable_fields() {
@@ -156,6 +214,17 @@ mod tests {
             (v["event"].as_str(), v["acked"].as_u64(), v["level"].as_str()),
             (Some("batch"), Some(2), Some("info"))
         );
+        let hook = Event::JobDead {
+            job_id: "j2",
+            job_type: Some("webhook"),
+            ordering_key: None,
+            attempts: 1,
+            error: "https://hooks.test/services/T0/B0?token=s3cret&x=1: HTTP 404",
+        };
+        let line = hook.json();
+        assert!(!line.contains("s3cret"), "{line}");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["error"], "https://hooks.test/services/T0/B0?[redacted]: HTTP 404");
         let outage: Value = serde_json::from_str(&Event::Outage { message: "D1 \"down\"\n".into() }.json()).unwrap();
         assert_eq!(outage["message"], "D1 \"down\"\n", "messages are escaped, never break the line");
         assert_eq!(Event::ConfigError { error: "x".into() }.level(), "error");

@@ -147,13 +147,17 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         }))
         .await;
 
+        // Held keys: their holders, read in one D1 round trip, say how long to wait; a lock whose
+        // holder is finished (cancelled, reaped DEAD, or done without its release) is taken over,
+        // so no job waits on it until Queues' delivery attempts run out.
+        let (locks, holders) = self.take_over_stale(&groups, locks, &spec).await;
+
         // One D1 round trip: claim every runnable message (and read its row, to learn why when the
-        // claim is refused); for a key held by one of our jobs, read that job to know how long it holds.
+        // claim is refused).
         let mut reads: Vec<Stmt> = Vec::new();
         let mut claim_at: HashMap<usize, usize> = HashMap::new();
-        let mut holder_at: HashMap<usize, usize> = HashMap::new();
         let lease_until = now + i64::from(self.cfg.lease_seconds) * 1000;
-        for (gi, (g, l)) in groups.iter().zip(&locks).enumerate() {
+        for (g, l) in groups.iter().zip(&locks) {
             match l {
                 GroupLock::Unkeyed | GroupLock::Taken(_) => {
                     for &i in &g.members {
@@ -168,12 +172,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         reads.push(stmt::get(&spec(i).id));
                     }
                 }
-                GroupLock::Held { holder } => {
-                    if let Some(job_id) = lock::token_job(holder) {
-                        holder_at.insert(gi, reads.len());
-                        reads.push(stmt::get(job_id));
-                    }
-                }
+                GroupLock::Held { .. } => {}
                 GroupLock::Down => settled.extend(g.members.iter().map(|&i| Settle::plain(i, infra))),
             }
         }
@@ -193,8 +192,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             if !matches!(locks[gi], GroupLock::Held { .. }) {
                 continue;
             }
-            let holder = holder_at.get(&gi).and_then(|&at| row(at));
-            let delay = self.held_delay(now, holder.as_ref());
+            let delay = self.held_delay(now, holders.get(&gi));
             for &i in &g.members {
                 let note = stmt::note_deferral(spec(i), now, now + i64::from(delay) * 1000);
                 settled.push(Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay }));
@@ -291,6 +289,61 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         }
         self.release_all(lock_ends).await;
         outcomes
+    }
+
+    /// Reads the holders of held keys (one D1 round trip, only when a key is held) and takes over
+    /// each lock whose holder the ledger says is finished. Returns the locks as they now stand
+    /// and, per still-held group, its holder's row. A failed read leaves the keys held.
+    async fn take_over_stale<'s>(
+        &self,
+        groups: &[batch::Group<'_>],
+        mut locks: Vec<GroupLock>,
+        spec: &impl Fn(usize) -> &'s JobSpec,
+    ) -> (Vec<GroupLock>, HashMap<usize, Job>) {
+        let held: Vec<(usize, &str)> = locks
+            .iter()
+            .enumerate()
+            .filter_map(|(gi, l)| match l {
+                GroupLock::Held { holder } => lock::token_job(holder).map(|job| (gi, job)),
+                _ => None,
+            })
+            .collect();
+        let mut holders = HashMap::new();
+        if held.is_empty() {
+            return (locks, holders);
+        }
+        let rows = match self.sql.batch(held.iter().map(|(_, job)| stmt::get(job)).collect()).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                self.outage(format!("holders of held keys not read, their messages wait: {e}"));
+                return (locks, holders);
+            }
+        };
+        let finished: Vec<(usize, Job)> = held
+            .iter()
+            .zip(rows)
+            .filter_map(|((gi, _), r)| Job::first(&r).ok().flatten().map(|j| (*gi, j)))
+            .collect();
+        for (gi, holder) in finished {
+            if !holder.status.is_finished() {
+                holders.insert(gi, holder);
+                continue;
+            }
+            let (Some(key), GroupLock::Held { holder: stale }) = (groups[gi].key, &locks[gi]) else { continue };
+            let ids: Vec<&str> = groups[gi].members.iter().map(|&i| spec(i).id.as_str()).collect();
+            let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
+            locks[gi] = match lock::take_over(self.kv, &key, stale, &ids, self.cfg.lock_ttl_seconds).await {
+                Ok(Acquired::Taken { token }) => {
+                    GroupLock::Taken(HeldLock { key, token, taken_at: self.clock.now_ms() })
+                }
+                Ok(Acquired::Held { holder }) => GroupLock::Held { holder },
+                Err(e) => {
+                    self.outage(format!("key {key:?} deferred: {e}"));
+                    GroupLock::Down
+                }
+            };
+        }
+        (locks, holders)
     }
 
     /// How long messages of a held key wait. A key held by one of our jobs waiting for its retry

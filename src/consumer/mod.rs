@@ -396,6 +396,16 @@ impl Leases {
     }
 }
 
+/// Whole seconds from `now` until `at`: 0 when `at` has passed, at most the Queues maximum (a
+/// send or retry delay).
+pub fn seconds_until(now: i64, at: i64) -> u32 {
+    if at <= now {
+        0
+    } else {
+        until(now, Some(at))
+    }
+}
+
 /// Whole seconds from `now` until `at` (at least 1, at most the Queues maximum).
 fn until(now: i64, at: Option<i64>) -> u32 {
     let ms = at.unwrap_or(now).saturating_sub(now).max(0);

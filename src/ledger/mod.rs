@@ -320,6 +320,10 @@ pub mod stmt {
     pub fn head(key: &str, on_dead: OnDead) -> Stmt {
         with(sql!("head"), vec![key.into(), on_dead.as_str().into()])
     }
+    /// Lock mode: a key's oldest PENDING job, if it waited for the key, made due now.
+    pub fn wake_waiting(key: &str, now: i64) -> Stmt {
+        with(sql!("wake_waiting"), vec![key.into(), now.into()])
+    }
     /// Keys whose head is an unskipped DEAD job.
     pub fn blocked_keys(limit: u32) -> Stmt {
         with(sql!("blocked_keys"), vec![limit.into()])
@@ -483,6 +487,17 @@ pub struct DeadFilter {
     pub to: Option<i64>,
 }
 
+/// The DEAD jobs a filter matches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadMatches {
+    /// How many match.
+    pub matched: i64,
+    /// How many of them can be redriven now (a readable payload, no clash of dedupe keys).
+    pub redrivable: i64,
+    /// The first redrivable ones, oldest death first.
+    pub ids: Vec<String>,
+}
+
 /// What a cancel did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cancel {
@@ -618,12 +633,34 @@ impl<S: Sql> Ledger<S> {
             .collect()
     }
 
-    /// DEAD jobs matching `filter`: the first `limit` ids (oldest death first) and how many match.
-    pub async fn dead_matching(&self, filter: &DeadFilter, limit: u32) -> Result<(Vec<String>, i64), InfraError> {
+    /// DEAD jobs matching `filter`: how many, how many can be redriven, and the first `limit` of
+    /// those (oldest death first).
+    pub async fn dead_matching(&self, filter: &DeadFilter, limit: u32) -> Result<DeadMatches, InfraError> {
         let rows = self.sql.query(stmt::dead_matching(filter, limit)).await?;
-        let matched = rows.first().and_then(|r| r.get("matched")).and_then(int_of).unwrap_or(0);
-        let ids = rows.iter().filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string)).collect();
-        Ok((ids, matched))
+        let count = |c: &str| rows.first().and_then(|r| r.get(c)).and_then(int_of).unwrap_or(0);
+        let ids = rows
+            .iter()
+            .filter(|r| r.get("redrivable_row").and_then(int_of) == Some(1))
+            .filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        Ok(DeadMatches { matched: count("matched"), redrivable: count("redrivable"), ids })
+    }
+
+    /// The job to wake once `key`'s holder is gone (cancelled): in strict mode the key's head; in
+    /// lock mode its oldest PENDING job if it was put off behind the holder (made due now).
+    /// `None` when there is no PENDING job to wake.
+    pub async fn key_to_wake(
+        &self,
+        key: &str,
+        mode: OrderingMode,
+        on_dead: OnDead,
+        now: i64,
+    ) -> Result<Option<Job>, InfraError> {
+        let read = match mode {
+            OrderingMode::Strict => stmt::head(key, on_dead),
+            OrderingMode::Lock => stmt::wake_waiting(key, now),
+        };
+        Ok(Job::first(&self.sql.query(read).await?)?.filter(|j| j.status == Status::Pending))
     }
 
     /// PENDING -> DEAD "cancelled", or why not; audited in the job's history.

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::{int_of, stmt, Job, JobSpec, Lease, Ledger, Row, Sql, Status, Stmt};
+use super::{int_of, stmt, Job, JobSpec, Lease, Ledger, Row, Sql, Stmt};
 use crate::config::OnDead;
 use crate::error::InfraError;
 
@@ -199,19 +199,9 @@ impl<S: Sql> Ledger<S> {
         })
     }
 
-    /// A key's head under `on_dead`.
-    pub async fn head(&self, key: &str, on_dead: OnDead) -> Result<Option<Job>, InfraError> {
-        Job::first(&self.sql.query(stmt::head(key, on_dead)).await?)
-    }
 }
 
 impl Job {
-    /// Whether this job, at a key's head, lets the key move on under `on_dead`.
-    pub fn passable(&self, on_dead: OnDead) -> bool {
-        self.status == Status::Done
-            || (self.status == Status::Dead && (on_dead == OnDead::Skip || self.skipped_at.is_some()))
-    }
-
     /// The payload as JSON, if the row has a readable one.
     pub fn payload_json(&self) -> Option<Value> {
         serde_json::from_str(self.payload.as_deref()?).ok()

@@ -381,7 +381,7 @@ impl Runner for SimRunner {
                 let mine = o.finished_by.get(&self.inv).cloned().unwrap_or_default();
                 for lower in key_jobs(&self.db, k).into_iter().filter(|j| j.seq.is_some_and(|x| x < s)) {
                     let finished_here = mine.contains(&lower.id) && chained_past(&o, &self.inv, &lower, on_dead);
-                    if !lower.passable(on_dead) && !finished_here && !o.redriven.contains(&lower.id) {
+                    if !passable(&lower, on_dead) && !finished_here && !o.redriven.contains(&lower.id) {
                         o.violations.push(format!(
                             "run rule broken: {} (seq {s}) started while {} (seq {:?}) is {}",
                             job.id,
@@ -435,6 +435,14 @@ impl Runner for SimRunner {
         }
         result
     }
+}
+
+/// The run rule's oracle, written apart from the SQL it checks: whether `job`, below a run of
+/// its key, lets the run start under `on_dead` (DONE; or DEAD under `skip` or skipped by an
+/// operator).
+fn passable(job: &Job, on_dead: OnDead) -> bool {
+    job.status == Status::Done
+        || (job.status == Status::Dead && (on_dead == OnDead::Skip || job.skipped_at.is_some()))
 }
 
 /// Whether invocation `inv` may have moved past `lower` within its own chain: a success, or a
