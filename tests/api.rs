@@ -201,9 +201,16 @@ fn redrive_resends_a_dead_job_and_refuses_others() {
 #[test]
 fn the_dashboard_shell_needs_no_token_and_holds_no_data() {
     let w = World::new();
+    let secret = json!({"type": "webhook", "url": "https://example.test/hook", "body": {"card": "4111-secret"}});
+    let r = w.call("POST", "/jobs", Some(json!({"payload": secret, "ordering_key": "acct-secret-key"})));
+    assert_eq!(r.status, 202);
+    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
     let r = w.call_with(None, Ok(&w.cfg), "GET", "/", None);
     assert_eq!((r.status, r.content_type), (200, "text/html; charset=utf-8"));
     assert!(r.body.contains("Dead letters"));
+    for data in [id.as_str(), "4111-secret", "acct-secret-key", "example.test"] {
+        assert!(!r.body.contains(data), "the page served without a token carries {data:?}");
+    }
 }
 
 fn seed_running(w: &World, id: &str, max_attempts: u32, now: i64) {

@@ -242,6 +242,26 @@ fn messages_of_a_key_held_by_a_failed_job_wait_for_its_retry_not_a_poll() {
 }
 
 #[test]
+fn a_lock_whose_holder_is_finished_is_taken_over_not_polled_until_delivery_runs_out() {
+    let w = World::new();
+    let a = keyed("a", T0, "k", json!({"type": "t", "fail": 1}));
+    w.run(&[a]);
+    assert_eq!(w.lock("k"), Some(owner_token("a")), "a holds its key for its retry");
+    // An operator cancels a while it waits: it is DEAD, but its hold is still in KV.
+    let cancelled = block_on(orderly::ledger::Ledger::new(&w.db).cancel("a", T0 + 500)).unwrap();
+    assert!(matches!(cancelled, orderly::ledger::Cancel::Cancelled(_)));
+    w.clock.advance_ms(1_000);
+    // A job of the key arriving now runs at once, and lets the key go.
+    assert_eq!(w.run(&[keyed("b", T0 + 1_000, "k", ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.job("b").status, Status::Done);
+    assert_eq!(w.lock("k"), None);
+    // A lock naming a job still waiting for its retry is not taken over.
+    w.run(&[keyed("c", T0 + 2_000, "k2", json!({"type": "t", "fail": 1}))]);
+    assert_eq!(w.run(&[keyed("d", T0 + 2_001, "k2", ok())]), vec![Outcome::Defer { delay_seconds: 5 }]);
+    assert_eq!(w.lock("k2"), Some(owner_token("c")));
+}
+
+#[test]
 fn a_key_held_by_a_running_group_is_polled_at_the_configured_delay() {
     let w = World::new();
     block_on(w.db.query(stmt::claim(&spec("runner", Some("k")), "another-invocation", T0, T0 + 120_000, T0))).unwrap();

@@ -78,11 +78,9 @@ fn an_expired_lease_out_of_attempts_is_left_to_the_reaper() {
     assert_eq!((reaped[0].status, reaped[0].attempts), (Status::Dead, 3));
 }
 
-#[test]
-fn a_list_of_one_status_reads_its_index_not_the_table() {
-    let (db, _) = Sqlite::temp();
-    let s = stmt::list(Some(Status::Dead), None, 50);
-    let plan: Vec<String> = db
+/// SQLite's plan for a statement, one line per step.
+fn plan(db: &Sqlite, s: &orderly::ledger::Stmt) -> Vec<String> {
+    db
         .conn
         .prepare(&format!("EXPLAIN QUERY PLAN {}", s.sql))
         .unwrap()
@@ -96,9 +94,22 @@ fn a_list_of_one_status_reads_its_index_not_the_table() {
         )
         .unwrap()
         .map(Result::unwrap)
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_list_of_one_status_reads_its_index_not_the_table() {
+    let (db, _) = Sqlite::temp();
+    let plan = plan(&db, &stmt::list(Some(Status::Dead), None, 50));
     assert!(plan.iter().any(|p| p.contains("job_status_created")), "{plan:?}");
     assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "no sort: {plan:?}");
+}
+
+#[test]
+fn the_charts_read_recent_runs_and_redrives_through_their_index() {
+    let (db, _) = Sqlite::temp();
+    let plan = plan(&db, &orderly::ledger::history::stmt::activity_runs(T0));
+    assert!(plan.iter().any(|p| p.contains("job_event_at")), "{plan:?}");
 }
 
 #[test]

@@ -245,8 +245,9 @@ pub struct Minute {
 /// The last [`ACTIVITY_MINUTES`] minutes, oldest first, the current (partial) minute last.
 ///
 /// `backlog` walks back from `now_open` (jobs unfinished now): a minute's end had the unfinished
-/// jobs of the next minute's end, minus those created in the next minute, plus those finished in
-/// it. Runs come from history, jobs made DEAD from `job.finished_at` (so a job dead-lettered or
+/// jobs of the next minute's end, minus those created or redriven in the next minute, plus those
+/// finished in it. (A job that died and was redriven within the hour lost its first death's time
+/// to the redrive: before its redrive it counts as finished.) Runs come from history, jobs made DEAD from `job.finished_at` (so a job dead-lettered or
 /// cancelled without a run counts too).
 pub fn activity(now: i64, now_open: i64, runs: &[Row], jobs: &[Row]) -> Vec<Minute> {
     let last = now.div_euclid(60_000);
@@ -261,6 +262,12 @@ pub fn activity(now: i64, now_open: i64, runs: &[Row], jobs: &[Row]) -> Vec<Minu
     let text = |row: &Row, c: &str| row.get(c).and_then(Value::as_str).map(str::to_string);
     for row in runs {
         let Some(i) = slot(row) else { continue };
+        if text(row, "kind").as_deref() == Some(Kind::Redrive.as_str()) {
+            // Open again from here on: walking back, it was not open before (unless created in
+            // the hour, which `created` counts).
+            created[i] += n(row);
+            continue;
+        }
         match text(row, "outcome").and_then(|o| RunOutcome::parse(&o)) {
             Some(RunOutcome::Done) => minutes[i].done += n(row),
             Some(RunOutcome::Retry) => minutes[i].failed += n(row),

@@ -175,9 +175,15 @@ test("maintenance re-sends a job whose runner died, and it completes", async () 
 test("the dashboard page is served without a token and carries no data", async () => {
   const w = await start();
   try {
+    const r = await w.api("POST", "/jobs", { payload: webhook("/ok/page-secret", { card: "4111-secret" }), ordering_key: "acct-secret" });
+    const id = r.json.jobs[0].id;
+    await waitFor(async () => (await w.job(id))?.status === "DONE", "the job DONE");
     const page = await w.api("GET", "/", undefined, null);
     assert.equal(page.status, 200);
     assert.match(page.text, /<title>orderly<\/title>/);
+    for (const data of [id, "4111-secret", "acct-secret", "page-secret"]) {
+      assert.ok(!page.text.includes(data), `the page served without a token carries ${data}`);
+    }
   } finally {
     await w.dispose();
   }

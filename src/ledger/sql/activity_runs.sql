@@ -1,5 +1,6 @@
--- Runs per minute since ?1 by outcome, for the dashboard's charts. ?1 since (ms)
-SELECT at / 60000 AS minute, outcome, count(*) AS n
+-- Runs per minute since ?1 by outcome, and redrives per minute (a redriven job is open again from
+-- then), for the dashboard's charts. Served by job_event_at. ?1 since (ms)
+SELECT at / 60000 AS minute, kind, outcome, count(*) AS n
 FROM job_event
-WHERE kind = 'attempt' AND at >= ?1
-GROUP BY minute, outcome
+WHERE kind IN ('attempt', 'redrive') AND at >= ?1
+GROUP BY minute, kind, outcome
