@@ -42,6 +42,9 @@ function jobBody(payload, options) {
 }
 
 export class OrderlyClient {
+  /** orderly's ADMIN_TOKEN: private, so it never shows in `JSON.stringify(client)` or a log. */
+  #token;
+
   /**
    * @param {{ token: string, service?: { fetch: typeof fetch }, baseUrl?: string, fetch?: typeof fetch }} options
    *   `service`: a service binding to orderly (its URL's host is ignored); otherwise `baseUrl`
@@ -49,19 +52,24 @@ export class OrderlyClient {
    */
   constructor({ token, service, baseUrl = "https://orderly.internal", fetch: fetchFn } = {}) {
     if (!token) throw new TypeError("OrderlyClient needs orderly's ADMIN_TOKEN");
-    this.token = token;
+    this.#token = token;
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.fetchFn = service ? service.fetch.bind(service) : (fetchFn ?? globalThis.fetch.bind(globalThis));
   }
 
   async request(method, path, body) {
-    const headers = { authorization: `Bearer ${this.token}` };
+    const headers = { authorization: `Bearer ${this.#token}` };
     if (body !== undefined) headers["content-type"] = "application/json";
     const res = await this.fetchFn(new Request(this.baseUrl + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) }));
     const text = await res.text();
     let json;
-    try { json = text ? JSON.parse(text) : undefined; } catch { json = { error: text }; }
-    if (!res.ok) throw errorFor(res.status, json);
+    try { json = text ? JSON.parse(text) : undefined; } catch { json = undefined; }
+    if (!res.ok) throw errorFor(res.status, json ?? { error: text });
+    // orderly answers every request with a JSON object: anything else (a proxy's page, an empty
+    // body) is not an answer from orderly, and never a value to hand back.
+    if (json === null || typeof json !== "object") {
+      throw new OrderlyError(res.status, { error: `HTTP ${res.status} without a JSON object: ${text.slice(0, 200)}` });
+    }
     return json;
   }
 
@@ -76,6 +84,9 @@ export class OrderlyClient {
     }
     const jobs = (many ? payloads : [payloads]).map((p) => jobBody(p, options));
     const out = await this.request("POST", "/jobs", many ? { jobs } : jobs[0]);
+    if (!Array.isArray(out.jobs) || out.jobs.length !== jobs.length) {
+      throw new OrderlyError(202, { error: "orderly's answer does not list the jobs submitted", ...out });
+    }
     return many ? out.jobs : out.jobs[0];
   }
 

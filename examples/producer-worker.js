@@ -2,12 +2,17 @@
 // A producer Worker that hands work to orderly: through a service binding with orderly's client,
 // and, as a Fedify app's `WorkersMessageQueue` does, straight onto orderly's queue.
 // Type-checked against client/index.d.ts and run under miniflare by tests/e2e/client.test.mjs.
+//
+// AN EXAMPLE, NOT A SERVICE TO DEPLOY AS IT IS: its routes submit, cancel and redrive jobs with
+// orderly's ADMIN_TOKEN. It answers only requests bearing its own secret PRODUCER_TOKEN (and 503
+// when that is not set); a real app calls the client from its own code, behind its own auth.
 import { OrderlyClient, OrderlyError } from "../client/index.js";
 
 /**
  * @typedef {object} Env
  * @property {{ fetch(request: Request): Promise<Response> }} ORDERLY  service binding to orderly
  * @property {string} ORDERLY_TOKEN  orderly's ADMIN_TOKEN (a secret)
+ * @property {string} [PRODUCER_TOKEN]  this example's own bearer token (a secret)
  * @property {{ send(body: unknown, options?: { contentType?: "json" | "text" | "bytes" | "v8", delaySeconds?: number }): Promise<void> }} ORDERLY_JOBS
  *   producer binding to orderly's queue, "orderly-jobs"
  */
@@ -19,6 +24,10 @@ export default {
    * @returns {Promise<Response>}
    */
   async fetch(request, env) {
+    if (!env.PRODUCER_TOKEN) return Response.json({ error: "PRODUCER_TOKEN is not set" }, { status: 503 });
+    if (!(await sameSecret(request.headers.get("authorization") ?? "", `Bearer ${env.PRODUCER_TOKEN}`))) {
+      return Response.json({ error: "missing or wrong bearer token" }, { status: 401 });
+    }
     const orderly = new OrderlyClient({ token: env.ORDERLY_TOKEN, service: env.ORDERLY });
     const url = new URL(request.url);
     /** @type {Record<string, any>} */
@@ -69,3 +78,16 @@ export default {
     }
   },
 };
+
+/**
+ * Compares two secrets in constant time (by their SHA-256 digests, so lengths leak nothing).
+ * @param {string} a
+ * @param {string} b
+ */
+async function sameSecret(a, b) {
+  const digest = async (/** @type {string} */ s) => new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(s)));
+  const [x, y] = await Promise.all([digest(a), digest(b)]);
+  let diff = 0;
+  for (let i = 0; i < x.length; i++) diff |= x[i] ^ y[i];
+  return diff === 0;
+}

@@ -13,6 +13,16 @@ const configAt = args.indexOf("--config");
 const configPath = configAt >= 0 && args[configAt + 1] ? args[configAt + 1] : "wrangler.toml";
 const PLACEHOLDER_KV = /^0+$/;
 const PLACEHOLDER_D1 = /^0{8}-0{4}-0{4}-0{4}-0{12}$/;
+/** What Cloudflare's ids look like: a KV namespace id is 32 hex digits, a D1 database id a UUID. */
+const KV_ID = /^[0-9a-f]{32}$/;
+const D1_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** `id` if it has the shape of `what`'s ids and is not a placeholder; else throws. */
+export function checkedId(what, id, shape, placeholder) {
+  if (typeof id !== "string" || !shape.test(id)) throw new Error(`wrangler answered ${what} id ${JSON.stringify(id)}, which is not one`);
+  if (placeholder.test(id)) throw new Error(`wrangler answered a placeholder ${what} id (${id})`);
+  return id;
+}
 
 /** Runs wrangler; its stdout, or throws with what it said. */
 function wrangler(...argv) {
@@ -26,11 +36,19 @@ function wrangler(...argv) {
   return r.stdout;
 }
 
-/** JSON from wrangler output that may have a banner before it. */
-function jsonIn(text) {
-  const start = text.search(/[[{]/);
-  if (start < 0) throw new Error(`expected JSON from wrangler, got: ${text.trim().slice(0, 200)}`);
-  return JSON.parse(text.slice(start));
+/** JSON from wrangler output that may have a banner or `[WARNING]` lines before it: the rest of the
+ * output from the first line at which it parses. */
+export function jsonIn(text) {
+  const lines = text.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    if (!/^\s*[[{]/.test(lines[i])) continue;
+    try {
+      return JSON.parse(lines.slice(i).join("\n"));
+    } catch {
+      // a bracketed banner line such as "[WARNING] ...": try the next line
+    }
+  }
+  throw new Error(`expected JSON from wrangler, got: ${text.trim().slice(0, 200)}`);
 }
 
 /** The resources wrangler.toml names. */
@@ -63,30 +81,36 @@ function main() {
   const titles = [want.kv.binding, `orderly-${want.kv.binding}`];
   let kvId = namespaces.find((n) => titles.includes(n.title))?.id;
   if (kvId) {
+    checkedId("KV namespace", kvId, KV_ID, PLACEHOLDER_KV);
     did.push(`KV namespace ${want.kv.binding}: exists (${kvId})`);
   } else {
     const out = wrangler("kv", "namespace", "create", want.kv.binding);
-    kvId = /\bid"?\s*[=:]\s*"([0-9a-f]{32})"/.exec(out)?.[1];
+    kvId = /\bid"?\s*[=:]\s*"([^"\n]*)"/.exec(out)?.[1];
     if (!kvId) throw new Error(`wrangler created the KV namespace but printed no id: ${out.trim()}`);
+    checkedId("KV namespace", kvId, KV_ID, PLACEHOLDER_KV);
     did.push(`KV namespace ${want.kv.binding}: created (${kvId})`);
   }
 
   const dbs = jsonIn(wrangler("d1", "list", "--json"));
   let dbId = dbs.find((d) => d.name === want.d1.name)?.uuid;
   if (dbId) {
+    checkedId("D1 database", dbId, D1_ID, PLACEHOLDER_D1);
     did.push(`D1 database ${want.d1.name}: exists (${dbId})`);
   } else {
     const out = wrangler("d1", "create", want.d1.name);
-    dbId = /database_id"?\s*[=:]\s*"([0-9a-f-]{36})"/.exec(out)?.[1];
+    dbId = /database_id"?\s*[=:]\s*"([^"\n]*)"/.exec(out)?.[1];
     if (!dbId) throw new Error(`wrangler created the D1 database but printed no id: ${out.trim()}`);
+    checkedId("D1 database", dbId, D1_ID, PLACEHOLDER_D1);
     did.push(`D1 database ${want.d1.name}: created (${dbId})`);
   }
 
+  // Every id is checked above; the file is written only now, and with function replacements, so
+  // no text wrangler printed is read as a replacement pattern.
   const before = toml;
-  toml = toml.replace(/(\[\[kv_namespaces\]\][^[]*?\bid\s*=\s*")([^"]*)(")/s, `$1${kvId}$3`);
-  toml = toml.replace(/(\[\[d1_databases\]\][^[]*?database_id\s*=\s*")([^"]*)(")/s, `$1${dbId}$3`);
+  toml = toml.replace(/(\[\[kv_namespaces\]\][^[]*?\bid\s*=\s*")([^"]*)(")/s, (_, a, _old, c) => a + kvId + c);
+  toml = toml.replace(/(\[\[d1_databases\]\][^[]*?database_id\s*=\s*")([^"]*)(")/s, (_, a, _old, c) => a + dbId + c);
   // The placeholders' "replace with ..." hints are done with.
-  toml = toml.replace(/(id = "[0-9a-f]{32}")\s*#.*$/m, "$1").replace(/(database_id = "[0-9a-f-]{36}")\s*#.*$/m, "$1");
+  toml = toml.replace(/(id = "[0-9a-f]{32}")\s*#.*$/m, (_, a) => a).replace(/(database_id = "[0-9a-f-]{36}")\s*#.*$/m, (_, a) => a);
   if (toml !== before) {
     writeFileSync(configPath, toml);
     did.push(`${configPath}: ids written`);
@@ -94,7 +118,6 @@ function main() {
     did.push(`${configPath}: ids already current`);
   }
   for (const line of did) console.log(`orderly provision: ${line}`);
-  if (PLACEHOLDER_KV.test(kvId) || PLACEHOLDER_D1.test(dbId)) throw new Error("wrangler answered placeholder ids");
   console.log("orderly provision: done; next: `npm run deploy` (migrations, then the worker)");
 }
 

@@ -33,6 +33,10 @@ c.enqueue([{}]).then((jobs) => jobs.id);
   assert.match(out, /misuse\.js\(5,.*'id' does not exist/s, "many payloads answer an array");
 });
 
+const PRODUCER_TOKEN = "producer-example-token";
+/** A request to the producer example with its token. */
+const authed = (init = {}) => ({ ...init, headers: { authorization: `Bearer ${PRODUCER_TOKEN}` } });
+
 const producer = {
   name: "producer",
   modules: true,
@@ -41,7 +45,7 @@ const producer = {
   modulesRules: MODULES_RULES,
   compatibilityDate: "2026-08-01",
   serviceBindings: { ORDERLY: "orderly" },
-  bindings: { ORDERLY_TOKEN: TOKEN },
+  bindings: { ORDERLY_TOKEN: TOKEN, PRODUCER_TOKEN },
   queueProducers: { ORDERLY_JOBS: { queueName: "orderly-jobs" } },
 };
 
@@ -50,7 +54,7 @@ test("a producer Worker uses the client through a service binding; errors come b
   try {
     const p = await w.mf.getWorker("producer");
     const call = async (path, body) => {
-      const res = await p.fetch(`http://producer.test${path}`, body === undefined ? {} : { method: "POST", body: JSON.stringify(body) });
+      const res = await p.fetch(`http://producer.test${path}`, authed(body === undefined ? {} : { method: "POST", body: JSON.stringify(body) }));
       return { status: res.status, json: await res.json().catch(() => null) };
     };
     const one = await call("/notify", { account: 7, url: "http://target.test/echo/client", event: { n: 1 }, priority: 1 });
@@ -84,11 +88,30 @@ test("a producer Worker uses the client through a service binding; errors come b
   }
 });
 
-test("a wrong token is an UnauthorizedError", async () => {
-  const w = await start({ extraWorkers: [{ ...producer, bindings: { ORDERLY_TOKEN: "not-the-token" } }] });
+test("the producer example answers nobody without its own token", async () => {
+  const w = await start({ extraWorkers: [producer, { ...producer, name: "unset", bindings: { ORDERLY_TOKEN: TOKEN } }] });
   try {
     const p = await w.mf.getWorker("producer");
-    const res = await p.fetch("http://producer.test/counts");
+    for (const path of ["/job?id=x", "/counts", "/cancel", "/redrive", "/notify", "/fedify"]) {
+      const anonymous = await p.fetch(`http://producer.test${path}`, { method: "POST", body: "{}" });
+      assert.equal(anonymous.status, 401, path);
+      const wrong = await p.fetch(`http://producer.test${path}`, { method: "POST", body: "{}", headers: { authorization: "Bearer nope" } });
+      assert.equal(wrong.status, 401, path);
+    }
+    const unset = await (await w.mf.getWorker("unset")).fetch("http://producer.test/counts", authed());
+    assert.equal(unset.status, 503, "no PRODUCER_TOKEN: closed");
+    assert.equal(w.target.requests.length, 0);
+    assert.equal((await w.counts()).PENDING, 0, "nothing was submitted");
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("a wrong token is an UnauthorizedError", async () => {
+  const w = await start({ extraWorkers: [{ ...producer, bindings: { ORDERLY_TOKEN: "not-the-token", PRODUCER_TOKEN } }] });
+  try {
+    const p = await w.mf.getWorker("producer");
+    const res = await p.fetch("http://producer.test/counts", authed());
     assert.deepEqual(await res.json().then((b) => [b.error, b.status]), ["UnauthorizedError", 401]);
   } finally {
     await w.dispose();
@@ -101,6 +124,7 @@ test("a message sent the way Fedify's WorkersMessageQueue sends it runs in its k
     const p = await w.mf.getWorker("producer");
     for (const i of [1, 2, 3]) {
       const res = await p.fetch("http://producer.test/fedify", {
+        ...authed(),
         method: "POST",
         body: JSON.stringify({ orderingKey: "https://example.social/users/alice", payload: webhook(`/ok/fedify-${i}`, { i }) }),
       });
@@ -131,4 +155,17 @@ test("the client maps 413 and 503 answers, and works with plain fetch", async ()
   await assert.rejects(c.counts(), (e) => e instanceof UnavailableError && /unavailable/.test(e.message));
   await assert.rejects(c.counts(), (e) => e instanceof OrderlyError && e.name === "OrderlyError" && e.status === 418);
   assert.throws(() => new OrderlyClient({}), /ADMIN_TOKEN/);
+});
+
+test("a 2xx answer that is not orderly's JSON is an error, and the token never shows", async () => {
+  const bodies = ["<html>proxy login</html>", "", "[1]"];
+  const fake = async () => new Response(bodies.shift(), { status: 200, headers: { "content-type": "text/html" } });
+  const c = new OrderlyClient({ token: "s3cret-t0ken", baseUrl: "https://orderly.example", fetch: fake });
+  await assert.rejects(c.enqueue({ type: "webhook" }), (e) => e instanceof OrderlyError && /without a JSON object/.test(e.message));
+  await assert.rejects(c.counts(), (e) => e instanceof OrderlyError && e.status === 200);
+  await assert.rejects(c.enqueue({ type: "webhook" }), (e) => e instanceof OrderlyError && /does not list/.test(e.message));
+  assert.ok(!JSON.stringify(c).includes("s3cret"), JSON.stringify(c));
+  assert.ok(!Object.values(c).some((v) => String(v).includes("s3cret")));
+  const { inspect } = await import("node:util");
+  assert.ok(!inspect(c, { showHidden: true }).includes("s3cret"), inspect(c));
 });

@@ -70,3 +70,26 @@ test("provision stops with the reason when wrangler is not logged in, leaving wr
   assert.match(r.stderr, /wrangler login/);
   assert.equal(p.toml(), before);
 });
+
+test("provision reads JSON after wrangler's [WARNING] lines", () => {
+  const p = setup({ warn: true, kv: [{ id: "b".repeat(32), title: "ORDERING_KV" }], d1: [{ uuid: "11111111-2222-3333-4444-555555555555", name: "orderly" }] });
+  const r = p.run();
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(p.toml(), /id = "b{32}"/);
+});
+
+test("provision writes no id it did not check, and nothing at all when one is bad", () => {
+  const hostile = [
+    { kv: [{ id: 'x"\n[vars]\nADMIN_TOKEN = "pwned', title: "ORDERING_KV" }] },
+    { kv: [{ id: "c".repeat(32), title: "ORDERING_KV" }], d1: [{ uuid: "$` and $&-not-a-uuid", name: "orderly" }] },
+    { kv: [{ id: "0".repeat(32), title: "ORDERING_KV" }] },
+  ];
+  for (const account of hostile) {
+    const p = setup(account);
+    const before = p.toml();
+    const r = p.run();
+    assert.equal(r.status, 1, `${JSON.stringify(account)}: ${r.stdout}`);
+    assert.match(r.stderr, /is not one|placeholder/);
+    assert.equal(p.toml(), before, "wrangler.toml is left exactly as it was");
+  }
+});

@@ -154,6 +154,8 @@ struct Planned {
     payload: Value,
     /// Sent straight to the queue (else through `POST /jobs`).
     direct: bool,
+    /// API jobs: `delay_seconds`.
+    delay_seconds: u32,
     /// A body too large to read: must end DEAD, under its message's id, with the reason.
     poison: bool,
     at: i64,
@@ -187,8 +189,10 @@ impl Sim {
         let kv = Rc::new(MemoryKv::new(sched.clock.clone()));
         let cfg = Config {
             max_attempts: 5,
-            backoff_base_seconds: 1,
-            backoff_cap_seconds: 20,
+            // Backoffs longer than the early-delivery allowance, so a retry that comes too soon
+            // is seen (the not-before check).
+            backoff_base_seconds: 5,
+            backoff_cap_seconds: 60,
             lock_retry_delay_seconds: 1,
             lease_seconds: 120,
             webhook_timeout_seconds: 30,
@@ -236,7 +240,11 @@ impl Sim {
             }
             let payload = json!({"type": "webhook", "url": "https://sim.test/hook", "body": body});
             let at = T0 + rng.range(0, 20_000);
-            self.planned.push(Planned { id: format!("job-{i}"), key, n: *n, payload, direct, poison, at });
+            // Strict mode holds a key behind a delayed job; lock mode, which promises order only
+            // for jobs delivered in order, would let later jobs of the key pass it.
+            let delayed = self.setup.mode == OrderingMode::Strict && !direct && rng.chance(0.1);
+            let delay_seconds = if delayed { rng.range(3, 30) as u32 } else { 0 };
+            self.planned.push(Planned { id: format!("job-{i}"), key, n: *n, payload, direct, delay_seconds, poison, at });
         }
         // Production order is the order of `at` within a key.
         self.planned.sort_by_key(|p| p.at);
@@ -272,6 +280,7 @@ impl Sim {
         let planned = self.planned.clone();
         let (sched, cfg, broker, done) =
             (self.sched.clone(), self.cfg.clone(), self.broker.clone(), self.producer_done.clone());
+        let obs = self.obs.clone();
         let (sql, queue) = (self.sql("api"), self.queue());
         let fut = async move {
             let ledger = Ledger::new(sql);
@@ -298,8 +307,15 @@ impl Sim {
                 let ids: std::cell::RefCell<VecDeque<String>> =
                     std::cell::RefCell::new(planned[i..j].iter().map(|p| p.id.clone()).collect());
                 let new_id = || ids.borrow_mut().pop_front().unwrap_or_default();
-                let jobs: Vec<Value> =
-                    planned[i..j].iter().map(|p| json!({"payload": p.payload, "ordering_key": p.key})).collect();
+                let jobs: Vec<Value> = planned[i..j]
+                    .iter()
+                    .map(|p| json!({"payload": p.payload, "ordering_key": p.key, "delay_seconds": p.delay_seconds}))
+                    .collect();
+                // A delayed job may not run before its delay has passed from its submission.
+                for p in planned[i..j].iter().filter(|p| p.delay_seconds > 0) {
+                    let due = sched.now() + i64::from(p.delay_seconds) * 1000 - EARLY_ALLOWANCE_MS;
+                    obs.borrow_mut().not_before.insert(p.id.clone(), due);
+                }
                 let req = ApiRequest {
                     method: "POST".into(),
                     path: "/jobs".into(),
@@ -342,6 +358,7 @@ impl Sim {
             inv: inv.clone(),
             strict: (self.setup.mode == OrderingMode::Strict).then_some(self.setup.on_dead),
             timeout_ms: i64::from(self.cfg.webhook_timeout_seconds) * 1000,
+            backoff: (self.cfg.backoff_base_seconds, self.cfg.backoff_cap_seconds),
         };
         let (sched, cfg, broker, obs, faults) =
             (self.sched.clone(), self.cfg.clone(), self.broker.clone(), self.obs.clone(), self.setup.faults);
@@ -721,6 +738,31 @@ impl Sim {
             }
             last.insert(key.clone(), (order, r.job.clone()));
         }
+        // Strict mode orders API submissions exactly as submitted (SPEC 3b.1): their first
+        // successes follow the producer's own order, not only the seq the code gave them.
+        if self.setup.mode == OrderingMode::Strict {
+            let submitted: BTreeMap<&str, &Planned> =
+                self.planned.iter().filter(|p| !p.direct).map(|p| (p.id.as_str(), p)).collect();
+            let mut seen = std::collections::BTreeSet::new();
+            let mut last: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
+            for r in obs.runs.iter().filter(|r| r.ok == Some(true)) {
+                let Some(p) = submitted.get(r.job.as_str()) else { continue };
+                let Some(key) = p.key.as_deref() else { continue };
+                if redriven.contains(&r.job) || !seen.insert(r.job.as_str()) {
+                    continue;
+                }
+                if let Some((prev, prev_job)) = last.get(key) {
+                    if p.n < *prev {
+                        t.order_violations += 1;
+                        violations.push(format!(
+                            "key {key}: {} (submitted {}) succeeded after {prev_job} (submitted {prev})",
+                            r.job, p.n
+                        ));
+                    }
+                }
+                last.insert(key, (p.n, r.job.as_str()));
+            }
+        }
         // A success repeats only when the invocation that ran it first died or could not record it.
         let mut successes: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for r in obs.runs.iter().filter(|r| r.ok == Some(true)) {
@@ -843,6 +885,24 @@ fn replay() {
         println!("violation: {v}");
     }
     assert!(out.violations.is_empty());
+}
+
+#[test]
+fn the_detectors_fire_where_order_is_not_promised() {
+    // Lock mode promises no order under chaos or with failures: if its checkers saw nothing
+    // there, they would be blind, and strict mode's zeros would mean nothing.
+    for (name, seeds) in [("lock-c4-chaos", 0..3), ("lock-c1-failures", 0..5)] {
+        let s = setup(name);
+        assert!(!s.order_promised);
+        let outs: Vec<Outcome> = seeds.map(|seed| run_seed(s, seed)).collect();
+        let order: u64 = outs.iter().map(|o| o.tally.order_violations).sum();
+        assert!(order > 0, "{name}: no order violation reported");
+        assert!(outs.iter().all(|o| o.violations.is_empty()), "{name}: reported, never failed");
+        if name == "lock-c4-chaos" {
+            let overlaps: u64 = outs.iter().map(|o| o.tally.overlaps).sum();
+            assert!(overlaps > 0, "{name}: no overlapping runs reported");
+        }
+    }
 }
 
 #[test]

@@ -62,6 +62,10 @@ pub struct Observations {
     /// Jobs an operator redrove: put back below jobs that may already be claimed, so the run
     /// rule (checked when a claim is made) is not re-checked against them at run start.
     pub redriven: BTreeSet<String>,
+    /// job -> the earliest a run of it may start (ms): its submission delay, or half the backoff
+    /// after a failed run (equal jitter never waits less), less the early-delivery allowance.
+    /// Worked out here from what the simulation asked for and saw, not read from the ledger.
+    pub not_before: BTreeMap<String, i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -317,6 +321,17 @@ pub struct SimRunner {
     pub inv: String,
     pub strict: Option<OnDead>,
     pub timeout_ms: i64,
+    /// `BACKOFF_BASE_SECONDS` and `BACKOFF_CAP_SECONDS`, for the not-before oracle.
+    pub backoff: (u32, u32),
+}
+
+/// How early a PENDING job may be claimed (Queues' delays are not exact); the oracle allows it.
+pub const EARLY_ALLOWANCE_MS: i64 = 2_000;
+
+/// The shortest wait after failed attempt `attempt`: half of `base * 2^(attempt-1)` capped.
+fn min_backoff_ms(attempt: u32, (base, cap): (u32, u32)) -> i64 {
+    let full = (i64::from(base) << attempt.saturating_sub(1).min(30)).min(i64::from(cap));
+    full / 2 * 1000
 }
 
 /// Ends a run's "in progress" mark even when the invocation dies mid-run.
@@ -366,6 +381,17 @@ impl Runner for SimRunner {
                 }
                 None => o.violations.push(format!("{} ran without a ledger row", job.id)),
                 _ => {}
+            }
+            let now = self.sched.now();
+            if let Some(&due) = o.not_before.get(job.id).filter(|_| !o.redriven.contains(job.id)) {
+                if now < due {
+                    o.violations.push(format!(
+                        "{} (attempt {}) started {} ms before it was due",
+                        job.id,
+                        job.attempt,
+                        due - now
+                    ));
+                }
             }
             if let Some(k) = &key {
                 let active = o.active.entry(k.clone()).or_default();
@@ -432,6 +458,9 @@ impl Runner for SimRunner {
             || (result.is_err() && i64::from(job.attempt) >= max_attempts);
         if result.is_ok() || dead {
             o.finished_by.entry(self.inv.clone()).or_default().insert(job.id.to_string());
+        } else {
+            let due = self.sched.now() + min_backoff_ms(job.attempt, self.backoff) - EARLY_ALLOWANCE_MS;
+            o.not_before.insert(job.id.to_string(), due);
         }
         result
     }
