@@ -122,3 +122,59 @@ test("log lines are JSON objects with stable fields: batches and dead jobs", asy
     await w.dispose();
   }
 });
+
+test("lock mode: cancelling a key's failed holder lets the key's jobs run, none dead-lettered by polling", async () => {
+  // Long backoffs: the failed job would hold its key for minutes.
+  const w = await start({ vars: { BACKOFF_BASE_SECONDS: "600", BACKOFF_CAP_SECONDS: "3600" }, mainQueue: { maxRetries: 10 } });
+  try {
+    const a = (await w.api("POST", "/jobs", { payload: webhook("/status/503/holder"), ordering_key: "acct-1" })).json.jobs[0].id;
+    await waitFor(async () => (await w.job(a))?.attempts === 1 && (await w.job(a)).status === "PENDING", "the holder failed once");
+    assert.equal(await w.kv.get("__fedify_ordering_acct-1"), `orderly:${a}`, "it holds its key for its retry");
+    const b = (await w.api("POST", "/jobs", { payload: webhook("/ok/waiting"), ordering_key: "acct-1" })).json.jobs[0].id;
+    await waitFor(async () => (await w.job(b))?.deferrals >= 1, "the next job put off behind it");
+    const c = await w.api("POST", `/jobs/${a}/cancel`);
+    assert.equal(c.status, 200, c.text);
+    assert.equal(c.json.woken, b);
+    await waitFor(async () => (await w.job(b))?.status === "DONE", "the waiting job DONE");
+    const after = (await w.api("POST", "/jobs", { payload: webhook("/ok/after"), ordering_key: "acct-1" })).json.jobs[0].id;
+    await waitFor(async () => (await w.job(after))?.status === "DONE", "a job submitted after the cancel DONE");
+    assert.equal((await w.counts()).DEAD, 1, "only the cancelled job is DEAD");
+    assert.equal(await w.kv.get("__fedify_ordering_acct-1"), null, "the key is let go");
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("strict mode: cancelling a delayed head wakes the next job of its key at once", async () => {
+  const w = await start({ vars: { ORDERING_MODE: "strict" } });
+  try {
+    const r = await w.api("POST", "/jobs", { jobs: [
+      { payload: webhook("/ok/late-head"), ordering_key: "k", delay_seconds: 3600 },
+      { payload: webhook("/ok/behind"), ordering_key: "k" },
+    ] });
+    const [head, behind] = r.json.jobs.map((j) => j.id);
+    await new Promise((res) => setTimeout(res, 1500));
+    assert.equal((await w.job(behind)).status, "PENDING", "waits behind its delayed head");
+    const c = await w.api("POST", `/jobs/${head}/cancel`);
+    assert.deepEqual([c.status, c.json.woken], [200, behind]);
+    await waitFor(async () => (await w.job(behind))?.status === "DONE", "the next job DONE without waiting for the cron");
+    assert.equal(w.target.to("/ok/late-head").length, 0);
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("log lines never carry a webhook URL's query string; the ledger keeps its path", async () => {
+  const w = await start();
+  try {
+    const r = await w.api("POST", "/jobs", { payload: { type: "webhook", url: "http://target.test/status/404/services/T0?token=xoxb-s3cret", body: {} } });
+    const id = r.json.jobs[0].id;
+    await waitFor(async () => (await w.job(id))?.status === "DEAD", "DEAD");
+    const dead = await waitFor(() => w.events().find((e) => e.event === "job_dead" && e.job_id === id), "a job_dead line");
+    assert.match(dead.error, /http:\/\/target\.test\/status\/404\/services\/T0\?\[redacted\]/);
+    assert.ok(!w.logs.some((l) => l.message.includes("xoxb-s3cret")), "no log line carries the secret");
+    assert.match((await w.job(id)).last_error, /\/status\/404\/services\/T0/);
+  } finally {
+    await w.dispose();
+  }
+});
