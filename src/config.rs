@@ -317,6 +317,15 @@ mod tests {
     }
 
     #[test]
+    fn the_bulk_redrive_limit_stays_within_an_invocations_d1_queries() {
+        assert_eq!(with(&[]).unwrap().bulk_redrive_limit, 250);
+        assert_eq!(with(&[("BULK_REDRIVE_LIMIT", "16")]).unwrap().bulk_redrive_limit, 16);
+        assert_eq!(with(&[("BULK_REDRIVE_LIMIT", "0")]).unwrap_err().var, "BULK_REDRIVE_LIMIT");
+        // Three statements a job plus the count: 334 would be 1,003 queries.
+        assert_eq!(with(&[("BULK_REDRIVE_LIMIT", "334")]).unwrap_err().var, "BULK_REDRIVE_LIMIT");
+    }
+
+    #[test]
     fn leases_and_locks_shorter_than_one_run_are_refused() {
         assert_eq!(
             with(&[("WEBHOOK_TIMEOUT_SECONDS", "300"), ("LEASE_SECONDS", "120")]).unwrap_err().var,
