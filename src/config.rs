@@ -99,6 +99,9 @@ pub struct Config {
     /// Most DEAD jobs one bulk redrive takes: three D1 statements each plus one, within Workers'
     /// D1 queries per invocation (1,000 on paid plans: 250; 50 on free: at most 16).
     pub bulk_redrive_limit: u32,
+    /// Job types run by other Workers through service bindings (SPEC 13b): (type, binding),
+    /// from `SERVICE_HANDLERS = "email=APP,fedify=FEDIFY"`.
+    pub service_handlers: Vec<(String, String)>,
 }
 
 impl Default for Config {
@@ -117,6 +120,7 @@ impl Default for Config {
             on_dead: OnDead::Skip,
             strict_run_budget: 200,
             bulk_redrive_limit: 250,
+            service_handlers: Vec::new(),
             allow_private_targets: false,
             jobs_queue: "orderly-jobs".to_string(),
             dead_letter_queue: "orderly-dlq".to_string(),
@@ -244,6 +248,7 @@ impl Config {
             on_dead,
             strict_run_budget: num("STRICT_RUN_BUDGET", d.strict_run_budget, 1, 1000)?,
             bulk_redrive_limit: num("BULK_REDRIVE_LIMIT", d.bulk_redrive_limit, 1, MAX_BULK_REDRIVE)?,
+            service_handlers: service_handlers(lookup("SERVICE_HANDLERS").as_deref().unwrap_or(""))?,
             ordering_key_prefix,
             lock_ttl_seconds,
             max_attempts: num("MAX_ATTEMPTS", d.max_attempts, 1, 1000)?,
@@ -258,6 +263,37 @@ impl Config {
             retention_days: num("RETENTION_DAYS", d.retention_days, 1, 3650)?,
         })
     }
+}
+
+/// Reads `SERVICE_HANDLERS`: comma-separated `type=BINDING` pairs. A type is 1..64 of letters,
+/// digits and `_.:-`; a binding a JavaScript identifier; a type given twice, or the name of a
+/// built-in type, is refused (a job type has one handler).
+pub fn service_handlers(var: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    let bad = |reason: &'static str| ConfigError { var: "SERVICE_HANDLERS", value: var.to_string(), reason };
+    let mut out: Vec<(String, String)> = Vec::new();
+    for pair in var.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (ty, binding) = pair.split_once('=').ok_or_else(|| bad("each entry must be type=BINDING"))?;
+        let (ty, binding) = (ty.trim(), binding.trim());
+        let type_ok = (1..=64).contains(&ty.len())
+            && ty.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'));
+        if !type_ok {
+            return Err(bad("a type must be 1 to 64 letters, digits, _ . : or -"));
+        }
+        let mut chars = binding.chars();
+        let binding_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+        if !binding_ok {
+            return Err(bad("a binding must be a service binding's name (letters, digits, _)"));
+        }
+        if crate::handlers::TYPES.contains(&ty) {
+            return Err(bad("a built-in type (webhook) cannot also be a service handler"));
+        }
+        if out.iter().any(|(t, _)| t == ty) {
+            return Err(bad("a type is listed twice"));
+        }
+        out.push((ty.to_string(), binding.to_string()));
+    }
+    Ok(out)
 }
 
 /// A var that takes one of `options` (the first is the default when unset).
@@ -314,6 +350,19 @@ mod tests {
         assert_eq!(with(&[("ORDERING_MODE", "fifo")]).unwrap_err().var, "ORDERING_MODE");
         assert_eq!(with(&[("ON_DEAD", "drop")]).unwrap_err().var, "ON_DEAD");
         assert_eq!(with(&[("STRICT_RUN_BUDGET", "0")]).unwrap_err().var, "STRICT_RUN_BUDGET");
+    }
+
+    #[test]
+    fn service_handlers_are_type_binding_pairs_with_one_handler_a_type() {
+        let c = with(&[("SERVICE_HANDLERS", " email=APP , fedify=FEDIFY_HANDLER,")]).unwrap();
+        assert_eq!(
+            c.service_handlers,
+            vec![("email".to_string(), "APP".to_string()), ("fedify".to_string(), "FEDIFY_HANDLER".to_string())]
+        );
+        assert!(with(&[]).unwrap().service_handlers.is_empty());
+        for bad in ["email", "email=", "=APP", "webhook=APP", "a=X,a=Y", "e mail=APP", "email=1APP", "email=A-B"] {
+            assert_eq!(with(&[("SERVICE_HANDLERS", bad)]).unwrap_err().var, "SERVICE_HANDLERS", "{bad}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
 use crate::envelope::MAX_BODY_JSON_BYTES;
 use crate::error::InfraError;
-use crate::handlers::{HttpClient, HttpRequest, HttpResponse, SendError, RESPONSE_START_BYTES};
+use crate::handlers::{HttpClient, HttpRequest, HttpResponse, SendError};
 use crate::lock::Kv;
 use crate::producer::{OutMessage, QueueSender};
 
@@ -126,17 +126,17 @@ pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, Api
 
 /// The start of a response body as text; the stream is cancelled when dropped (wasm-streams
 /// cancels on drop), so the rest is never downloaded. A body that fails mid-read keeps what came.
-async fn read_start(resp: &mut worker::Response) -> String {
+async fn read_start(resp: &mut worker::Response, limit: usize) -> String {
     use futures::StreamExt;
     let Ok(mut stream) = resp.stream() else { return String::new() };
     let mut start = Vec::new();
-    while start.len() < RESPONSE_START_BYTES {
+    while start.len() < limit {
         match stream.next().await {
             Some(Ok(chunk)) => start.extend_from_slice(&chunk),
             _ => break,
         }
     }
-    start.truncate(RESPONSE_START_BYTES);
+    start.truncate(limit);
     String::from_utf8_lossy(&start).into_owned()
 }
 
@@ -177,7 +177,10 @@ impl QueueSender for WorkerQueue {
 /// `fetch` with a timeout that aborts the request. Redirects are not followed (a 3xx is the
 /// answer). Only the first [`RESPONSE_START_BYTES`] of the body are read (for the job's result),
 /// then the body is cancelled: Workers stall new fetches while six responses are open.
-pub struct WorkerFetch;
+pub struct WorkerFetch {
+    /// The worker's bindings: service handlers are reached through them.
+    pub env: Env,
+}
 
 impl HttpClient for WorkerFetch {
     async fn send(&self, req: HttpRequest, timeout_ms: u32) -> Result<HttpResponse, SendError> {
@@ -195,13 +198,24 @@ impl HttpClient for WorkerFetch {
         let controller = AbortController::default();
         let signal = controller.signal();
         // The timeout covers the answer and the start of its body.
+        // A service binding is a Worker of the user's, looked up by name (a missing one was
+        // refused as a configuration error before any job ran).
+        let service = match req.via.as_deref() {
+            Some(binding) => Some(self.env.service(binding).map_err(|e| SendError::Invalid(format!("{e}")))?),
+            None => None,
+        };
+        let limit = req.read_limit;
         let fetch = Box::pin(async move {
-            let mut resp = Fetch::Request(request).send_with_signal(&signal).await?;
-            let retry_after = resp.headers().get("retry-after").ok().flatten();
-            let content_type = resp.headers().get("content-type").ok().flatten();
+            let mut resp = match service {
+                Some(s) => s.fetch_request(request).await?,
+                None => Fetch::Request(request).send_with_signal(&signal).await?,
+            };
+            let header = |name: &str| resp.headers().get(name).ok().flatten();
+            let (retry_after, content_type, snooze) =
+                (header("retry-after"), header("content-type"), header(crate::handlers::service::SNOOZE_HEADER));
             let status = resp.status_code();
-            let body_start = read_start(&mut resp).await;
-            Ok::<_, worker::Error>(HttpResponse { status, retry_after, content_type, body_start })
+            let body_start = read_start(&mut resp, limit).await;
+            Ok::<_, worker::Error>(HttpResponse { status, retry_after, content_type, body_start, snooze })
         });
         let timeout = Delay::from(Duration::from_millis(u64::from(timeout_ms)));
         match select(fetch, timeout).await {

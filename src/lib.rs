@@ -112,13 +112,20 @@ mod entry {
                 return Ok(());
             }
         };
+        if let Some((ty, binding)) = cfg.service_handlers.iter().find(|(_, b)| env.service(b).is_err()) {
+            defer_all(&format!(
+                "configuration error: SERVICE_HANDLERS names binding {binding:?} for type {ty:?}, but the worker has no such service binding"
+            ));
+            return Ok(());
+        }
         let runner = Registry(Services {
-            http: WorkerFetch,
+            http: WorkerFetch { env: env.clone() },
             clock: SystemClock,
             webhook_key,
             allow_private_targets: cfg.allow_private_targets,
             retry_after_cap_seconds: cfg.backoff_cap_seconds,
             http_timeout_ms: cfg.webhook_timeout_seconds * 1000,
+            service_handlers: cfg.service_handlers.clone(),
         });
         let consumer = Consumer {
             cfg: &cfg,

@@ -68,6 +68,11 @@ impl Runner for Script {
         if job.payload.get("permanent").is_some() {
             return Err(JobError::permanent("HTTP 404"));
         }
+        // `{"snooze": n}`: the first n runs of the job snooze for 30 s.
+        let runs_so_far = self.runs.borrow().iter().filter(|(id, _)| id == job.id).count() as u64;
+        if runs_so_far <= job.payload.get("snooze").and_then(Value::as_u64).unwrap_or(0) {
+            return Err(JobError::snooze(30, "not ready"));
+        }
         let fails = job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0);
         if u64::from(job.attempt) <= fails {
             return Err(JobError::Retryable { reason: "HTTP 503".into(), retry_after: None, http_status: Some(503) });
@@ -262,6 +267,25 @@ fn a_lock_whose_holder_is_finished_is_taken_over_not_polled_until_delivery_runs_
 }
 
 #[test]
+fn a_snooze_holds_the_key_spends_no_attempt_and_runs_when_it_ends() {
+    let w = World::new();
+    let a = keyed("a", T0, "k", json!({"type": "t", "snooze": 1}));
+    let b = keyed("b", T0 + 1, "k", ok());
+    let out = w.run(&[a.clone(), b.clone()]);
+    assert_eq!(out, vec![Outcome::Defer { delay_seconds: 30 }, Outcome::Defer { delay_seconds: 30 }]);
+    let row = w.job("a");
+    assert_eq!((row.status, row.attempts, row.next_run_at), (Status::Pending, 0, T0 + 30_000));
+    assert_eq!(w.lock("k"), Some(owner_token("a")), "the key is held in a's name meanwhile");
+    // b alone, before the snooze ends, waits for it.
+    w.clock.advance_ms(5_000);
+    assert_eq!(w.run(std::slice::from_ref(&b)), vec![Outcome::Defer { delay_seconds: 25 }]);
+    w.clock.advance_ms(25_000);
+    assert_eq!(w.run(&[a, b]), vec![Outcome::Ack, Outcome::Ack]);
+    assert_eq!(w.script.runs.borrow().clone(), vec![("a".into(), 1), ("a".into(), 1), ("b".into(), 1)]);
+    assert_eq!((w.job("a").attempts, w.job("b").status), (1, Status::Done));
+}
+
+#[test]
 fn a_key_held_by_a_running_group_is_polled_at_the_configured_delay() {
     let w = World::new();
     block_on(w.db.query(stmt::claim(&spec("runner", Some("k")), "another-invocation", T0, T0 + 120_000, T0))).unwrap();
@@ -409,6 +433,7 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
         allow_private_targets: false,
         retry_after_cap_seconds: 3600,
         http_timeout_ms: 1_000,
+        service_handlers: vec![("email".into(), "APP".into())],
     });
     let consumer = Consumer {
         cfg: &w.cfg,
@@ -426,10 +451,88 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
     assert_eq!(out, vec![Outcome::Ack; 2]);
     let j = w.job("m");
     assert_eq!(j.status, Status::Dead);
-    assert!(j.last_error.unwrap().starts_with("unknown job type \"fax\" (known: webhook)"));
+    assert!(j.last_error.unwrap().starts_with("unknown job type \"fax\" (known: webhook, email)"));
     let raw = w.job("raw");
     assert_eq!((raw.status, raw.payload.as_deref()), (Status::Dead, Some("[1,2]")));
     assert!(raw.last_error.unwrap().contains("no \"type\""));
+}
+
+/// A Worker behind a service binding: answers each request to `/orderly/run` as its script says
+/// (status, body, snooze header), in turn, and keeps every request.
+struct FakeService {
+    answers: RefCell<Vec<(u16, &'static str, Option<&'static str>)>>,
+    seen: RefCell<Vec<orderly::handlers::HttpRequest>>,
+}
+impl orderly::handlers::HttpClient for FakeService {
+    async fn send(
+        &self,
+        req: orderly::handlers::HttpRequest,
+        _: u32,
+    ) -> Result<orderly::handlers::HttpResponse, orderly::handlers::SendError> {
+        self.seen.borrow_mut().push(req);
+        let (status, body, snooze) = self.answers.borrow_mut().remove(0);
+        Ok(orderly::handlers::HttpResponse {
+            status,
+            retry_after: None,
+            content_type: Some("application/json".into()),
+            body_start: body.into(),
+            snooze: snooze.map(str::to_string),
+        })
+    }
+}
+
+#[test]
+fn a_service_handler_runs_its_type_snoozes_and_keeps_the_answer() {
+    let w = World::new();
+    let service = FakeService {
+        answers: RefCell::new(vec![(200, "", Some("30")), (200, r#"{"sent": 1}"#, None), (422, "no such address", None)]),
+        seen: RefCell::default(),
+    };
+    let registry = orderly::handlers::Registry(orderly::handlers::Services {
+        http: service,
+        clock: ManualClock::new(T0),
+        webhook_key: None,
+        allow_private_targets: false,
+        retry_after_cap_seconds: 3600,
+        http_timeout_ms: 1_000,
+        service_handlers: vec![("email".into(), "APP".into())],
+    });
+    let run = |msgs: &[Incoming]| {
+        let consumer = Consumer {
+            cfg: &w.cfg,
+            kv: &w.kv,
+            sql: &w.db,
+            runner: &registry,
+            clock: &w.clock,
+            queue: &w.queue,
+            owner: format!("inv-{}", w.clock.now_ms()),
+            random: &|| 0.5,
+            log: &|_| {},
+        };
+        block_on(consumer.process(Role::Main, msgs))
+    };
+    let email = keyed("e1", T0, "acct/1", json!({"type": "email", "to": "a@b.test"}));
+    assert_eq!(run(std::slice::from_ref(&email)), vec![Outcome::Defer { delay_seconds: 30 }], "snoozed");
+    assert_eq!((w.job("e1").status, w.job("e1").attempts), (Status::Pending, 0));
+    w.clock.advance_ms(30_000);
+    assert_eq!(run(&[email]), vec![Outcome::Ack]);
+    let done = w.job("e1");
+    assert_eq!((done.status, done.attempts, done.result.as_deref()), (Status::Done, 1, Some(r#"{"sent":1}"#)));
+    assert_eq!(run(&[msg("e2", T0, json!({"type": "email", "to": "nobody"}))]), vec![Outcome::Ack]);
+    let dead = w.job("e2");
+    assert_eq!((dead.status, dead.last_error.as_deref()), (Status::Dead, Some("HTTP 422: no such address")));
+    let seen = registry.0.http.seen.borrow();
+    assert_eq!(seen.len(), 3);
+    assert_eq!((seen[1].via.as_deref(), seen[1].url.as_str()), (Some("APP"), "https://orderly.internal/orderly/run"));
+    let body: Value = serde_json::from_str(&seen[1].body).unwrap();
+    assert_eq!(
+        body,
+        json!({"id": "e1", "type": "email", "attempt": 1, "ordering_key": "acct/1", "priority": 5,
+               "payload": {"type": "email", "to": "a@b.test"}})
+    );
+    let history = history(&w, "e1");
+    let statuses: Vec<_> = history.iter().map(|e| (e.outcome.map(|o| format!("{o:?}")), e.http_status)).collect();
+    assert_eq!(statuses, vec![(Some("Snooze".into()), Some(200)), (Some("Done".into()), Some(200))]);
 }
 
 struct NoHttp;

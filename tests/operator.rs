@@ -190,6 +190,7 @@ fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
             RunOutcome::Done => stmt::complete(id, "inv", at, None),
             RunOutcome::Retry => stmt::fail(id, "inv", at, orderly::ledger::Status::Pending, at + 5_000, "HTTP 503"),
             RunOutcome::Dead => stmt::fail(id, "inv", at, orderly::ledger::Status::Dead, at, "HTTP 404"),
+            RunOutcome::Snooze => stmt::defer(id, "inv", at, at + 5_000),
         };
         let r = Run {
             job_id: id,

@@ -37,6 +37,11 @@ impl Runner for Script {
         if job.payload.get("permanent").is_some() {
             return Err(JobError::permanent("HTTP 404"));
         }
+        // `{"snooze": n}`: the first n runs of the job snooze for 30 s.
+        let runs_so_far = self.runs.borrow().iter().filter(|(id, _, _)| id == job.id).count() as u64;
+        if runs_so_far <= job.payload.get("snooze").and_then(Value::as_u64).unwrap_or(0) {
+            return Err(JobError::snooze(30, "rate limited"));
+        }
         if u64::from(job.attempt) <= job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0) {
             return Err(JobError::retry("HTTP 503"));
         }
@@ -186,6 +191,34 @@ fn a_failed_head_holds_its_key_and_schedules_one_wake_up_for_its_retry() {
     assert_eq!(w.run(&[keyed("a", T0 + 1, ok())]), vec![Outcome::Ack]);
     assert_eq!(w.runs(), vec!["a", "a", "b"]);
     assert_eq!(w.job("b").status, Status::Done);
+}
+
+#[test]
+fn a_snoozing_head_keeps_its_key_spends_no_attempt_and_wakes_when_its_snooze_ends() {
+    let w = World::new(OnDead::Skip);
+    let snoozy = json!({"type": "t", "snooze": 2});
+    w.submit(&[("a", snoozy.clone()), ("b", ok())]);
+    assert_eq!(w.run(&[keyed("a", T0 + 1, snoozy.clone()), keyed("b", T0 + 2, ok())]), vec![Outcome::Ack; 2]);
+    assert_eq!(w.runs(), vec!["a"], "b waits behind the snoozing a");
+    assert_eq!(w.wakes(), vec![("a".to_string(), 30)], "one wake-up, when the snooze ends");
+    let a = w.job("a");
+    assert_eq!((a.status, a.attempts, a.next_run_at), (Status::Pending, 0, T0 + 30_000), "no attempt spent");
+    // Early: not run.
+    w.clock.advance_ms(10_000);
+    assert_eq!(w.run(&[keyed("a", T0 + 1, snoozy.clone())]), vec![Outcome::Defer { delay_seconds: 20 }]);
+    assert_eq!(w.runs().len(), 1);
+    // When the snooze ends a snoozes again, then runs (attempt 1), then b.
+    w.clock.advance_ms(20_000);
+    w.run(&[keyed("a", T0 + 1, snoozy.clone())]);
+    w.clock.advance_ms(30_000);
+    w.run(&[keyed("a", T0 + 1, snoozy)]);
+    let attempts: Vec<(String, u32)> = w.script.runs.borrow().iter().map(|(id, at, _)| (id.clone(), *at)).collect();
+    let want: Vec<(String, u32)> = [("a", 1), ("a", 1), ("a", 1), ("b", 1)].iter().map(|(i, n)| (i.to_string(), *n)).collect();
+    assert_eq!(attempts, want, "every run of a is its first attempt");
+    assert_eq!((w.job("a").status, w.job("a").attempts), (Status::Done, 1));
+    let h = block_on(orderly::ledger::history::events(&w.db, "a")).unwrap();
+    let outcomes: Vec<String> = h.iter().filter_map(|e| e.outcome.map(|o| format!("{o:?}"))).collect();
+    assert_eq!(outcomes, vec!["Snooze", "Snooze", "Done"]);
 }
 
 #[test]

@@ -421,16 +421,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         continue;
                     }
                     let ran = self.run_claimed(&job).await;
+                    if let (true, Some(delay_seconds)) = (keyed, ran.end.again_after()) {
+                        // Hold the key: nothing behind this job may overtake it.
+                        stopped = Some(delay_seconds);
+                        hold_for = Some((job.id.clone(), delay_seconds));
+                    }
                     let outcome = match ran.end {
                         RunEnd::Done | RunEnd::Dead => Outcome::Ack,
-                        RunEnd::Retry { delay_seconds } => {
-                            if keyed {
-                                // Hold the key: nothing behind this job may overtake it.
-                                stopped = Some(delay_seconds);
-                                hold_for = Some((job.id.clone(), delay_seconds));
-                            }
-                            Outcome::Retry { delay_seconds }
-                        }
+                        RunEnd::Retry { delay_seconds } => Outcome::Retry { delay_seconds },
+                        // Not a failed attempt: the message is put off like a busy key's.
+                        RunEnd::Snooze { delay_seconds } => Outcome::Defer { delay_seconds },
                     };
                     settled.push(Settle::ran(i, &job.id, ran, outcome));
                 }

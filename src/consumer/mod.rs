@@ -100,12 +100,18 @@ pub enum FailureDecision {
     },
     /// DEAD with this error.
     Dead(String),
+    /// Not a failure: PENDING again after `delay_seconds`, the attempt given back.
+    Snooze {
+        /// Seconds.
+        delay_seconds: u32,
+    },
 }
 
 /// Decides a failed run: permanent errors and the last allowed attempt are DEAD; otherwise retry
 /// after the handler's requested delay, or jittered backoff of the attempt number.
 pub fn decide_failure(attempts: i64, max_attempts: i64, err: &JobError, cfg: &Config, random: f64) -> FailureDecision {
     match err {
+        JobError::Snooze { seconds, .. } => FailureDecision::Snooze { delay_seconds: (*seconds).clamp(1, MAX_DELAY_SECONDS) },
         JobError::Permanent { reason, .. } => FailureDecision::Dead(reason.clone()),
         JobError::Retryable { reason, .. } if attempts >= max_attempts => {
             FailureDecision::Dead(format!("{reason} (attempt {attempts} of {max_attempts}, no attempts left)"))
@@ -134,6 +140,18 @@ enum RunEnd {
     Done,
     Dead,
     Retry { delay_seconds: u32 },
+    /// The handler snoozed: like a retry for the key (held until then), but no attempt spent.
+    Snooze { delay_seconds: u32 },
+}
+
+impl RunEnd {
+    /// Seconds until the job runs again, when it does (a retry or a snooze): its key waits.
+    fn again_after(&self) -> Option<u32> {
+        match self {
+            RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => Some(*delay_seconds),
+            RunEnd::Done | RunEnd::Dead => None,
+        }
+    }
 }
 
 /// The consumer's ports and settings for one invocation.
@@ -301,7 +319,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let started_at = self.clock.now_ms();
         let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
         let result = match job.payload_json() {
-            Some(payload) => self.runner.run(&JobContext { id: &job.id, attempt, payload: &payload }).await,
+            Some(payload) => {
+                let cx = JobContext {
+                    id: &job.id,
+                    attempt,
+                    payload: &payload,
+                    ordering_key: job.ordering_key.as_deref(),
+                    priority: job.priority,
+                };
+                self.runner.run(&cx).await
+            }
             None => Err(JobError::permanent("the ledger row has no readable payload")),
         };
         let now = self.clock.now_ms();
@@ -332,12 +359,19 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     let fail = stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &why);
                     (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
                 }
+                FailureDecision::Snooze { delay_seconds } => {
+                    // Handed back like a job never run: PENDING, its attempt returned.
+                    let at = now + i64::from(delay_seconds) * 1000;
+                    let snooze = stmt::defer(&job.id, &self.owner, now, at);
+                    (snooze, RunEnd::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
+                }
             },
         };
         let outcome = match end {
             RunEnd::Done => RunOutcome::Done,
             RunEnd::Dead => RunOutcome::Dead,
             RunEnd::Retry { .. } => RunOutcome::Retry,
+            RunEnd::Snooze { .. } => RunOutcome::Snooze,
         };
         let history = history::stmt::run(&history::Run {
             job_id: &job.id,
@@ -443,6 +477,18 @@ mod tests {
         assert_eq!(
             decide_failure(1, 8, &JobError::permanent("HTTP 404"), &cfg, 0.5),
             FailureDecision::Dead("HTTP 404".into())
+        );
+    }
+
+    #[test]
+    fn a_snooze_is_never_dead_and_stays_in_range() {
+        let cfg = Config::default();
+        let snooze = |s| JobError::snooze(s, "rate limited");
+        assert_eq!(decide_failure(8, 8, &snooze(30), &cfg, 0.5), FailureDecision::Snooze { delay_seconds: 30 });
+        assert_eq!(decide_failure(1, 8, &snooze(0), &cfg, 0.5), FailureDecision::Snooze { delay_seconds: 1 });
+        assert_eq!(
+            decide_failure(1, 8, &snooze(u32::MAX), &cfg, 0.5),
+            FailureDecision::Snooze { delay_seconds: MAX_DELAY_SECONDS }
         );
     }
 

@@ -49,7 +49,7 @@ pub(super) struct Member {
 
 /// Why a chain stopped with work left for later.
 enum Stop {
-    /// A retryable failure holds the key until this job's retry.
+    /// A retryable failure (or a snooze) holds the key until this job runs again.
     Retry(Box<Job>, u32),
     /// A DEAD head under `ON_DEAD = block`: an operator decides.
     Blocked,
@@ -262,7 +262,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                             stop = Some(Stop::Blocked);
                         }
                     }
-                    RunEnd::Retry { delay_seconds } => stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds)),
+                    RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => {
+                        stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds))
+                    }
                 }
                 if stop.is_none() {
                     prev = Some(job.id.clone());

@@ -3,10 +3,11 @@
 //!
 //! Handlers say how a run ended: [`Done`] with an optional result (kept on the DONE job, bounded
 //! by [`bounded_result`]), or [`JobError`]: retryable (try again after backoff or the handler's
-//! own delay) or permanent (DEAD now). Both may carry the HTTP status the handler got, for the
+//! own delay), permanent (DEAD now), or a snooze (run again after a delay, no attempt spent). Both may carry the HTTP status the handler got, for the
 //! job's history. Outbound HTTP goes through [`HttpClient`], so the decisions are tested natively
 //! and the edge supplies `fetch`.
 
+pub mod service;
 pub mod webhook;
 
 use serde_json::Value;
@@ -37,6 +38,17 @@ pub enum JobError {
         /// The HTTP status that said so, if any.
         http_status: Option<u16>,
     },
+    /// Not a failure: run the job again after `seconds` (1..43,200) without spending an attempt,
+    /// its ordering key held meanwhile (a rate limit to wait out, a resource not ready yet).
+    #[error("snoozed for {seconds} s: {reason}")]
+    Snooze {
+        /// How long to wait.
+        seconds: u32,
+        /// Why, for the job's history.
+        reason: String,
+        /// The HTTP status that said so, if any.
+        http_status: Option<u16>,
+    },
 }
 
 impl JobError {
@@ -48,10 +60,16 @@ impl JobError {
     pub fn permanent(reason: impl Into<String>) -> Self {
         JobError::Permanent { reason: reason.into(), http_status: None }
     }
+    /// Run again after `seconds` without spending an attempt.
+    pub fn snooze(seconds: u32, reason: impl Into<String>) -> Self {
+        JobError::Snooze { seconds, reason: reason.into(), http_status: None }
+    }
     /// The HTTP status behind the error, if any.
     pub fn http_status(&self) -> Option<u16> {
         match self {
-            JobError::Retryable { http_status, .. } | JobError::Permanent { http_status, .. } => *http_status,
+            JobError::Retryable { http_status, .. }
+            | JobError::Permanent { http_status, .. }
+            | JobError::Snooze { http_status, .. } => *http_status,
         }
     }
 }
@@ -101,6 +119,10 @@ pub struct JobContext<'a> {
     pub attempt: u32,
     /// The payload, metadata removed.
     pub payload: &'a Value,
+    /// The job's ordering key, if any.
+    pub ordering_key: Option<&'a str>,
+    /// 0 most urgent .. 9.
+    pub priority: u8,
 }
 
 /// Runs a job of any type: what the consumer calls.
@@ -121,6 +143,10 @@ pub struct HttpRequest {
     pub headers: Vec<(String, String)>,
     /// Body text.
     pub body: String,
+    /// The service binding to send it through (SPEC 13b); `None`: the internet.
+    pub via: Option<String>,
+    /// How much of the answer's body to read.
+    pub read_limit: usize,
 }
 
 /// What came back.
@@ -132,8 +158,10 @@ pub struct HttpResponse {
     pub retry_after: Option<String>,
     /// The `Content-Type` header, if sent.
     pub content_type: Option<String>,
-    /// The start of the body (at most [`RESPONSE_START_BYTES`]), as text.
+    /// The start of the body (at most the request's `read_limit`), as text.
     pub body_start: String,
+    /// The `orderly-snooze` header, if sent (service handlers).
+    pub snooze: Option<String>,
 }
 
 /// How much of a response body is read (for the job's result); the rest is never read.
@@ -170,6 +198,8 @@ pub struct Services<H, C> {
     pub retry_after_cap_seconds: u32,
     /// Per-request timeout of outbound HTTP, milliseconds.
     pub http_timeout_ms: u32,
+    /// Job types run by other Workers: (type, service binding), from `SERVICE_HANDLERS`.
+    pub service_handlers: Vec<(String, String)>,
 }
 
 /// One job type.
@@ -222,23 +252,35 @@ fn job_type(payload: &Value) -> Result<&str, JobError> {
         .ok_or_else(|| JobError::permanent("payload has no \"type\" string, so no handler can run it"))
 }
 
-fn unknown(job_type: &str) -> JobError {
-    JobError::permanent(format!("unknown job type {job_type:?} (known: {})", TYPES.join(", ")))
+fn unknown<'a>(job_type: &str, services: impl Iterator<Item = &'a str>) -> JobError {
+    let known: Vec<&str> = TYPES.iter().copied().chain(services).collect();
+    JobError::permanent(format!("unknown job type {job_type:?} (known: {})", known.join(", ")))
 }
 
-/// Whether a payload names a known job type and that handler accepts it.
+/// Whether a payload names a known job type (built in, or a service handler's) and, for a
+/// built-in type, whether its handler accepts it.
 pub fn check(payload: &Value, cfg: &Config) -> Result<(), JobError> {
     let t = job_type(payload)?;
-    check_type(t, payload, cfg).unwrap_or_else(|| Err(unknown(t)))
+    if cfg.service_handlers.iter().any(|(ty, _)| ty == t) {
+        return Ok(());
+    }
+    let services = cfg.service_handlers.iter().map(|(ty, _)| ty.as_str());
+    check_type(t, payload, cfg).unwrap_or_else(|| Err(unknown(t, services)))
 }
 
-/// Routes jobs to handlers by payload `type`.
+/// Routes jobs to handlers by payload `type`: the built-in ones, then service handlers.
 pub struct Registry<H, C>(pub Services<H, C>);
 
 impl<H: HttpClient, C: Clock> Runner for Registry<H, C> {
     async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
         let t = job_type(job.payload)?;
-        dispatch(t, job, &self.0).await.unwrap_or_else(|| Err(unknown(t)))
+        if let Some(done) = dispatch(t, job, &self.0).await {
+            return done;
+        }
+        match self.0.service_handlers.iter().find(|(ty, _)| ty == t) {
+            Some((_, binding)) => service::run(job, t, binding, &self.0).await,
+            None => Err(unknown(t, self.0.service_handlers.iter().map(|(ty, _)| ty.as_str()))),
+        }
     }
 }
 

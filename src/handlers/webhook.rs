@@ -60,6 +60,9 @@ fn with_url(e: JobError, url: &str) -> JobError {
         JobError::Permanent { reason, http_status } => {
             JobError::Permanent { reason: format!("{url}: {reason}"), http_status }
         }
+        JobError::Snooze { seconds, reason, http_status } => {
+            JobError::Snooze { seconds, reason: format!("{url}: {reason}"), http_status }
+        }
     }
 }
 
@@ -158,7 +161,14 @@ pub fn request(payload: &Value, allow_private: bool) -> Result<HttpRequest, JobE
         Some(_) => return Err(bad("\"headers\" must be an object of strings".into())),
     }
     let body = payload.get("body").unwrap_or(&Value::Null).to_string();
-    Ok(HttpRequest { method: method.into(), url: url.to_string(), headers, body })
+    Ok(HttpRequest {
+        method: method.into(),
+        url: url.to_string(),
+        headers,
+        body,
+        via: None,
+        read_limit: super::RESPONSE_START_BYTES,
+    })
 }
 
 /// The signing key of a `WEBHOOK_SECRET`: a `whsec_` secret is base64 of the key (the Standard
@@ -237,6 +247,7 @@ mod tests {
             retry_after: retry_after.map(str::to_string),
             content_type: None,
             body_start: String::new(),
+            snooze: None,
         }
     }
 
@@ -366,10 +377,11 @@ mod tests {
             allow_private_targets: false,
             retry_after_cap_seconds: 3600,
             http_timeout_ms: 30_000,
+            service_handlers: Vec::new(),
         };
         let payload = json!({"type": "webhook", "url": "https://user:hunter2@h.test/x"});
         let err =
-            block_on(Webhook::run(&JobContext { id: "j", attempt: 1, payload: &payload }, &services)).unwrap_err();
+            block_on(Webhook::run(&JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5 }, &services)).unwrap_err();
         assert!(!err.to_string().contains("hunter2") && !err.to_string().contains("user"), "{err}");
         assert!(err.to_string().contains("h.test/x"), "{err}");
     }
@@ -403,11 +415,12 @@ mod tests {
             allow_private_targets: false,
             retry_after_cap_seconds: 3600,
             http_timeout_ms: 30_000,
+            service_handlers: Vec::new(),
         };
         let payload =
             json!({"type": "webhook", "url": "http://h/", "body": {"test": 1}, "headers": {"webhook-id": "forged"}});
         let done =
-            block_on(Webhook::run(&JobContext { id: "job-1", attempt: 1, payload: &payload }, &services)).unwrap();
+            block_on(Webhook::run(&JobContext { id: "job-1", attempt: 1, payload: &payload, ordering_key: None, priority: 5 }, &services)).unwrap();
         assert_eq!(done.http_status, Some(200));
         assert_eq!(done.result, Some(json!({"status": 200, "content_type": null, "body": ""})));
         let sent = services.http.0.borrow();
@@ -434,9 +447,10 @@ mod tests {
             allow_private_targets: false,
             retry_after_cap_seconds: 3600,
             http_timeout_ms: 30_000,
+            service_handlers: Vec::new(),
         };
         let payload = json!({"type": "webhook", "url": "http://h/", "body": 1});
-        let got = block_on(Webhook::run(&JobContext { id: "j", attempt: 1, payload: &payload }, &services));
+        let got = block_on(Webhook::run(&JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5 }, &services));
         assert_eq!(got, Err(JobError::retry("http://h/: timed out")));
         assert!(services.http.0.borrow()[0].headers.iter().all(|(k, _)| !k.starts_with("webhook-")));
     }

@@ -57,6 +57,8 @@ pub enum RunOutcome {
     Retry,
     /// Failed for good: DEAD.
     Dead,
+    /// The handler asked to run again later; PENDING, no attempt spent.
+    Snooze,
 }
 
 impl RunOutcome {
@@ -65,10 +67,11 @@ impl RunOutcome {
             RunOutcome::Done => "done",
             RunOutcome::Retry => "retry",
             RunOutcome::Dead => "dead",
+            RunOutcome::Snooze => "snooze",
         }
     }
     fn parse(s: &str) -> Option<RunOutcome> {
-        [RunOutcome::Done, RunOutcome::Retry, RunOutcome::Dead].into_iter().find(|o| o.as_str() == s)
+        [RunOutcome::Done, RunOutcome::Retry, RunOutcome::Dead, RunOutcome::Snooze].into_iter().find(|o| o.as_str() == s)
     }
 }
 
@@ -271,8 +274,9 @@ pub fn activity(now: i64, now_open: i64, runs: &[Row], jobs: &[Row]) -> Vec<Minu
         match text(row, "outcome").and_then(|o| RunOutcome::parse(&o)) {
             Some(RunOutcome::Done) => minutes[i].done += n(row),
             Some(RunOutcome::Retry) => minutes[i].failed += n(row),
-            // Counted from the job table below, which also sees deaths without a run.
-            Some(RunOutcome::Dead) | None => {}
+            // Deaths are counted from the job table below, which also sees deaths without a run;
+            // a snooze is neither a success nor a failure.
+            Some(RunOutcome::Dead | RunOutcome::Snooze) | None => {}
         }
     }
     for row in jobs {

@@ -31,6 +31,7 @@ export const FAST_VARS = {
  *   /redirect/<code>/<name> <code> with a Location on another host
  *   /echo/<name>            200, JSON {"received": <request body>}
  *   /big/<bytes>/<name>     200, <bytes> bytes of text
+ *   /limit/<n>/<name>       429 with Retry-After: 1 for the first n requests to this path, then 200
  * Every request is recorded in arrival order with its body and headers.
  */
 export class Target {
@@ -53,6 +54,7 @@ export class Target {
     const parts = url.pathname.split("/").filter(Boolean);
     if (parts[0] === "fail") return new Response("no", { status: n <= Number(parts[1]) ? 500 : 200 });
     if (parts[0] === "status") return new Response("x", { status: Number(parts[1]) });
+    if (parts[0] === "limit" && n <= Number(parts[1])) return new Response("slow down", { status: 429, headers: { "retry-after": "1" } });
     if (parts[0] === "echo") {
       return new Response(JSON.stringify({ received: body }), { headers: { "content-type": "application/json" } });
     }
@@ -91,8 +93,10 @@ export async function migrate(db) {
   }
 }
 
-export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers } = {}) {
+export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers, serviceBindings } = {}) {
   const target = new Target();
+  // Other Workers may reach the target too: give them `outboundService: target` as a function.
+  if (typeof extraWorkers === "function") extraWorkers = extraWorkers(target);
   const orderly = {
     name: "orderly",
     modules: true,
@@ -118,6 +122,7 @@ export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue =
     },
     bindings: bindings ?? { ...FAST_VARS, ...(adminToken ? { ADMIN_TOKEN: adminToken } : {}), ...vars },
     outboundService: (request) => target.handle(request),
+    ...(serviceBindings ? { serviceBindings } : {}),
   };
   // The worker's log lines, kept for tests (printed too with ORDERLY_E2E_LOGS=1).
   const logs = [];

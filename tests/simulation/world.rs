@@ -57,6 +57,9 @@ pub struct Observations {
     pub stalled: BTreeSet<String>,
     /// Invocations that saw a D1 failure (their results may not be recorded).
     pub d1_faulted: BTreeSet<String>,
+    /// When an invocation died, stalled or lost a D1 call: such an invocation may have claimed a
+    /// job (spending an attempt) and never handed it back.
+    pub fault_times: Vec<i64>,
     pub violations: Vec<String>,
     pub faults_injected: u64,
     /// Jobs an operator redrove: put back below jobs that may already be claimed, so the run
@@ -77,7 +80,14 @@ pub struct RunRecord {
     pub inv: String,
     pub start: i64,
     pub ok: Option<bool>,
+    /// The attempt number the run was given.
+    pub attempt: u32,
+    /// The handler snoozed (not a failure; no attempt may be spent on it).
+    pub snoozed: bool,
 }
+
+/// How long a scripted snooze asks to wait.
+pub const SNOOZE_MS: i64 = 7_000;
 
 pub type Obs = Rc<RefCell<Observations>>;
 
@@ -98,6 +108,7 @@ impl Sql for SimSql {
                 let mut o = self.obs.borrow_mut();
                 o.faults_injected += 1;
                 o.stalled.insert(self.inv.clone());
+                o.fault_times.push(self.sched.now());
             }
             self.sched.pause(150_000).await;
         }
@@ -123,6 +134,7 @@ impl SimSql {
         let mut o = self.obs.borrow_mut();
         o.faults_injected += 1;
         o.d1_faulted.insert(self.inv.clone());
+        o.fault_times.push(self.sched.now());
     }
 }
 
@@ -426,14 +438,22 @@ impl Runner for SimRunner {
                 inv: self.inv.clone(),
                 start: self.sched.now(),
                 ok: None,
+                attempt: job.attempt,
+                snoozed: false,
             });
         }
         let at = self.obs.borrow().runs.len() - 1;
+        // `"snooze": n` in the body: the job's first n runs snooze.
+        let earlier_runs = self.obs.borrow().runs.iter().filter(|r| r.job == job.id).count() as u64 - 1;
+        let snooze = earlier_runs < body.get("snooze").and_then(Value::as_u64).unwrap_or(0);
         let _guard =
             RunGuard { obs: self.obs.clone(), key: key.clone(), job: job.id.to_string(), inv: self.inv.clone() };
 
-        let hang = self.sched.chance(self.faults.hang);
-        let result = if hang {
+        let hang = !snooze && self.sched.chance(self.faults.hang);
+        let result = if snooze {
+            self.sched.jitter(1, 400).await;
+            Err(JobError::snooze((SNOOZE_MS / 1000) as u32, "not ready (scripted)"))
+        } else if hang {
             self.obs.borrow_mut().faults_injected += 1;
             self.sched.pause(self.timeout_ms).await;
             Err(JobError::retry(format!("timed out after {} ms", self.timeout_ms)))
@@ -453,10 +473,13 @@ impl Runner for SimRunner {
         };
         let mut o = self.obs.borrow_mut();
         o.runs[at].ok = Some(result.is_ok());
+        o.runs[at].snoozed = snooze;
         let max_attempts = me.as_ref().map_or(1, |j| j.max_attempts);
         let dead = matches!(result, Err(JobError::Permanent { .. }))
-            || (result.is_err() && i64::from(job.attempt) >= max_attempts);
-        if result.is_ok() || dead {
+            || (matches!(result, Err(JobError::Retryable { .. })) && i64::from(job.attempt) >= max_attempts);
+        if snooze {
+            o.not_before.insert(job.id.to_string(), self.sched.now() + SNOOZE_MS - EARLY_ALLOWANCE_MS);
+        } else if result.is_ok() || dead {
             o.finished_by.entry(self.inv.clone()).or_default().insert(job.id.to_string());
         } else {
             let due = self.sched.now() + min_backoff_ms(job.attempt, self.backoff) - EARLY_ALLOWANCE_MS;
@@ -475,13 +498,14 @@ fn passable(job: &Job, on_dead: OnDead) -> bool {
 }
 
 /// Whether invocation `inv` may have moved past `lower` within its own chain: a success, or a
-/// DEAD job under `skip` (not yet recorded when the next job of the chunk starts).
+/// DEAD job under `skip` (not yet recorded when the next job of the chunk starts). A snooze
+/// never lets its key move on.
 fn chained_past(o: &Observations, inv: &str, lower: &Job, on_dead: OnDead) -> bool {
     let last = o.runs.iter().rev().find(|r| r.job == lower.id && r.inv == inv);
-    match last.and_then(|r| r.ok) {
-        Some(true) => true,
-        Some(false) => on_dead == OnDead::Skip,
-        None => false,
+    match last.map(|r| (r.ok, r.snoozed)) {
+        Some((Some(true), _)) => true,
+        Some((Some(false), false)) => on_dead == OnDead::Skip,
+        _ => false,
     }
 }
 

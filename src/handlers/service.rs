@@ -1,0 +1,194 @@
+//! Service handlers (SPEC 13b): job types run by another Worker, in any language, reached through a
+//! service binding (`SERVICE_HANDLERS = "email=APP,..."`), best bound to a `WorkerEntrypoint` with
+//! `entrypoint = "..."`, which the internet cannot reach.
+//!
+//! The request: `POST /orderly/run`, JSON `{"id", "type", "attempt", "ordering_key", "priority",
+//! "payload"}`, headers `orderly-job-id` and `orderly-attempt`, and, with `WEBHOOK_SECRET`, the
+//! Standard Webhooks signature headers (a handler on a public fetch handler verifies them). The
+//! answer: a header `orderly-snooze: SECONDS` (1..43,200) on any answer is a snooze; 2xx is done
+//! (a JSON body is the result, else its text); 429 and 503 with `Retry-After` retry then (capped);
+//! 408, 425, 429, 5xx, a thrown error or the timeout retry with backoff; any other status is
+//! permanent. Pure but for the transport ([`HttpClient`]), so the contract is tested natively.
+
+use serde_json::{json, Value};
+
+use super::webhook::{retry_after_seconds, sign};
+use super::{Done, HttpClient, HttpRequest, HttpResponse, JobContext, JobError, SendError, Services, MAX_RESULT_BYTES};
+use crate::clock::Clock;
+use crate::config::MAX_DELAY_SECONDS;
+
+/// The path a service handler is called at.
+pub const RUN_PATH: &str = "/orderly/run";
+/// The URL the request is made to; a service binding ignores its host.
+pub const RUN_URL: &str = "https://orderly.internal/orderly/run";
+/// The answer header that snoozes the job.
+pub const SNOOZE_HEADER: &str = "orderly-snooze";
+
+/// The request for one run of `job` (of type `job_type`) on `binding`.
+pub fn request(job: &JobContext<'_>, job_type: &str, binding: &str, key: Option<&[u8]>, now_s: i64) -> HttpRequest {
+    let body = json!({
+        "id": job.id,
+        "type": job_type,
+        "attempt": job.attempt,
+        "ordering_key": job.ordering_key,
+        "priority": job.priority,
+        "payload": job.payload,
+    })
+    .to_string();
+    let mut headers = vec![
+        ("content-type".to_string(), "application/json".to_string()),
+        ("orderly-job-id".to_string(), job.id.to_string()),
+        ("orderly-attempt".to_string(), job.attempt.to_string()),
+    ];
+    if let Some(key) = key {
+        headers.push(("webhook-id".into(), job.id.to_string()));
+        headers.push(("webhook-timestamp".into(), now_s.to_string()));
+        headers.push(("webhook-signature".into(), sign(key, job.id, now_s, &body)));
+    }
+    HttpRequest {
+        method: "POST".into(),
+        url: RUN_URL.into(),
+        headers,
+        body,
+        via: Some(binding.to_string()),
+        read_limit: 2 * MAX_RESULT_BYTES,
+    }
+}
+
+/// What an answer means (SPEC 13b), `Retry-After` capped at `retry_after_cap` seconds.
+pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobError> {
+    let s = resp.status;
+    if let Some(v) = resp.snooze.as_deref() {
+        return match v.trim().parse::<u32>() {
+            Ok(n) if (1..=MAX_DELAY_SECONDS).contains(&n) => {
+                Err(JobError::Snooze { seconds: n, reason: format!("the handler asked (HTTP {s})"), http_status: Some(s) })
+            }
+            // A broken contract is the handler's bug: retried (with backoff) until it is fixed.
+            _ => Err(JobError::Retryable {
+                reason: format!("HTTP {s} with {SNOOZE_HEADER}: {v:?}, not 1 to {MAX_DELAY_SECONDS} seconds"),
+                retry_after: None,
+                http_status: Some(s),
+            }),
+        };
+    }
+    match s {
+        200..=299 => Ok(Done { result: result_of(resp), http_status: Some(s) }),
+        408 | 425 | 429 | 500..=599 => {
+            let retry_after = if matches!(s, 429 | 503) {
+                resp.retry_after.as_deref().and_then(retry_after_seconds).map(|r| r.min(retry_after_cap))
+            } else {
+                None
+            };
+            Err(JobError::Retryable { reason: format!("HTTP {s}{}", said(resp)), retry_after, http_status: Some(s) })
+        }
+        _ => Err(JobError::Permanent { reason: format!("HTTP {s}{}", said(resp)), http_status: Some(s) }),
+    }
+}
+
+/// A done answer's result: its JSON body, or its text; nothing for an empty body.
+fn result_of(resp: &HttpResponse) -> Option<Value> {
+    if resp.body_start.is_empty() {
+        return None;
+    }
+    Some(serde_json::from_str(&resp.body_start).unwrap_or_else(|_| Value::String(resp.body_start.clone())))
+}
+
+/// The start of a failed answer's body, for its error: what the handler said went wrong.
+fn said(resp: &HttpResponse) -> String {
+    let text = resp.body_start.trim();
+    if text.is_empty() {
+        return String::new();
+    }
+    let mut end = text.len().min(200);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(": {}", &text[..end])
+}
+
+/// Runs `job` on the Worker bound as `binding`.
+pub async fn run<H: HttpClient, C: Clock>(
+    job: &JobContext<'_>,
+    job_type: &str,
+    binding: &str,
+    services: &Services<H, C>,
+) -> Result<Done, JobError> {
+    let now_s = services.clock.now_ms() / 1000;
+    let req = request(job, job_type, binding, services.webhook_key.as_deref(), now_s);
+    match services.http.send(req, services.http_timeout_ms).await {
+        Ok(resp) => outcome(&resp, services.retry_after_cap_seconds),
+        Err(SendError::Network(e)) => Err(JobError::retry(format!("service {binding}: {e}"))),
+        Err(SendError::Invalid(e)) => Err(JobError::permanent(format!("service {binding}: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resp(status: u16, body: &str, retry_after: Option<&str>, snooze: Option<&str>) -> HttpResponse {
+        HttpResponse {
+            status,
+            retry_after: retry_after.map(str::to_string),
+            content_type: Some("application/json".into()),
+            body_start: body.into(),
+            snooze: snooze.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_request_carries_the_job_and_its_signature() {
+        let payload = json!({"to": "a@b.test", "n": 9007199254740993u64});
+        let job = JobContext { id: "j1", attempt: 3, payload: &payload, ordering_key: Some("acct/1"), priority: 2 };
+        let req = request(&job, "email", "APP", Some(b"key"), 1_700_000_000);
+        assert_eq!((req.method.as_str(), req.url.as_str(), req.via.as_deref()), ("POST", RUN_URL, Some("APP")));
+        assert!(req.url.ends_with(RUN_PATH));
+        let body: Value = serde_json::from_str(&req.body).unwrap();
+        assert_eq!(
+            body,
+            json!({"id": "j1", "type": "email", "attempt": 3, "ordering_key": "acct/1", "priority": 2, "payload": payload})
+        );
+        let header = |n: &str| req.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+        assert_eq!(header("orderly-job-id").as_deref(), Some("j1"));
+        assert_eq!(header("orderly-attempt").as_deref(), Some("3"));
+        assert_eq!(header("content-type").as_deref(), Some("application/json"));
+        assert_eq!(header("webhook-signature"), Some(sign(b"key", "j1", 1_700_000_000, &req.body)));
+        let unsigned = request(&job, "email", "APP", None, 0);
+        assert!(!unsigned.headers.iter().any(|(k, _)| k.starts_with("webhook-")));
+    }
+
+    #[test]
+    fn answers_map_to_outcomes() {
+        let done = outcome(&resp(200, r#"{"sent": true}"#, None, None), 3600).unwrap();
+        assert_eq!((done.result, done.http_status), (Some(json!({"sent": true})), Some(200)));
+        assert_eq!(outcome(&resp(202, "queued", None, None), 3600).unwrap().result, Some(json!("queued")));
+        assert_eq!(outcome(&resp(204, "", None, None), 3600).unwrap().result, None);
+        for s in [408, 425, 429, 500, 502, 503] {
+            assert!(matches!(outcome(&resp(s, "", None, None), 3600), Err(JobError::Retryable { .. })), "{s}");
+        }
+        for s in [301, 400, 404, 410, 422] {
+            assert!(matches!(outcome(&resp(s, "", None, None), 3600), Err(JobError::Permanent { .. })), "{s}");
+        }
+        assert!(matches!(
+            outcome(&resp(429, "", Some("120"), None), 60),
+            Err(JobError::Retryable { retry_after: Some(60), http_status: Some(429), .. })
+        ));
+        assert!(matches!(
+            outcome(&resp(422, "bad address", None, None), 60),
+            Err(JobError::Permanent { reason, .. }) if reason == "HTTP 422: bad address"
+        ));
+    }
+
+    #[test]
+    fn a_snooze_header_on_any_answer_snoozes_and_a_bad_one_retries() {
+        for s in [200, 429, 503] {
+            assert!(matches!(
+                outcome(&resp(s, "", None, Some("30")), 3600),
+                Err(JobError::Snooze { seconds: 30, .. })
+            ));
+        }
+        for bad in ["0", "43201", "soon", "-5"] {
+            assert!(matches!(outcome(&resp(200, "", None, Some(bad)), 3600), Err(JobError::Retryable { .. })), "{bad}");
+        }
+    }
+}
