@@ -13,6 +13,7 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::app::JobTypes;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, OnDead, OrderingMode, MAX_DELAY_SECONDS};
 use crate::envelope::{checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
@@ -187,6 +188,8 @@ pub struct Api<'a, S: Sql, Q, C> {
     pub admin_token: Option<&'a str>,
     /// New job ids.
     pub new_id: &'a dyn Fn() -> String,
+    /// The job types there are handlers for: a submitted payload must fit one.
+    pub types: &'a dyn JobTypes,
 }
 
 /// Compares two secrets without revealing where (or whether, by length) they differ.
@@ -308,7 +311,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         }
         let mut jobs = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
-            match parse_job(item, cfg, (self.new_id)()) {
+            match parse_job(item, cfg, self.types, (self.new_id)()) {
                 Ok(j) => jobs.push(j),
                 Err((status, msg)) => return Ok(ApiResponse::json(status, json!({"error": msg, "index": i}))),
             }
@@ -568,7 +571,12 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
 }
 
 /// Reads one submitted job: its ledger spec, its message and its delay; or (status, error).
-fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessage, u32), (u16, String)> {
+fn parse_job(
+    item: Value,
+    cfg: &Config,
+    types: &dyn JobTypes,
+    id: String,
+) -> Result<(JobSpec, OutMessage, u32), (u16, String)> {
     let bad = |m: String| (400u16, m);
     let Value::Object(mut o) = item else { return Err(bad("a job must be an object".into())) };
     let payload = o.remove("payload").ok_or_else(|| bad("\"payload\" is required".into()))?;
@@ -599,7 +607,7 @@ fn parse_job(item: Value, cfg: &Config, id: String) -> Result<(JobSpec, OutMessa
     if let Some(k) = o.keys().next() {
         return Err(bad(format!("unknown field {k:?}")));
     }
-    crate::handlers::check(&payload, cfg).map_err(|e| bad(e.to_string()))?;
+    types.check(&payload, cfg).map_err(|e| bad(e.to_string()))?;
     let env = Envelope {
         ordering_key: ordering_key.clone(),
         payload,
@@ -744,6 +752,7 @@ mod tests {
         let ok = parse_job(
             json!({"payload": {"type": "webhook", "url": "https://h.test/"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}),
             &cfg,
+            &crate::app::BuiltIn,
             "id1".into(),
         )
         .unwrap();
@@ -767,12 +776,12 @@ mod tests {
             (json!({"payload": [1]}), "no \"type\""),
             (json!({"payload": {"type": "webhook", "url": "ftp://x"}}), "not http"),
         ] {
-            let (status, msg) = parse_job(job.clone(), &cfg, "x".into()).unwrap_err();
+            let (status, msg) = parse_job(job.clone(), &cfg, &crate::app::BuiltIn, "x".into()).unwrap_err();
             assert_eq!(status, 400, "{job}");
             assert!(msg.contains(want), "{job}: {msg}");
         }
         let big =
             json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(MAX_MESSAGE_BYTES)}});
-        assert_eq!(parse_job(big, &cfg, "x".into()).unwrap_err().0, 413);
+        assert_eq!(parse_job(big, &cfg, &crate::app::BuiltIn, "x".into()).unwrap_err().0, 413);
     }
 }

@@ -245,7 +245,8 @@ macro_rules! job_types {
 // A new job type: its file in this folder (a `JobHandler`), and its name in this list.
 job_types!(webhook::Webhook);
 
-fn job_type(payload: &Value) -> Result<&str, JobError> {
+/// The payload's `type`, which picks its handler.
+pub fn job_type(payload: &Value) -> Result<&str, JobError> {
     payload
         .get("type")
         .and_then(Value::as_str)

@@ -93,15 +93,16 @@ export async function migrate(db) {
   }
 }
 
-export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers, serviceBindings } = {}) {
+export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers, serviceBindings, buildDir = "build", workerOptions = {} } = {}) {
   const target = new Target();
   // Other Workers may reach the target too: give them `outboundService: target` as a function.
   if (typeof extraWorkers === "function") extraWorkers = extraWorkers(target);
   const orderly = {
     name: "orderly",
     modules: true,
-    scriptPath: join(root, "build/worker/shim.mjs"),
-    modulesRoot: join(root, "build"),
+    // The deployable worker, or another worker built on the orderly library (buildDir).
+    scriptPath: join(root, buildDir, "worker/shim.mjs"),
+    modulesRoot: join(root, buildDir),
     modulesRules: MODULES_RULES,
     compatibilityDate: "2026-08-01",
     cf: false,
@@ -123,6 +124,7 @@ export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue =
     bindings: bindings ?? { ...FAST_VARS, ...(adminToken ? { ADMIN_TOKEN: adminToken } : {}), ...vars },
     outboundService: (request) => target.handle(request),
     ...(serviceBindings ? { serviceBindings } : {}),
+    ...workerOptions,
   };
   // The worker's log lines, kept for tests (printed too with ORDERLY_E2E_LOGS=1).
   const logs = [];

@@ -815,7 +815,15 @@ fn sim_api<'a>(
     cfg: &'a Config,
     new_id: &'a dyn Fn() -> String,
 ) -> Api<'a, SimSql, SimQueue, orderly::clock::ManualClock> {
-    Api { ledger, queue, clock: &sched.clock, cfg: Ok(cfg), admin_token: Some(SIM_TOKEN), new_id }
+    Api {
+        ledger,
+        queue,
+        clock: &sched.clock,
+        cfg: Ok(cfg),
+        admin_token: Some(SIM_TOKEN),
+        new_id,
+        types: &orderly::app::BuiltIn,
+    }
 }
 
 /// Runs one seed of one setup.

@@ -44,7 +44,15 @@ impl ApiWorld {
         admin_token: Option<&'a str>,
         new_id: &'a dyn Fn() -> String,
     ) -> Api<'a, Sqlite, MemoryQueue, ManualClock> {
-        Api { ledger: &self.ledger, queue: &self.queue, clock: &self.clock, cfg, admin_token, new_id }
+        Api {
+            ledger: &self.ledger,
+            queue: &self.queue,
+            clock: &self.clock,
+            cfg,
+            admin_token,
+            new_id,
+            types: &orderly::app::BuiltIn,
+        }
     }
 
     /// A request with this token (or none) and configuration; `path` may carry `?query`.

@@ -1,0 +1,279 @@
+//! [`App`]: orderly on Workers. A worker's `#[event(queue)]`, `#[event(fetch)]` and
+//! `#[event(scheduled)]` functions delegate to it; it reads the configuration, opens the bindings
+//! (`ORDERING_KV`, `DB`, `JOBS`, `JOBS_URGENT`, the service handlers'), and runs the consumer, the
+//! HTTP API and maintenance with the app's handlers. Wasm only; everything it calls is tested
+//! natively. A library holds no `#[event]` function: every worker depending on it would export it.
+
+use serde_json::Value;
+use worker::{
+    console_error, console_log, console_warn, Context, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, Request,
+    Response, ScheduleContext, ScheduledEvent,
+};
+
+use crate::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};
+use crate::app::{Cx, Handlers, Job};
+use crate::consumer::{Consumer, Incoming, Outcome, INFRA_RETRY_DELAY_SECONDS};
+use crate::edge::{self, SystemClock, WorkerFetch, WorkerKv};
+use crate::handlers::{Done, JobError, Services};
+use crate::ledger::d1::D1Sql;
+use crate::ledger::Ledger;
+use crate::log::Event;
+
+/// Prints a structured log line at its level.
+fn log(event: &Event<'_>) {
+    match event.level() {
+        "info" => console_log!("{}", event.json()),
+        "warn" => console_warn!("{}", event.json()),
+        _ => console_error!("{}", event.json()),
+    }
+}
+
+/// orderly in a worker: its job types and the three entry points.
+///
+/// ```ignore
+/// use orderly::{App, Cx, Done, Job, JobError};
+/// use worker::{event, Context, Env, MessageBatch, Request, Response, ScheduleContext, ScheduledEvent};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Resize { key: String, width: u32 }
+///
+/// async fn resize(job: Job<Resize>, cx: Cx<Env>) -> Result<Done, JobError> {
+///     let bucket = cx.env().bucket("IMAGES").map_err(|e| JobError::permanent(e.to_string()))?;
+///     // ...
+///     Ok(Done::default())
+/// }
+///
+/// fn app() -> App { App::builder().handler("resize", resize).webhook().build() }
+///
+/// #[event(queue)]
+/// async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, ctx: Context) -> worker::Result<()> {
+///     app().queue(batch, env, ctx).await
+/// }
+/// #[event(fetch)]
+/// async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Response> { app().fetch(req, env, ctx).await }
+/// #[event(scheduled)]
+/// async fn scheduled(event: ScheduledEvent, env: Env, ctx: ScheduleContext) { app().scheduled(event, env, ctx).await }
+/// ```
+pub struct App {
+    handlers: Handlers<Env>,
+}
+
+/// Builds an [`App`]: its job types.
+pub struct AppBuilder {
+    handlers: Handlers<Env>,
+}
+
+impl AppBuilder {
+    /// Adds job type `job_type`, run by `f` (see [`Handlers::handler`]).
+    pub fn handler<T, F, Fut>(self, job_type: &str, f: F) -> Self
+    where
+        T: serde::de::DeserializeOwned + 'static,
+        F: Fn(Job<T>, Cx<Env>) -> Fut + 'static,
+        Fut: std::future::Future<Output = Result<Done, JobError>> + 'static,
+    {
+        AppBuilder { handlers: self.handlers.handler(job_type, f) }
+    }
+
+    /// Adds the built-in `webhook` job type.
+    pub fn webhook(self) -> Self {
+        AppBuilder { handlers: self.handlers.webhook() }
+    }
+
+    /// The app.
+    pub fn build(self) -> App {
+        App { handlers: self.handlers }
+    }
+}
+
+impl App {
+    /// An app with no job types yet.
+    pub fn builder() -> AppBuilder {
+        console_error_panic_hook::set_once();
+        AppBuilder { handlers: Handlers::new() }
+    }
+
+    /// The queue consumer. Settles every message itself and never returns `Err`: an `Err` would
+    /// make the runtime retry the whole batch, acked messages included.
+    pub async fn queue(&self, batch: MessageBatch<Value>, env: Env, _ctx: Context) -> worker::Result<()> {
+        let started = js_sys::Date::now() as i64;
+        let msgs: Vec<worker::RawMessage> = batch.raw_iter().collect();
+        let defer_all = |why: &str| {
+            log(&Event::ConfigError { error: format!("deferring {} messages: {why}", msgs.len()) });
+            let opts = QueueRetryOptionsBuilder::new().with_delay_seconds(INFRA_RETRY_DELAY_SECONDS).build();
+            msgs.iter().for_each(|m| m.retry_with_options(&opts));
+        };
+        let cfg = match edge::config(&env) {
+            Ok(c) => c,
+            Err(e) => {
+                defer_all(&format!("configuration error: {e}"));
+                return Ok(());
+            }
+        };
+        if let Some(problem) = self.handlers.problem(&cfg) {
+            defer_all(&format!("configuration error: {problem}"));
+            return Ok(());
+        }
+        let bindings = (env.kv(edge::KV_BINDING), env.d1(edge::DB_BINDING), edge::lanes(&env, &cfg));
+        let (kv, db, queue) = match bindings {
+            (Ok(kv), Ok(db), Ok(q)) => (WorkerKv(kv), D1Sql(db), q),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                defer_all(&format!("binding missing: {e}"));
+                return Ok(());
+            }
+        };
+        if let Some((ty, binding)) = cfg.service_handlers.iter().find(|(_, b)| env.service(b).is_err()) {
+            defer_all(&format!(
+                "configuration error: SERVICE_HANDLERS names binding {binding:?} for type {ty:?}, but the worker has no such service binding"
+            ));
+            return Ok(());
+        }
+        let incoming: Vec<Incoming> = msgs
+            .iter()
+            .map(|m| Incoming {
+                id: m.id(),
+                timestamp_ms: m.timestamp().as_millis() as i64,
+                body: edge::body_json(m.body()),
+            })
+            .collect();
+        let webhook_key = match edge::secret(&env, "WEBHOOK_SECRET").map(|s| crate::handlers::webhook::signing_key(&s))
+        {
+            None => None,
+            Some(Ok(key)) => Some(key),
+            Some(Err(e)) => {
+                defer_all(&format!("configuration error: {e}"));
+                return Ok(());
+            }
+        };
+        let services = Services {
+            http: WorkerFetch { env: env.clone() },
+            clock: SystemClock,
+            webhook_key,
+            allow_private_targets: cfg.allow_private_targets,
+            retry_after_cap_seconds: cfg.backoff_cap_seconds,
+            http_timeout_ms: cfg.webhook_timeout_seconds * 1000,
+            service_handlers: cfg.service_handlers.clone(),
+        };
+        let runner = self.handlers.runner(env.clone(), &cfg, services);
+        let consumer = Consumer {
+            cfg: &cfg,
+            kv: &kv,
+            sql: &db,
+            runner: &runner,
+            clock: &SystemClock,
+            queue: &queue,
+            owner: format!("inv-{}", edge::random_id()),
+            random: &edge::random,
+            log: &log,
+        };
+        let Some(role) = crate::consumer::role_of(&cfg, &batch.queue()) else {
+            defer_all(&format!(
+                "queue {:?} is neither JOBS_QUEUE ({:?}) nor DEAD_LETTER_QUEUE ({:?})",
+                batch.queue(),
+                cfg.jobs_queue,
+                cfg.dead_letter_queue
+            ));
+            return Ok(());
+        };
+        let outcomes = consumer.process(role, &incoming).await;
+        let count = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
+        let queue_name = batch.queue();
+        log(&Event::Batch {
+            queue: &queue_name,
+            mode: cfg.ordering_mode.as_str(),
+            messages: outcomes.len(),
+            acked: count(|o| matches!(o, Outcome::Ack)),
+            retried: count(|o| matches!(o, Outcome::Retry { .. })),
+            deferred: count(|o| matches!(o, Outcome::Defer { .. })),
+            duration_ms: js_sys::Date::now() as i64 - started,
+        });
+        for (m, o) in msgs.iter().zip(outcomes) {
+            match o {
+                Outcome::Ack => m.ack(),
+                Outcome::Retry { delay_seconds } | Outcome::Defer { delay_seconds } => {
+                    m.retry_with_options(&QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build())
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The HTTP API and dashboard.
+    pub async fn fetch(&self, mut req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
+        let url = req.url()?;
+        let mut api_req = ApiRequest {
+            method: req.method().to_string(),
+            path: url.path().to_string(),
+            query: url.query().unwrap_or_default().to_string(),
+            authorization: req.headers().get("authorization").ok().flatten(),
+            body: Vec::new(),
+        };
+        let cfg = edge::config(&env).and_then(|c| match self.handlers.problem(&c) {
+            // Reported as a configuration error, like a bad var.
+            Some(problem) => Err(crate::config::ConfigError {
+                var: "the worker's job types",
+                value: problem,
+                reason: "a job type must have one handler",
+            }),
+            None => Ok(c),
+        });
+        let admin_token = edge::secret(&env, "ADMIN_TOKEN");
+        let fallback = crate::config::Config::default();
+        let lanes = edge::lanes(&env, cfg.as_ref().unwrap_or(&fallback));
+        let (db, queue) = match (env.d1(edge::DB_BINDING), lanes) {
+            (Ok(db), Ok(q)) => (db, q),
+            (Err(e), _) | (_, Err(e)) => {
+                let body = serde_json::json!({ "error": format!("binding missing: {e}") });
+                return respond(ApiResponse::json_error(500, body));
+            }
+        };
+        let ledger = Ledger::new(D1Sql(db));
+        let api = Api {
+            ledger: &ledger,
+            queue: &queue,
+            clock: &SystemClock,
+            cfg: cfg.as_ref(),
+            admin_token: admin_token.as_deref(),
+            new_id: &edge::random_id,
+            types: &self.handlers,
+        };
+        // The token is checked before a byte of the body is read.
+        if let Some(answer) = api.gate(&api_req.method, &api_req.path, api_req.authorization.as_deref()) {
+            return respond(answer);
+        }
+        if api_req.method == "POST" {
+            match edge::read_capped(&mut req, MAX_BODY_BYTES).await {
+                Ok(body) => api_req.body = body,
+                Err(answer) => return respond(answer),
+            }
+        }
+        respond(api.route(&api_req).await)
+    }
+
+    /// The cron's maintenance.
+    pub async fn scheduled(&self, _event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+        let cfg = match edge::config(&env) {
+            Ok(c) => c,
+            Err(e) => return log(&Event::ConfigError { error: format!("maintenance skipped: {e}") }),
+        };
+        let (db, queue) = match (env.d1(edge::DB_BINDING), edge::lanes(&env, &cfg)) {
+            (Ok(db), Ok(q)) => (db, q),
+            (Err(e), _) | (_, Err(e)) => {
+                return log(&Event::ConfigError { error: format!("maintenance skipped: binding missing: {e}") })
+            }
+        };
+        let r = crate::maintenance::run(&Ledger::new(D1Sql(db)), &queue, &SystemClock, &cfg).await;
+        log(&Event::Maintenance { report: serde_json::to_value(&r).unwrap_or_default(), failed: !r.errors.is_empty() });
+    }
+}
+
+fn respond(r: ApiResponse) -> worker::Result<Response> {
+    let resp = Response::ok(r.body)?.with_status(r.status);
+    let headers = resp.headers().clone();
+    headers.set("content-type", r.content_type)?;
+    headers.set("cache-control", "no-store")?;
+    headers.set("x-content-type-options", "nosniff")?;
+    for (name, value) in &r.headers {
+        headers.set(name, value)?;
+    }
+    Ok(resp.with_headers(headers))
+}
