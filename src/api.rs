@@ -174,6 +174,52 @@ impl ApiResponse {
     }
 }
 
+/// One submitted job as recorded: its id, its status, and whether it duplicates a job the
+/// ledger already had (same id, or the active holder of its dedupe key: then that job's).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Submitted {
+    /// The job's id.
+    pub id: String,
+    /// Its status now.
+    pub status: Status,
+    /// Whether it was already there.
+    pub duplicate: bool,
+}
+
+/// Why a submission was refused, nothing recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{error} (HTTP {status}{})", index.map(|i| format!(", job {i}")).unwrap_or_default())]
+pub struct Refusal {
+    /// 400 (invalid) or 413 (over a limit).
+    pub status: u16,
+    /// Which job, when one job is at fault.
+    pub index: Option<usize>,
+    /// What is wrong.
+    pub error: String,
+}
+
+/// What a submission did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submission {
+    /// Recorded PENDING and sent to the queue; one per job, in order.
+    Accepted(Vec<Submitted>),
+    /// Recorded PENDING, but the queue refused them: maintenance sends them.
+    Unsent {
+        /// The jobs.
+        jobs: Vec<Submitted>,
+        /// The queue's error.
+        error: String,
+    },
+    /// Nothing recorded.
+    Refused(Refusal),
+}
+
+impl Submission {
+    fn refused(status: u16, index: Option<usize>, error: impl Into<String>) -> Self {
+        Submission::Refused(Refusal { status, index, error: error.into() })
+    }
+}
+
 /// The API's ports and settings for one request.
 pub struct Api<'a, S: Sql, Q, C> {
     /// The ledger.
@@ -303,17 +349,38 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             one @ Value::Object(_) => vec![one],
             _ => return Ok(ApiResponse::error(400, "body must be a job object or {\"jobs\": [...]}")),
         };
+        Ok(match self.submit_items(cfg, items).await? {
+            Submission::Accepted(jobs) => ApiResponse::json(202, json!({ "jobs": jobs })),
+            Submission::Unsent { jobs, error } => ApiResponse::json(
+                503,
+                json!({"error": format!("{error}; the jobs are recorded PENDING and maintenance will send them"), "jobs": jobs}),
+            ),
+            Submission::Refused(r) => {
+                let mut body = json!({ "error": r.error });
+                if let Some(i) = r.index {
+                    body["index"] = json!(i);
+                }
+                ApiResponse::json(r.status, body)
+            }
+        })
+    }
+
+    /// Submits jobs, each a `POST /jobs` job object (`{"payload", "ordering_key"?, ...}`), with
+    /// every check and limit of `POST /jobs`: all are recorded PENDING in one D1 round trip and
+    /// sent, or none is recorded and the first bad one says why. What the API and
+    /// [`crate::enqueue::Producer`] both do.
+    pub async fn submit_items(&self, cfg: &Config, items: Vec<Value>) -> Result<Submission, crate::error::InfraError> {
         if items.is_empty() {
-            return Ok(ApiResponse::error(400, "no jobs given"));
+            return Ok(Submission::refused(400, None, "no jobs given"));
         }
         if items.len() > MAX_JOBS_PER_REQUEST {
-            return Ok(ApiResponse::error(413, format!("more than {MAX_JOBS_PER_REQUEST} jobs in one request")));
+            return Ok(Submission::refused(413, None, format!("more than {MAX_JOBS_PER_REQUEST} jobs in one request")));
         }
         let mut jobs = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
             match parse_job(item, cfg, self.types, (self.new_id)()) {
                 Ok(j) => jobs.push(j),
-                Err((status, msg)) => return Ok(ApiResponse::json(status, json!({"error": msg, "index": i}))),
+                Err((status, msg)) => return Ok(Submission::refused(status, Some(i), msg)),
             }
         }
         let now = self.clock.now_ms();
@@ -323,18 +390,15 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let mut answer = Vec::with_capacity(jobs.len());
         let mut to_send = Vec::new();
         for ((job, inserted), (_, msg, _)) in recorded.into_iter().zip(jobs) {
-            answer.push(json!({"id": job.id, "status": job.status, "duplicate": !inserted}));
+            answer.push(Submitted { id: job.id, status: job.status, duplicate: !inserted });
             if inserted {
                 to_send.push(msg);
             }
         }
         if let Err(e) = producer::send_all(self.queue, to_send).await {
-            return Ok(ApiResponse::json(
-                503,
-                json!({"error": format!("{e}; the jobs are recorded PENDING and maintenance will send them"), "jobs": answer}),
-            ));
+            return Ok(Submission::Unsent { jobs: answer, error: e.to_string() });
         }
-        Ok(ApiResponse::json(202, json!({ "jobs": answer })))
+        Ok(Submission::Accepted(answer))
     }
 
     async fn list(&self, query: &str) -> Result<ApiResponse, crate::error::InfraError> {

@@ -10,10 +10,12 @@ use worker::{
     Response, ScheduleContext, ScheduledEvent,
 };
 
-use crate::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};
+use crate::api::{Api, ApiRequest, ApiResponse, Submitted, MAX_BODY_BYTES};
 use crate::app::{Cx, Handlers, Job};
 use crate::consumer::{Consumer, Incoming, Outcome, INFRA_RETRY_DELAY_SECONDS};
 use crate::edge::{self, SystemClock, WorkerFetch, WorkerKv};
+use crate::enqueue::{Enqueue, EnqueueError, Producer};
+use crate::error::InfraError;
 use crate::handlers::{Done, JobError, Services};
 use crate::ledger::d1::D1Sql;
 use crate::ledger::Ledger;
@@ -90,6 +92,34 @@ impl App {
     pub fn builder() -> AppBuilder {
         console_error_panic_hook::set_once();
         AppBuilder { handlers: Handlers::new() }
+    }
+
+    /// Enqueues a job from this worker (a `fetch` handler, another job's handler), with
+    /// `POST /jobs`' options and limits, checked against this app's job types: recorded in the
+    /// ledger and sent to the queue, as the API would.
+    pub async fn enqueue(
+        &self,
+        env: &Env,
+        payload: impl serde::Serialize,
+        options: &Enqueue,
+    ) -> Result<Submitted, EnqueueError> {
+        let mut jobs = self.enqueue_all(env, vec![(payload, options.clone())]).await?;
+        jobs.pop().ok_or_else(|| EnqueueError::Unavailable(InfraError::new("D1", "enqueue returned no job")))
+    }
+
+    /// Enqueues jobs in order, all or none (at most 500).
+    pub async fn enqueue_all<P: serde::Serialize>(
+        &self,
+        env: &Env,
+        jobs: Vec<(P, Enqueue)>,
+    ) -> Result<Vec<Submitted>, EnqueueError> {
+        let unavailable = |what: String| EnqueueError::Unavailable(InfraError::new("config", what));
+        let cfg = edge::config(env).map_err(|e| unavailable(format!("configuration error: {e}")))?;
+        let db = env.d1(edge::DB_BINDING).map_err(|e| unavailable(format!("binding missing: {e}")))?;
+        let queue = edge::lanes(env, &cfg).map_err(|e| unavailable(format!("binding missing: {e}")))?;
+        let ledger = Ledger::new(D1Sql(db));
+        let producer = Producer::new(&ledger, &queue, &SystemClock, &cfg, &self.handlers, &edge::random_id);
+        producer.enqueue_all(jobs).await
     }
 
     /// The queue consumer. Settles every message itself and never returns `Err`: an `Err` would

@@ -28,6 +28,7 @@ pub mod batch;
 pub mod clock;
 pub mod config;
 pub mod consumer;
+pub mod enqueue;
 pub mod envelope;
 pub mod error;
 pub mod handlers;
@@ -43,6 +44,7 @@ pub mod edge;
 mod entry;
 
 pub use app::{Cx, Handlers, Job};
+pub use enqueue::{Enqueue, EnqueueError};
 #[cfg(target_arch = "wasm32")]
 pub use entry::{App, AppBuilder};
 pub use handlers::{Done, JobError};

@@ -66,3 +66,22 @@ test("the example refuses a payload its type cannot read, naming the field, and 
     await w.dispose();
   }
 });
+
+test("the example's cron enqueues archive jobs from Rust, which run and land in R2", async () => {
+  const w = await start({ ...example, vars: { ARCHIVE_URLS: `${TARGET}/ok/daily, ${TARGET}/echo/news` } });
+  try {
+    await w.worker.scheduled({ cron: "* * * * *" });
+    const rows = await waitFor(async () => {
+      const r = (await w.db.prepare("SELECT id, ordering_key, dedupe_key, status, payload FROM job WHERE type = 'archive' ORDER BY ordering_key").all()).results;
+      return r.length === 2 && r.every((j) => j.status === "DONE") && r;
+    }, "two archive jobs DONE");
+    assert.deepEqual(rows.map((j) => j.ordering_key), [`${TARGET}/echo/news`, `${TARGET}/ok/daily`]);
+    assert.ok(rows.every((j) => /@\d+$/.test(j.dedupe_key)), "one per page and hour");
+    const bucket = await w.mf.getR2Bucket("ARCHIVE");
+    const listed = (await bucket.list()).objects.map((o) => o.key).sort();
+    assert.equal(listed.length, 2);
+    assert.match(listed[1], /^target\.test\/ok\/daily\/\d+\.html$/);
+  } finally {
+    await w.dispose();
+  }
+});

@@ -1,10 +1,11 @@
 //! A worker with a job type of its own: `archive` fetches a page and keeps a copy in R2, in each
 //! key's order, with orderly's retries, snoozes, history and dashboard. The whole worker is this
-//! file: the handler, the list of job types, and the three events delegating to `orderly::App`.
+//! file: the handler, the list of job types, the three events delegating to `orderly::App`, and a
+//! producer: every cron run enqueues an archive of each page `ARCHIVE_URLS` lists.
 
 #[cfg(target_arch = "wasm32")]
 mod worker_app {
-    use orderly::{App, Cx, Done, Job, JobError};
+    use orderly::{App, Cx, Done, Enqueue, Job, JobError};
     use serde::Deserialize;
     use worker::{event, Context, Env, Fetch, MessageBatch, Request, Response, ScheduleContext, ScheduledEvent};
 
@@ -53,8 +54,30 @@ mod worker_app {
         app().fetch(req, env, ctx).await
     }
 
+    /// orderly's maintenance, then this cron run's archive jobs: one per page of `ARCHIVE_URLS`
+    /// (comma-separated), each page's in order (its URL is the ordering key), at most one per
+    /// page and hour (the dedupe key).
     #[event(scheduled)]
     async fn scheduled(event: ScheduledEvent, env: Env, ctx: ScheduleContext) {
-        app().scheduled(event, env, ctx).await
+        let app = app();
+        app.scheduled(event, env.clone(), ctx).await;
+        let urls = env.var("ARCHIVE_URLS").map(|v| v.to_string()).unwrap_or_default();
+        let hour = worker::Date::now().as_millis() / 3_600_000;
+        let jobs: Vec<(serde_json::Value, Enqueue)> = urls
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(|url| {
+                let key = format!("{}/{hour}.html", url.trim_start_matches("https://").trim_start_matches("http://"));
+                let payload = serde_json::json!({"type": "archive", "url": url, "key": key});
+                let options = Enqueue { dedupe_key: Some(format!("{url}@{hour}")), ..Enqueue::key(url) };
+                (payload, options)
+            })
+            .collect();
+        if !jobs.is_empty() {
+            if let Err(e) = app.enqueue_all(&env, jobs).await {
+                worker::console_error!("archive jobs not enqueued: {e}");
+            }
+        }
     }
 }

@@ -1,0 +1,116 @@
+//! Enqueueing from Rust (SPEC 13a): a worker built on orderly submits jobs with `POST /jobs`'
+//! options and limits, without an HTTP round trip: [`Producer::enqueue`] records the jobs in the
+//! ledger and sends them, exactly as the API does (it runs the API's own submission).
+//!
+//! On Workers, `App::producer(&env)` gives one over the worker's bindings; natively (and in tests)
+//! [`Producer`] takes any ledger, queue and clock.
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::api::{Api, Refusal, Submission, Submitted};
+use crate::app::JobTypes;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::error::InfraError;
+use crate::ledger::{Ledger, Sql};
+use crate::producer::QueueSender;
+
+/// A job's options, as `POST /jobs` takes them; `Default` is none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Enqueue {
+    /// Jobs of one key run one at a time, in order.
+    pub ordering_key: Option<String>,
+    /// While a job with this key is PENDING or RUNNING, another is a duplicate of it.
+    pub dedupe_key: Option<String>,
+    /// Seconds before the job may run (0..43,200).
+    pub delay_seconds: u32,
+    /// Runs before DEAD (1..1000); `MAX_ATTEMPTS` when `None`.
+    pub max_attempts: Option<u32>,
+    /// 0 most urgent .. 9; 5 when `None`.
+    pub priority: Option<u8>,
+}
+
+impl Enqueue {
+    /// With an ordering key.
+    pub fn key(ordering_key: impl Into<String>) -> Self {
+        Enqueue { ordering_key: Some(ordering_key.into()), ..Enqueue::default() }
+    }
+
+    /// The `POST /jobs` job object for `payload` with these options.
+    pub fn job(&self, payload: Value) -> Value {
+        let mut o = Map::new();
+        o.insert("payload".into(), payload);
+        if let Some(k) = &self.ordering_key {
+            o.insert("ordering_key".into(), json!(k));
+        }
+        if let Some(k) = &self.dedupe_key {
+            o.insert("dedupe_key".into(), json!(k));
+        }
+        if self.delay_seconds > 0 {
+            o.insert("delay_seconds".into(), json!(self.delay_seconds));
+        }
+        if let Some(n) = self.max_attempts {
+            o.insert("max_attempts".into(), json!(n));
+        }
+        if let Some(p) = self.priority {
+            o.insert("priority".into(), json!(p));
+        }
+        Value::Object(o)
+    }
+}
+
+/// Why jobs were not enqueued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnqueueError {
+    /// A job is invalid or over a limit; nothing was recorded. Do not retry as is.
+    #[error("refused: {0}")]
+    Refused(Refusal),
+    /// A payload could not be turned into JSON; nothing was recorded.
+    #[error("payload is not JSON: {0}")]
+    Payload(String),
+    /// D1 failed; nothing was recorded. Worth retrying.
+    #[error("the ledger is unavailable: {0}")]
+    Unavailable(InfraError),
+}
+
+/// Submits jobs to orderly from Rust, over the ledger and queue ports.
+pub struct Producer<'a, S: Sql, Q, C> {
+    /// The API whose submission it runs (no token: the caller is the worker itself).
+    api: Api<'a, S, Q, C>,
+    cfg: &'a Config,
+}
+
+impl<'a, S: Sql, Q: QueueSender, C: Clock> Producer<'a, S, Q, C> {
+    /// A producer over these ports, checking payloads against `types`.
+    pub fn new(
+        ledger: &'a Ledger<S>,
+        queue: &'a Q,
+        clock: &'a C,
+        cfg: &'a Config,
+        types: &'a dyn JobTypes,
+        new_id: &'a dyn Fn() -> String,
+    ) -> Self {
+        let api = Api { ledger, queue, clock, cfg: Ok(cfg), admin_token: None, new_id, types };
+        Producer { api, cfg }
+    }
+
+    /// Enqueues one job. A payload that is recorded but could not be sent yet (a queue outage)
+    /// is `Ok`: maintenance sends it.
+    pub async fn enqueue(&self, payload: impl Serialize, options: &Enqueue) -> Result<Submitted, EnqueueError> {
+        let mut jobs = self.enqueue_all(vec![(payload, options.clone())]).await?;
+        jobs.pop().ok_or_else(|| EnqueueError::Unavailable(InfraError::new("D1", "enqueue returned no job")))
+    }
+
+    /// Enqueues jobs in order, all or none (at most 500: one D1 statement each).
+    pub async fn enqueue_all<P: Serialize>(&self, jobs: Vec<(P, Enqueue)>) -> Result<Vec<Submitted>, EnqueueError> {
+        let items = jobs
+            .into_iter()
+            .map(|(p, o)| serde_json::to_value(p).map(|p| o.job(p)).map_err(|e| EnqueueError::Payload(e.to_string())))
+            .collect::<Result<Vec<Value>, _>>()?;
+        match self.api.submit_items(self.cfg, items).await.map_err(EnqueueError::Unavailable)? {
+            Submission::Accepted(jobs) | Submission::Unsent { jobs, .. } => Ok(jobs),
+            Submission::Refused(r) => Err(EnqueueError::Refused(r)),
+        }
+    }
+}
