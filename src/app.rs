@@ -7,7 +7,7 @@
 //! secrets). [`Handlers`] routes a payload's `type` to its handler, checks payloads at submission
 //! (a payload that does not deserialize is refused with a 400, or DEAD naming the field), and is
 //! the consumer's [`Runner`]. Generic over the environment, so handlers and routing are tested
-//! natively. The Workers entry points that use it are [`App`](crate::App)'s (wasm only).
+//! natively. The Workers entry points that use it are `App`'s (`entry.rs`, wasm only).
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -175,7 +175,7 @@ impl QueueSender for WorkerQueue {
 }
 
 /// `fetch` with a timeout that aborts the request. Redirects are not followed (a 3xx is the
-/// answer). Only the first [`RESPONSE_START_BYTES`] of the body are read (for the job's result),
+/// answer). Only the first `read_limit` bytes of the body are read (for the job's result),
 /// then the body is cancelled: Workers stall new fetches while six responses are open.
 pub struct WorkerFetch {
     /// The worker's bindings: service handlers are reached through them.

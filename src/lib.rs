@@ -1,11 +1,50 @@
 //! # orderly
 //!
-//! An ordered, reliable Cloudflare Queues consumer: per-key ordering (sequenced by the D1 ledger in
-//! strict mode, by a best-effort KV lock in lock mode), retries with capped exponential backoff,
-//! dead letters, and a D1 job ledger that owns every job's state. This file is wiring only: the
-//! event entry points.
+//! An ordered, reliable Cloudflare Queues consumer, as a library: per-key ordering (sequenced by
+//! the D1 ledger in strict mode, by a best-effort KV lock in lock mode), retries with capped
+//! exponential backoff, snoozes, dead letters, and a D1 job ledger that owns every job's state,
+//! with an HTTP API and a dashboard. Your worker lists its job types and delegates its events:
+//!
+//! ```ignore
+//! use orderly::{App, Cx, Done, Job, JobError};
+//! use serde::Deserialize;
+//! use worker::{event, Context, Env, MessageBatch, Request, Response, ScheduleContext, ScheduledEvent};
+//!
+//! #[derive(Deserialize)]
+//! struct Resize { key: String, width: u32 }
+//!
+//! async fn resize(job: Job<Resize>, cx: Cx<Env>) -> Result<Done, JobError> {
+//!     let images = cx.env().bucket("IMAGES").map_err(|e| JobError::permanent(e.to_string()))?;
+//!     // ... read job.key, write the thumbnail of job.width ...
+//!     Ok(Done::default())
+//! }
+//!
+//! fn app() -> App {
+//!     App::builder().handler("resize", resize).webhook().build()
+//! }
+//!
+//! #[event(queue)]
+//! async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, ctx: Context) -> worker::Result<()> {
+//!     app().queue(batch, env, ctx).await
+//! }
+//! #[event(fetch)]
+//! async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Response> {
+//!     app().fetch(req, env, ctx).await
+//! }
+//! #[event(scheduled)]
+//! async fn scheduled(event: ScheduledEvent, env: Env, ctx: ScheduleContext) {
+//!     app().scheduled(event, env, ctx).await
+//! }
+//! ```
+//!
+//! A handler answers [`Done`] (with a result kept on the job), or a [`JobError`]: retryable,
+//! permanent, or a snooze (run again later without spending an attempt, the key held).
+//! `App::enqueue` submits jobs from your own code with `POST /jobs`' options ([`Enqueue`]).
+//! The library holds no `#[event]` function: every worker depending on it would export it.
 //!
 //! # Layout
+//! - `app.rs`: your job types, typed handlers by name ([`Handlers`], [`Job`], [`Cx`]);
+//!   `entry.rs`: `App`, the Workers entry points (wasm only). `enqueue.rs`: enqueueing from Rust.
 //! - `envelope.rs`: what a message body means (Fedify's envelope, raw bodies, `__orderly_job__`).
 //! - `batch.rs`: grouping a batch by ordering key, in send order.
 //! - `consumer/`: the batch algorithm; an ack/retry/defer outcome per message. `locked.rs` is
@@ -13,13 +52,13 @@
 //! - `lock.rs`: the KV ordering lock, and an in-memory KV with real expiry.
 //! - `ledger/`: job states, the guarded SQL (`ledger/sql/*.sql`), strict mode's operations
 //!   (`ledger/strict.rs`; its run rule is `ledger/sql/claim_next.sql`), the D1 backend.
-//! - `handlers/`: job types (`webhook.rs`), one file each.
+//! - `handlers/`: the built-in `webhook` job type and the service handler contract (SPEC 13b).
 //! - `api.rs` (+ `dashboard.html`): the operator HTTP API. `producer.rs`: sending to the queue.
 //! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge. `backoff.rs`,
 //!   `config.rs`, `clock.rs`. `log.rs`: the structured log lines.
 //! - `edge.rs`: `worker` adapters for the ports above (wasm only).
 //!
-//! Everything but `edge.rs`, `ledger/d1.rs` and the entry points below builds and is tested natively.
+//! Everything but `edge.rs`, `entry.rs` and `ledger/d1.rs` builds and is tested natively.
 
 pub mod api;
 pub mod app;
