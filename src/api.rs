@@ -19,7 +19,9 @@ use crate::config::{Config, ConfigError, OnDead, OrderingMode, MAX_DELAY_SECONDS
 use crate::envelope::{checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
 use crate::ledger::history::{self, Kind};
 use crate::ledger::strict::Skip;
-use crate::ledger::{Cancel, DeadFilter, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, DEFAULT_PRIORITY, MAX_PRIORITY};
+use crate::ledger::{
+    Cancel, DeadFilter, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, DEFAULT_PRIORITY, MAX_PRIORITY,
+};
 use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES};
 
 /// Largest request body accepted.
@@ -48,7 +50,6 @@ fn dashboard_csp() -> String {
 }
 /// Largest page.
 pub const MAX_PAGE: u32 = 200;
-
 
 const DASHBOARD: &str = include_str!("dashboard.html");
 /// The API described in OpenAPI 3.1, served at `GET /openapi.json`.
@@ -432,7 +433,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                     None => {
                         return Ok(ApiResponse::error(
                             400,
-                            format!("priority must be a whole number from 0 (most urgent) to {MAX_PRIORITY}, got {v:?}"),
+                            format!(
+                                "priority must be a whole number from 0 (most urgent) to {MAX_PRIORITY}, got {v:?}"
+                            ),
                         ))
                     }
                 },

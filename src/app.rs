@@ -180,14 +180,20 @@ impl<E: 'static> Handlers<E> {
         if let Some(p) = &self.problem {
             return Some(p.clone());
         }
-        let both = cfg.service_handlers.iter().find(|(t, _)| self.own.contains_key(t) || (self.webhook && t == "webhook"));
+        let both =
+            cfg.service_handlers.iter().find(|(t, _)| self.own.contains_key(t) || (self.webhook && t == "webhook"));
         both.map(|(t, b)| format!("job type {t:?} has a handler in the worker and in SERVICE_HANDLERS ({b})"))
     }
 
     /// The job types, in the order errors list them.
     fn names<'a>(&'a self, cfg: &'a Config) -> Vec<&'a str> {
         let webhook = self.webhook.then_some(Webhook::TYPE);
-        self.own.keys().map(String::as_str).chain(webhook).chain(cfg.service_handlers.iter().map(|(t, _)| t.as_str())).collect()
+        self.own
+            .keys()
+            .map(String::as_str)
+            .chain(webhook)
+            .chain(cfg.service_handlers.iter().map(|(t, _)| t.as_str()))
+            .collect()
     }
 
     fn unknown(&self, job_type: &str, cfg: &Config) -> JobError {
@@ -264,7 +270,10 @@ mod tests {
         if job.width == 0 {
             return Err(JobError::snooze(60, "not uploaded yet"));
         }
-        Ok(Done { result: Some(json!({"key": job.key, "w": job.width, "env": cx.env(), "attempt": cx.attempt})), http_status: None })
+        Ok(Done {
+            result: Some(json!({"key": job.key, "w": job.width, "env": cx.env(), "attempt": cx.attempt})),
+            http_status: None,
+        })
     }
 
     fn ctx<'a>(payload: &'a Value) -> JobContext<'a> {

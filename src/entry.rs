@@ -6,8 +6,8 @@
 
 use serde_json::Value;
 use worker::{
-    console_error, console_log, console_warn, Context, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder, Request,
-    Response, ScheduleContext, ScheduledEvent,
+    console_error, console_log, console_warn, Context, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder,
+    Request, Response, ScheduleContext, ScheduledEvent,
 };
 
 use crate::api::{Api, ApiRequest, ApiResponse, Submitted, MAX_BODY_BYTES};

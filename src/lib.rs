@@ -87,4 +87,3 @@ pub use enqueue::{Enqueue, EnqueueError};
 #[cfg(target_arch = "wasm32")]
 pub use entry::{App, AppBuilder};
 pub use handlers::{Done, JobError};
-

@@ -485,7 +485,11 @@ impl orderly::handlers::HttpClient for FakeService {
 fn a_service_handler_runs_its_type_snoozes_and_keeps_the_answer() {
     let w = World::new();
     let service = FakeService {
-        answers: RefCell::new(vec![(200, "", Some("30")), (200, r#"{"sent": 1}"#, None), (422, "no such address", None)]),
+        answers: RefCell::new(vec![
+            (200, "", Some("30")),
+            (200, r#"{"sent": 1}"#, None),
+            (422, "no such address", None),
+        ]),
         seen: RefCell::default(),
     };
     let registry = orderly::handlers::Registry(orderly::handlers::Services {

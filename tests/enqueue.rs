@@ -39,7 +39,10 @@ fn a_rust_producer_records_and_sends_with_every_option() {
         (Some("acct/1"), Some("welcome-1"), 3, 1, T0 + 30_000)
     );
     let sent = w.queue.sent_with_delay();
-    assert_eq!((sent[0].0.meta.id.as_deref(), sent[0].0.ordering_key.as_deref(), sent[0].1), (Some("rs-1"), Some("acct/1"), 30));
+    assert_eq!(
+        (sent[0].0.meta.id.as_deref(), sent[0].0.ordering_key.as_deref(), sent[0].1),
+        (Some("rs-1"), Some("acct/1"), 30)
+    );
     // The same dedupe key while the first is active: the first job, marked a duplicate.
     let again = block_on(p.enqueue(webhook(2), &options)).unwrap();
     assert_eq!((again.id.as_str(), again.duplicate), ("rs-1", true));
@@ -57,8 +60,9 @@ fn a_rust_producer_is_refused_what_the_api_refuses() {
         Err(EnqueueError::Refused(r)) => (r.status, r.index, r.error),
         other => panic!("not refused: {other:?}"),
     };
-    let (status, index, error) =
-        refused(block_on(p.enqueue_all(vec![(webhook(1), Enqueue::default()), (json!({"type": "fax"}), Enqueue::default())])));
+    let (status, index, error) = refused(block_on(
+        p.enqueue_all(vec![(webhook(1), Enqueue::default()), (json!({"type": "fax"}), Enqueue::default())]),
+    ));
     assert_eq!((status, index), (400, Some(1)));
     assert!(error.contains("unknown job type \"fax\""), "{error}");
     let late = Enqueue { delay_seconds: 43_201, ..Enqueue::default() };

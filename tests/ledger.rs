@@ -80,8 +80,7 @@ fn an_expired_lease_out_of_attempts_is_left_to_the_reaper() {
 
 /// SQLite's plan for a statement, one line per step.
 fn plan(db: &Sqlite, s: &orderly::ledger::Stmt) -> Vec<String> {
-    db
-        .conn
+    db.conn
         .prepare(&format!("EXPLAIN QUERY PLAN {}", s.sql))
         .unwrap()
         .query_map(

@@ -7,8 +7,8 @@ mod support;
 use std::collections::BTreeSet;
 
 use futures::executor::block_on;
-use orderly::clock::Clock;
 use orderly::api::{match_route, Matched, OPENAPI, ROUTES};
+use orderly::clock::Clock;
 use orderly::ledger::history::{self, Run, RunOutcome};
 use orderly::ledger::{stmt, Sql};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
@@ -342,8 +342,15 @@ fn cancelling_a_lock_holder_wakes_the_job_put_off_behind_it() {
     let job = block_on(w.ledger.get(&holder)).unwrap().unwrap();
     block_on(w.ledger.sql.query(stmt::claim(&job.spec(), "inv", T0, T0 + 120_000, T0))).unwrap();
     let retry_at = T0 + 3_600_000;
-    block_on(w.ledger.sql.query(stmt::fail(&holder, "inv", T0, orderly::ledger::Status::Pending, retry_at, "HTTP 503")))
-        .unwrap();
+    block_on(w.ledger.sql.query(stmt::fail(
+        &holder,
+        "inv",
+        T0,
+        orderly::ledger::Status::Pending,
+        retry_at,
+        "HTTP 503",
+    )))
+    .unwrap();
     let spec = block_on(w.ledger.get(&waiting)).unwrap().unwrap().spec();
     block_on(w.ledger.sql.query(stmt::note_deferral(&spec, T0 + 1_000, retry_at))).unwrap();
     w.clock.advance_ms(60_000);

@@ -213,7 +213,8 @@ fn a_snoozing_head_keeps_its_key_spends_no_attempt_and_wakes_when_its_snooze_end
     w.clock.advance_ms(30_000);
     w.run(&[keyed("a", T0 + 1, snoozy)]);
     let attempts: Vec<(String, u32)> = w.script.runs.borrow().iter().map(|(id, at, _)| (id.clone(), *at)).collect();
-    let want: Vec<(String, u32)> = [("a", 1), ("a", 1), ("a", 1), ("b", 1)].iter().map(|(i, n)| (i.to_string(), *n)).collect();
+    let want: Vec<(String, u32)> =
+        [("a", 1), ("a", 1), ("a", 1), ("b", 1)].iter().map(|(i, n)| (i.to_string(), *n)).collect();
     assert_eq!(attempts, want, "every run of a is its first attempt");
     assert_eq!((w.job("a").status, w.job("a").attempts), (Status::Done, 1));
     let h = block_on(orderly::ledger::history::events(&w.db, "a")).unwrap();

@@ -319,11 +319,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 return (locks, holders);
             }
         };
-        let finished: Vec<(usize, Job)> = held
-            .iter()
-            .zip(rows)
-            .filter_map(|((gi, _), r)| Job::first(&r).ok().flatten().map(|j| (*gi, j)))
-            .collect();
+        let finished: Vec<(usize, Job)> =
+            held.iter().zip(rows).filter_map(|((gi, _), r)| Job::first(&r).ok().flatten().map(|j| (*gi, j))).collect();
         for (gi, holder) in finished {
             if !holder.status.is_finished() {
                 holders.insert(gi, holder);

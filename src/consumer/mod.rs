@@ -111,7 +111,9 @@ pub enum FailureDecision {
 /// after the handler's requested delay, or jittered backoff of the attempt number.
 pub fn decide_failure(attempts: i64, max_attempts: i64, err: &JobError, cfg: &Config, random: f64) -> FailureDecision {
     match err {
-        JobError::Snooze { seconds, .. } => FailureDecision::Snooze { delay_seconds: (*seconds).clamp(1, MAX_DELAY_SECONDS) },
+        JobError::Snooze { seconds, .. } => {
+            FailureDecision::Snooze { delay_seconds: (*seconds).clamp(1, MAX_DELAY_SECONDS) }
+        }
         JobError::Permanent { reason, .. } => FailureDecision::Dead(reason.clone()),
         JobError::Retryable { reason, .. } if attempts >= max_attempts => {
             FailureDecision::Dead(format!("{reason} (attempt {attempts} of {max_attempts}, no attempts left)"))
@@ -139,9 +141,13 @@ struct Ran {
 enum RunEnd {
     Done,
     Dead,
-    Retry { delay_seconds: u32 },
+    Retry {
+        delay_seconds: u32,
+    },
     /// The handler snoozed: like a retry for the key (held until then), but no attempt spent.
-    Snooze { delay_seconds: u32 },
+    Snooze {
+        delay_seconds: u32,
+    },
 }
 
 impl RunEnd {

@@ -60,9 +60,11 @@ pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobErr
     let s = resp.status;
     if let Some(v) = resp.snooze.as_deref() {
         return match v.trim().parse::<u32>() {
-            Ok(n) if (1..=MAX_DELAY_SECONDS).contains(&n) => {
-                Err(JobError::Snooze { seconds: n, reason: format!("the handler asked (HTTP {s})"), http_status: Some(s) })
-            }
+            Ok(n) if (1..=MAX_DELAY_SECONDS).contains(&n) => Err(JobError::Snooze {
+                seconds: n,
+                reason: format!("the handler asked (HTTP {s})"),
+                http_status: Some(s),
+            }),
             // A broken contract is the handler's bug: retried (with backoff) until it is fixed.
             _ => Err(JobError::Retryable {
                 reason: format!("HTTP {s} with {SNOOZE_HEADER}: {v:?}, not 1 to {MAX_DELAY_SECONDS} seconds"),
@@ -182,10 +184,7 @@ mod tests {
     #[test]
     fn a_snooze_header_on_any_answer_snoozes_and_a_bad_one_retries() {
         for s in [200, 429, 503] {
-            assert!(matches!(
-                outcome(&resp(s, "", None, Some("30")), 3600),
-                Err(JobError::Snooze { seconds: 30, .. })
-            ));
+            assert!(matches!(outcome(&resp(s, "", None, Some("30")), 3600), Err(JobError::Snooze { seconds: 30, .. })));
         }
         for bad in ["0", "43201", "soon", "-5"] {
             assert!(matches!(outcome(&resp(200, "", None, Some(bad)), 3600), Err(JobError::Retryable { .. })), "{bad}");

@@ -380,8 +380,11 @@ mod tests {
             service_handlers: Vec::new(),
         };
         let payload = json!({"type": "webhook", "url": "https://user:hunter2@h.test/x"});
-        let err =
-            block_on(Webhook::run(&JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5 }, &services)).unwrap_err();
+        let err = block_on(Webhook::run(
+            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5 },
+            &services,
+        ))
+        .unwrap_err();
         assert!(!err.to_string().contains("hunter2") && !err.to_string().contains("user"), "{err}");
         assert!(err.to_string().contains("h.test/x"), "{err}");
     }
@@ -419,8 +422,11 @@ mod tests {
         };
         let payload =
             json!({"type": "webhook", "url": "http://h/", "body": {"test": 1}, "headers": {"webhook-id": "forged"}});
-        let done =
-            block_on(Webhook::run(&JobContext { id: "job-1", attempt: 1, payload: &payload, ordering_key: None, priority: 5 }, &services)).unwrap();
+        let done = block_on(Webhook::run(
+            &JobContext { id: "job-1", attempt: 1, payload: &payload, ordering_key: None, priority: 5 },
+            &services,
+        ))
+        .unwrap();
         assert_eq!(done.http_status, Some(200));
         assert_eq!(done.result, Some(json!({"status": 200, "content_type": null, "body": ""})));
         let sent = services.http.0.borrow();
@@ -450,7 +456,10 @@ mod tests {
             service_handlers: Vec::new(),
         };
         let payload = json!({"type": "webhook", "url": "http://h/", "body": 1});
-        let got = block_on(Webhook::run(&JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5 }, &services));
+        let got = block_on(Webhook::run(
+            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5 },
+            &services,
+        ));
         assert_eq!(got, Err(JobError::retry("http://h/: timed out")));
         assert!(services.http.0.borrow()[0].headers.iter().all(|(k, _)| !k.starts_with("webhook-")));
     }

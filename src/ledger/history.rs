@@ -71,7 +71,9 @@ impl RunOutcome {
         }
     }
     fn parse(s: &str) -> Option<RunOutcome> {
-        [RunOutcome::Done, RunOutcome::Retry, RunOutcome::Dead, RunOutcome::Snooze].into_iter().find(|o| o.as_str() == s)
+        [RunOutcome::Done, RunOutcome::Retry, RunOutcome::Dead, RunOutcome::Snooze]
+            .into_iter()
+            .find(|o| o.as_str() == s)
     }
 }
 

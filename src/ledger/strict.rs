@@ -198,7 +198,6 @@ impl<S: Sql> Ledger<S> {
             None => Skip::NotBlocked,
         })
     }
-
 }
 
 impl Job {

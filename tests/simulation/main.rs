@@ -247,7 +247,16 @@ impl Sim {
             // for jobs delivered in order, would let later jobs of the key pass it.
             let delayed = self.setup.mode == OrderingMode::Strict && !direct && rng.chance(0.1);
             let delay_seconds = if delayed { rng.range(3, 30) as u32 } else { 0 };
-            self.planned.push(Planned { id: format!("job-{i}"), key, n: *n, payload, direct, delay_seconds, poison, at });
+            self.planned.push(Planned {
+                id: format!("job-{i}"),
+                key,
+                n: *n,
+                payload,
+                direct,
+                delay_seconds,
+                poison,
+                at,
+            });
         }
         // Production order is the order of `at` within a key.
         self.planned.sort_by_key(|p| p.at);
@@ -783,7 +792,8 @@ impl Sim {
                     ));
                 }
             }
-            let clean = !obs.crashed.contains(&r.inv) && !obs.d1_faulted.contains(&r.inv) && !obs.stalled.contains(&r.inv);
+            let clean =
+                !obs.crashed.contains(&r.inv) && !obs.d1_faulted.contains(&r.inv) && !obs.stalled.contains(&r.inv);
             if r.snoozed && clean {
                 last_snooze.insert(&r.job, (r.attempt, r.start));
             }

@@ -493,8 +493,7 @@ impl Runner for SimRunner {
 /// its key, lets the run start under `on_dead` (DONE; or DEAD under `skip` or skipped by an
 /// operator).
 fn passable(job: &Job, on_dead: OnDead) -> bool {
-    job.status == Status::Done
-        || (job.status == Status::Dead && (on_dead == OnDead::Skip || job.skipped_at.is_some()))
+    job.status == Status::Done || (job.status == Status::Dead && (on_dead == OnDead::Skip || job.skipped_at.is_some()))
 }
 
 /// Whether invocation `inv` may have moved past `lower` within its own chain: a success, or a

@@ -31,7 +31,13 @@ mod worker_app {
                 let wait = resp.headers().get("retry-after").ok().flatten().and_then(|v| v.parse().ok()).unwrap_or(30);
                 return Err(JobError::Snooze { seconds: wait, reason: "rate limited".into(), http_status: Some(429) });
             }
-            500..=599 => return Err(JobError::Retryable { reason: format!("HTTP {status}"), retry_after: None, http_status: Some(status) }),
+            500..=599 => {
+                return Err(JobError::Retryable {
+                    reason: format!("HTTP {status}"),
+                    retry_after: None,
+                    http_status: Some(status),
+                })
+            }
             _ => return Err(JobError::Permanent { reason: format!("HTTP {status}"), http_status: Some(status) }),
         }
         let body = resp.bytes().await.map_err(|e| JobError::retry(format!("body: {e}")))?;
