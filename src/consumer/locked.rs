@@ -16,7 +16,8 @@ use super::{
 use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::handlers::Runner;
-use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt};
+use crate::error::InfraError;
+use crate::ledger::{stmt, Claimed, Job, JobSpec, Lease, Ledger, Sql, Status, Stmt};
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::QueueSender;
 
@@ -94,15 +95,47 @@ struct GroupResult {
     lock_end: Option<LockEnd>,
 }
 
+/// A batch's plan: what is settled already (unreadable bodies, repeats within the batch), the
+/// key groups to run, and each planned message's spec by batch position.
+struct Plan<'a> {
+    settled: Vec<Settle>,
+    groups: Vec<batch::Group<'a>>,
+    specs: Vec<Option<&'a JobSpec>>,
+}
+
+impl Plan<'_> {
+    /// The spec of a planned message (only decoded messages are planned).
+    fn spec(&self, i: usize) -> &JobSpec {
+        self.specs[i].unwrap_or_else(|| unreachable!("only decoded messages are planned"))
+    }
+}
+
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
-    /// Lock mode's batch (SPEC 3): lock per key group, claim, run, record, settle.
+    /// Lock mode's batch (SPEC 3), in four phases: lock each key group, claim every runnable
+    /// message (one D1 round trip), run the groups, settle (one D1 round trip records every
+    /// result, then locks are released or held for a failed job).
     pub(super) async fn run_locked(&self, msgs: &[Incoming], decoded: &[Result<Decoded, String>]) -> Vec<Outcome> {
         let now = self.clock.now_ms();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
-        let mut settled: Vec<Settle> = Vec::with_capacity(msgs.len());
+        let mut plan = self.plan(msgs, decoded, now);
+        let (locks, holders) = self.lock_groups(&plan).await;
+        let claims = match self.claim_groups(&mut plan, &locks, &holders, now).await {
+            Ok(claims) => claims,
+            Err(e) => {
+                self.outage(format!("batch deferred, claims not recorded: {e}"));
+                let taken = locks.iter().filter_map(|l| if let GroupLock::Taken(h) = l { Some(h.clone()) } else { None });
+                self.release_all(taken.map(|lock| LockEnd { lock, hold_for: None }).collect()).await;
+                return vec![infra; msgs.len()];
+            }
+        };
+        let lock_ends = self.run_groups(&mut plan, &locks, claims, decoded, now).await;
+        self.settle(plan.settled, lock_ends, msgs.len()).await
+    }
 
-        // Unreadable bodies are recorded DEAD; a job delivered twice in one batch runs once (the
-        // later copy comes back and finds it finished).
+    /// Plans a batch: unreadable bodies are recorded DEAD; a job delivered twice in one batch runs
+    /// once (the later copy comes back and finds it finished); the rest are grouped by key.
+    fn plan<'a>(&self, msgs: &[Incoming], decoded: &'a [Result<Decoded, String>], now: i64) -> Plan<'a> {
+        let mut settled = Vec::with_capacity(msgs.len());
         let mut seen: HashSet<&str> = HashSet::new();
         let mut items = Vec::new();
         for (i, d) in decoded.iter().enumerate() {
@@ -123,16 +156,17 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 }),
             }
         }
-        let groups = batch::plan(&items);
-        // Only decoded messages are planned, so every planned position has a spec.
-        let specs: Vec<Option<&JobSpec>> = decoded.iter().map(|d| d.as_ref().ok().map(|d| &d.spec)).collect();
-        let spec =
-            |i: usize| -> &JobSpec { specs[i].unwrap_or_else(|| unreachable!("only decoded messages are planned")) };
+        let specs = decoded.iter().map(|d| d.as_ref().ok().map(|d| &d.spec)).collect();
+        Plan { settled, groups: batch::plan(&items), specs }
+    }
 
-        // Locks, one per key group, taken concurrently.
-        let locks: Vec<GroupLock> = join_all(groups.iter().map(|g| async {
+    /// Phase 1: one lock per key group, taken concurrently; then held keys' holders are read (a
+    /// lock whose holder is finished is taken over, so no job waits on it until Queues'
+    /// delivery attempts run out). Returns each group's lock and, per held group, its holder.
+    async fn lock_groups(&self, plan: &Plan<'_>) -> (Vec<GroupLock>, HashMap<usize, Job>) {
+        let locks: Vec<GroupLock> = join_all(plan.groups.iter().map(|g| async {
             let Some(key) = g.key else { return GroupLock::Unkeyed };
-            let ids: Vec<&str> = g.members.iter().map(|&i| spec(i).id.as_str()).collect();
+            let ids: Vec<&str> = g.members.iter().map(|&i| plan.spec(i).id.as_str()).collect();
             let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
             match lock::acquire(self.kv, &key, &ids, self.cfg.lock_ttl_seconds).await {
                 Ok(Acquired::Taken { token }) => {
@@ -146,73 +180,69 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
         }))
         .await;
+        self.take_over_stale(plan, locks).await
+    }
 
-        // Held keys: their holders, read in one D1 round trip, say how long to wait; a lock whose
-        // holder is finished (cancelled, reaped DEAD, or done without its release) is taken over,
-        // so no job waits on it until Queues' delivery attempts run out.
-        let (locks, holders) = self.take_over_stale(&groups, locks, &spec).await;
-
-        // One D1 round trip: claim every runnable message (and read its row, to learn why when the
-        // claim is refused).
-        let mut reads: Vec<Stmt> = Vec::new();
-        let mut claim_at: HashMap<usize, usize> = HashMap::new();
-        let lease_until = now + i64::from(self.cfg.lease_seconds) * 1000;
-        for (g, l) in groups.iter().zip(&locks) {
+    /// Phase 2: one D1 round trip claims every message of an unkeyed or locked group and says
+    /// why each refused claim was refused. A held group's messages are put off, without an
+    /// attempt, until their holder should be done; a group whose lock could not be read waits
+    /// for the outage. Returns each claimed message's verdict by batch position.
+    async fn claim_groups(
+        &self,
+        plan: &mut Plan<'_>,
+        locks: &[GroupLock],
+        holders: &HashMap<usize, Job>,
+        now: i64,
+    ) -> Result<HashMap<usize, Claim>, InfraError> {
+        let mut positions = Vec::new();
+        for (gi, (g, l)) in plan.groups.iter().zip(locks).enumerate() {
             match l {
-                GroupLock::Unkeyed | GroupLock::Taken(_) => {
+                GroupLock::Unkeyed | GroupLock::Taken(_) => positions.extend(g.members.iter().copied()),
+                GroupLock::Held { .. } => {
+                    let delay = self.held_delay(now, holders.get(&gi));
                     for &i in &g.members {
-                        claim_at.insert(i, reads.len());
-                        reads.push(stmt::claim(
-                            spec(i),
-                            &self.owner,
-                            now,
-                            lease_until,
-                            now + EARLY_DELIVERY_ALLOWANCE_MS,
-                        ));
-                        reads.push(stmt::get(&spec(i).id));
+                        let note = stmt::note_deferral(plan.spec(i), now, now + i64::from(delay) * 1000);
+                        plan.settled.push(Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay }));
                     }
                 }
-                GroupLock::Held { .. } => {}
-                GroupLock::Down => settled.extend(g.members.iter().map(|&i| Settle::plain(i, infra))),
+                GroupLock::Down => plan.settled.extend(
+                    g.members.iter().map(|&i| Settle::plain(i, Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS })),
+                ),
             }
         }
-        let taken = || locks.iter().filter_map(|l| if let GroupLock::Taken(h) = l { Some(h.clone()) } else { None });
-        let rows = match if reads.is_empty() { Ok(Vec::new()) } else { self.sql.batch(reads).await } {
-            Ok(rows) => rows,
-            Err(e) => {
-                self.outage(format!("batch deferred, claims not recorded: {e}"));
-                self.release_all(taken().map(|lock| LockEnd { lock, hold_for: None }).collect()).await;
-                return vec![infra; msgs.len()];
-            }
+        let lease = Lease {
+            now,
+            until: now + i64::from(self.cfg.lease_seconds) * 1000,
+            due_before: now + EARLY_DELIVERY_ALLOWANCE_MS,
         };
-        let row = |at: usize| rows.get(at).and_then(|r| Job::first(r).ok().flatten());
+        let specs: Vec<&JobSpec> = positions.iter().map(|&i| plan.spec(i)).collect();
+        let verdicts = Ledger::new(self.sql).claim_all(&specs, &self.owner, lease).await?;
+        Ok(positions
+            .into_iter()
+            .zip(verdicts)
+            .map(|(i, v)| {
+                let claim = match v {
+                    Claimed::Won(job) => Claim::Won(job),
+                    Claimed::Finished => Claim::Finished,
+                    Claimed::Running(until_ms) => Claim::NotNow(until(now, until_ms)),
+                    Claimed::NotDue(at) => Claim::NotNow(until(now, Some(at))),
+                    Claimed::Clash => Claim::Clash,
+                };
+                (i, claim)
+            })
+            .collect())
+    }
 
-        // Held keys: every message put off, without an attempt, until the holder should be done.
-        for (gi, g) in groups.iter().enumerate() {
-            if !matches!(locks[gi], GroupLock::Held { .. }) {
-                continue;
-            }
-            let delay = self.held_delay(now, holders.get(&gi));
-            for &i in &g.members {
-                let note = stmt::note_deferral(spec(i), now, now + i64::from(delay) * 1000);
-                settled.push(Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay }));
-            }
-        }
-
-        // Run the groups: a key's members in order, groups concurrently.
-        let verdict = |i: usize| -> Claim {
-            let at = claim_at[&i];
-            if let Some(job) = row(at) {
-                return Claim::Won(Box::new(job));
-            }
-            match rows.get(at + 1).map(|r| Job::first(r)) {
-                Some(Ok(Some(j))) if j.status.is_finished() => Claim::Finished,
-                Some(Ok(Some(j))) if j.status == Status::Running => Claim::NotNow(until(now, j.lease_until)),
-                Some(Ok(Some(j))) => Claim::NotNow(until(now, Some(j.next_run_at))),
-                Some(Ok(None)) => Claim::Clash,
-                _ => Claim::NotNow(INFRA_RETRY_DELAY_SECONDS),
-            }
-        };
+    /// Phase 3: runs the claimed groups, a key's members in order, groups concurrently; each
+    /// message's settlement joins the plan. Returns how each taken lock ends.
+    async fn run_groups(
+        &self,
+        plan: &mut Plan<'_>,
+        locks: &[GroupLock],
+        mut claims: HashMap<usize, Claim>,
+        decoded: &[Result<Decoded, String>],
+        now: i64,
+    ) -> Vec<LockEnd> {
         let leases = Leases::new(now);
         // No job starts unless it can finish, and its result be recorded, within the invocation's
         // wall-clock limit: past it the runtime kills the invocation and every result unrecorded.
@@ -225,55 +255,62 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 .filter_map(|l| if let GroupLock::Taken(h) = l { Some((h.clone(), h.taken_at)) } else { None })
                 .collect(),
         );
-        let runs: Vec<GroupResult> = stream::iter(groups.iter().zip(&locks))
-            .filter_map(|(g, l)| async move {
-                let lock = match l {
-                    GroupLock::Unkeyed => None,
-                    GroupLock::Taken(h) => Some(h.clone()),
-                    GroupLock::Held { .. } | GroupLock::Down => return None,
-                };
-                Some((g, lock))
-            })
-            .map(|(g, lock)| {
-                let members: Vec<(usize, Claim)> = g.members.iter().map(|&i| (i, verdict(i))).collect();
-                self.run_group(members, decoded, lock, &leases, &held, deadline)
-            })
+        let mut work = Vec::new();
+        for (g, l) in plan.groups.iter().zip(locks) {
+            let lock = match l {
+                GroupLock::Unkeyed => None,
+                GroupLock::Taken(h) => Some(h.clone()),
+                GroupLock::Held { .. } | GroupLock::Down => continue,
+            };
+            let members: Vec<(usize, Claim)> =
+                g.members.iter().filter_map(|&i| claims.remove(&i).map(|c| (i, c))).collect();
+            work.push((members, lock));
+        }
+        let runs: Vec<GroupResult> = stream::iter(work)
+            .map(|(members, lock)| self.run_group(members, decoded, lock, &leases, &held, deadline))
             .buffer_unordered(GROUP_CONCURRENCY)
             .collect()
             .await;
         let mut lock_ends = Vec::new();
         for run in runs {
-            settled.extend(run.settled);
+            plan.settled.extend(run.settled);
             lock_ends.extend(run.lock_end);
         }
+        lock_ends
+    }
 
-        // One D1 round trip records every result; only recorded results are acked. Unrecorded
-        // ones come back later and the ledger's lease decides.
-        // A guarded transition that changes no row means our lease was lost (the reaper or another
-        // invocation has the job): its outcome is not applied; the message comes back shortly and
-        // the ledger decides (DONE: acked; PENDING: run again; RUNNING elsewhere: deferred).
-        let mut records: Vec<Stmt> = Vec::new();
+    /// Phase 4: one D1 round trip records every result; only recorded results are acked.
+    /// Unrecorded ones come back later and the ledger's lease decides. A guarded transition that
+    /// changes no row means our lease was lost (the reaper or another invocation has the job):
+    /// its outcome is not applied; the message comes back shortly and the ledger decides (DONE:
+    /// acked; PENDING: run again; RUNNING elsewhere: deferred). Then the locks end: released, or
+    /// held in the name of a failure that was recorded.
+    async fn settle(&self, settled: Vec<Settle>, mut lock_ends: Vec<LockEnd>, n: usize) -> Vec<Outcome> {
+        let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
+        let mut records = Vec::new();
         let mut decided = Vec::with_capacity(settled.len());
         for s in settled {
-            decided.push((s.index, s.outcome, s.record.as_ref().map(|_| records.len()), s.guarded));
-            records.extend(s.record);
-            records.extend(s.history);
+            let at = s.record.as_ref().map(|_| records.len());
+            decided.push((s.index, s.outcome, at, s.guarded));
+            if let Some(record) = s.record {
+                records.push((record, s.history));
+            }
         }
-        let rows = match if records.is_empty() { Ok(Vec::new()) } else { self.sql.batch(records).await } {
-            Ok(rows) => Some(rows),
+        let applied = match Ledger::new(self.sql).record_all(records).await {
+            Ok(applied) => Some(applied),
             Err(e) => {
                 self.outage(format!("results not recorded, their messages are deferred: {e}"));
                 None
             }
         };
         let lost = Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds.max(1) };
-        let mut outcomes = vec![infra; msgs.len()];
+        let mut outcomes = vec![infra; n];
         let mut lost_jobs = HashSet::new();
         for (index, outcome, record_at, guarded) in decided {
-            outcomes[index] = match (&rows, record_at, guarded) {
+            outcomes[index] = match (&applied, record_at, guarded) {
                 (_, None, _) => outcome,
                 (None, Some(_), _) => infra,
-                (Some(rows), Some(at), Some(job)) if rows.get(at).is_none_or(Vec::is_empty) => {
+                (Some(applied), Some(at), Some(job)) if !applied.get(at).copied().unwrap_or(false) => {
                     self.outage(format!("job {job:?}: lease lost before its result was recorded; not acked"));
                     lost_jobs.insert(job);
                     lost
@@ -283,7 +320,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         }
         for e in &mut lock_ends {
             // A hold is written only in the name of a failure that was recorded.
-            if rows.is_none() || e.hold_for.as_ref().is_some_and(|(job, _)| lost_jobs.contains(job)) {
+            if applied.is_none() || e.hold_for.as_ref().is_some_and(|(job, _)| lost_jobs.contains(job)) {
                 e.hold_for = None;
             }
         }
@@ -294,12 +331,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// Reads the holders of held keys (one D1 round trip, only when a key is held) and takes over
     /// each lock whose holder the ledger says is finished. Returns the locks as they now stand
     /// and, per still-held group, its holder's row. A failed read leaves the keys held.
-    async fn take_over_stale<'s>(
-        &self,
-        groups: &[batch::Group<'_>],
-        mut locks: Vec<GroupLock>,
-        spec: &impl Fn(usize) -> &'s JobSpec,
-    ) -> (Vec<GroupLock>, HashMap<usize, Job>) {
+    async fn take_over_stale(&self, plan: &Plan<'_>, mut locks: Vec<GroupLock>) -> (Vec<GroupLock>, HashMap<usize, Job>) {
+        let groups = &plan.groups;
         let held: Vec<(usize, &str)> = locks
             .iter()
             .enumerate()
@@ -312,22 +345,22 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         if held.is_empty() {
             return (locks, holders);
         }
-        let rows = match self.sql.batch(held.iter().map(|(_, job)| stmt::get(job)).collect()).await {
+        let ids: Vec<&str> = held.iter().map(|(_, job)| *job).collect();
+        let rows = match Ledger::new(self.sql).get_all(&ids).await {
             Ok(rows) => rows,
             Err(e) => {
                 self.outage(format!("holders of held keys not read, their messages wait: {e}"));
                 return (locks, holders);
             }
         };
-        let finished: Vec<(usize, Job)> =
-            held.iter().zip(rows).filter_map(|((gi, _), r)| Job::first(&r).ok().flatten().map(|j| (*gi, j))).collect();
+        let finished: Vec<(usize, Job)> = held.iter().zip(rows).filter_map(|((gi, _), j)| j.map(|j| (*gi, j))).collect();
         for (gi, holder) in finished {
             if !holder.status.is_finished() {
                 holders.insert(gi, holder);
                 continue;
             }
             let (Some(key), GroupLock::Held { holder: stale }) = (groups[gi].key, &locks[gi]) else { continue };
-            let ids: Vec<&str> = groups[gi].members.iter().map(|&i| spec(i).id.as_str()).collect();
+            let ids: Vec<&str> = groups[gi].members.iter().map(|&i| plan.spec(i).id.as_str()).collect();
             let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
             locks[gi] = match lock::take_over(self.kv, &key, stale, &ids, self.cfg.lock_ttl_seconds).await {
                 Ok(Acquired::Taken { token }) => {

@@ -487,6 +487,21 @@ pub struct DeadFilter {
     pub to: Option<i64>,
 }
 
+/// A claim's verdict on one delivered job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claimed {
+    /// Ours: RUNNING under our lease (its row).
+    Won(Box<Job>),
+    /// DONE or DEAD already: a duplicate delivery.
+    Finished,
+    /// RUNNING under another live lease, until then (ms).
+    Running(Option<i64>),
+    /// PENDING, not due until then (ms).
+    NotDue(i64),
+    /// Not recorded: its dedupe key is active in another job.
+    Clash,
+}
+
 /// The DEAD jobs a filter matches.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeadMatches {
@@ -546,6 +561,60 @@ impl<S: Sql> Ledger<S> {
         };
         let events = history::Event::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
         Ok(Some((job, events)))
+    }
+
+    /// Jobs by id, in one round trip: `None` for each id without a row.
+    pub async fn get_all(&self, ids: &[&str]) -> Result<Vec<Option<Job>>, InfraError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = self.sql.batch(ids.iter().map(|id| stmt::get(id)).collect()).await?;
+        out.iter().map(|rows| Job::first(rows)).collect()
+    }
+
+    /// Claims each delivered job for `owner` (lock mode, and strict mode's unkeyed jobs), in one
+    /// round trip: a new job is inserted RUNNING, a due PENDING one (or one whose lease expired
+    /// with attempts left) becomes RUNNING; each refusal says why, from the row read after it.
+    pub async fn claim_all(&self, jobs: &[&JobSpec], owner: &str, lease: Lease) -> Result<Vec<Claimed>, InfraError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmts = Vec::with_capacity(jobs.len() * 2);
+        for job in jobs {
+            stmts.push(stmt::claim(job, owner, lease.now, lease.until, lease.due_before));
+            stmts.push(stmt::get(&job.id));
+        }
+        let out = self.sql.batch(stmts).await?;
+        out.chunks(2)
+            .map(|pair| {
+                let first = |i: usize| Job::first(pair.get(i).map(Vec::as_slice).unwrap_or_default());
+                Ok(match (first(0)?, first(1)?) {
+                    (Some(won), _) => Claimed::Won(Box::new(won)),
+                    (None, Some(j)) if j.status.is_finished() => Claimed::Finished,
+                    (None, Some(j)) if j.status == Status::Running => Claimed::Running(j.lease_until),
+                    (None, Some(j)) => Claimed::NotDue(j.next_run_at),
+                    (None, None) => Claimed::Clash,
+                })
+            })
+            .collect()
+    }
+
+    /// Applies transitions in one round trip (each with the history line that rides with it):
+    /// for each transition, whether it changed its row (a guarded one that did not: our lease
+    /// was lost). `None` as a transition's statement is a history-only entry.
+    pub async fn record_all(&self, records: Vec<(Stmt, Option<Stmt>)>) -> Result<Vec<bool>, InfraError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmts = Vec::with_capacity(records.len() * 2);
+        let mut at = Vec::with_capacity(records.len());
+        for (transition, history) in records {
+            at.push(stmts.len());
+            stmts.push(transition);
+            stmts.extend(history);
+        }
+        let out = self.sql.batch(stmts).await?;
+        Ok(at.into_iter().map(|i| out.get(i).is_some_and(|rows| !rows.is_empty())).collect())
     }
 
     /// Counts by status, zeros included.
