@@ -60,30 +60,53 @@
 //!
 //! Everything but `edge.rs`, `entry.rs` and `ledger/d1.rs` builds and is tested natively.
 
+// The library's API is what the crate root re-exports below. The modules are public for the
+// project's own integration tests and simulation (which drive the consumer, the ledger and the
+// API through their ports), not as an API: hidden from the docs.
+#[doc(hidden)]
 pub mod api;
+#[doc(hidden)]
 pub mod app;
+#[doc(hidden)]
 pub mod backoff;
+#[doc(hidden)]
 pub mod batch;
+#[doc(hidden)]
 pub mod clock;
+#[doc(hidden)]
 pub mod config;
+#[doc(hidden)]
 pub mod consumer;
+#[doc(hidden)]
 pub mod enqueue;
+#[doc(hidden)]
 pub mod envelope;
+#[doc(hidden)]
 pub mod error;
+#[doc(hidden)]
 pub mod handlers;
+#[doc(hidden)]
 pub mod ledger;
+#[doc(hidden)]
 pub mod lock;
+#[doc(hidden)]
 pub mod log;
+#[doc(hidden)]
 pub mod maintenance;
+#[doc(hidden)]
 pub mod producer;
 
+#[doc(hidden)]
 #[cfg(target_arch = "wasm32")]
 pub mod edge;
 #[cfg(target_arch = "wasm32")]
 mod entry;
 
-pub use app::{Cx, Handlers, Job};
+pub use api::{Refusal, Submitted};
+pub use app::{Cx, Handler, Handlers, Job};
 pub use enqueue::{Enqueue, EnqueueError};
 #[cfg(target_arch = "wasm32")]
 pub use entry::{App, AppBuilder};
+pub use error::InfraError;
 pub use handlers::{Done, JobError};
+pub use ledger::Status;
