@@ -17,17 +17,24 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const table = JSON.parse(readFileSync(join(root, "tests/mutants.json"), "utf8")).mutants;
 const only = process.argv.slice(2);
 const scratch = join(root, "target/mutants/project");
+// The project as it is when the run starts: every mutant is applied to a copy of this, so edits
+// made while the run goes on do not leak into it.
+const pristine = join(root, "target/mutants/pristine");
 // One target directory for every mutant: dependencies build once, and each mutant rebuilds only
 // the crate (the scratch copy keeps its path, so incremental builds apply).
 const env = { ...process.env, CARGO_TARGET_DIR: join(root, "target/mutants/target"), CARGO_TERM_COLOR: "never" };
-const COPIED = ["Cargo.toml", "Cargo.lock", "rustfmt.toml", "src", "tests", "migrations", "scripts", "client", "examples", "wrangler.toml", "package.json", "tsconfig.json"];
+const COPIED = ["Cargo.toml", "Cargo.lock", "rustfmt.toml", "src", "worker", "tests", "migrations", "scripts", "client", "examples", "wrangler.toml", "package.json", "tsconfig.json"];
 const LINKED = ["node_modules", "build"];
+
+rmSync(pristine, { recursive: true, force: true });
+mkdirSync(pristine, { recursive: true });
+for (const f of COPIED) cpSync(join(root, f), join(pristine, f), { recursive: true });
 
 /** A fresh copy of the project with `m` applied. */
 function applied(m) {
   rmSync(scratch, { recursive: true, force: true });
   mkdirSync(scratch, { recursive: true });
-  for (const f of COPIED) cpSync(join(root, f), join(scratch, f), { recursive: true });
+  for (const f of COPIED) cpSync(join(pristine, f), join(scratch, f), { recursive: true });
   for (const f of LINKED) if (existsSync(join(root, f))) symlinkSync(join(root, f), join(scratch, f));
   const path = join(scratch, m.file);
   const text = readFileSync(path, "utf8");
@@ -111,4 +118,5 @@ for (const r of rows) console.log(`| ${r.map((c) => String(c).replace(/\|/g, "\\
 const killed = rows.filter((r) => r[4] !== "-" && r[2] !== "SURVIVED").length;
 console.log(`\n${killed} of ${rows.length} mutants killed; ${bad} survived or could not be applied`);
 rmSync(scratch, { recursive: true, force: true });
+rmSync(pristine, { recursive: true, force: true });
 process.exit(bad === 0 ? 0 : 1);
