@@ -1,8 +1,10 @@
-// Counts what a consumer costs: deliveries it was handed, KV operations, D1 round trips; and
-// captures what it sends to its own queue (wake-ups, re-sends, API submissions) so the model of
-// Queues delivers those too. Wraps the bindings in classes with the names workers-rs checks for,
+// Counts what a consumer costs: deliveries it was handed, KV operations (reads and writes apart:
+// they are priced apart), D1 round trips, statements and the rows D1 bills (each result's
+// `meta.rows_written` / `meta.rows_read`, which miniflare's local D1 fills as D1 bills them,
+// index entries included); and captures what it sends to its own queue (wake-ups, re-sends, API
+// submissions) so the model of Queues delivers those too. Wraps the bindings in classes with the names workers-rs checks for,
 // so the Rust worker accepts them.
-export const stats = { batches: 0, deliveries: 0, kvOps: 0, d1RoundTrips: 0, sent: 0 };
+export const stats = { batches: 0, deliveries: 0, kvOps: 0, kvReads: 0, kvWrites: 0, d1RoundTrips: 0, d1Statements: 0, d1RowsWritten: 0, d1RowsRead: 0, sent: 0 };
 /** Messages the worker sent, not yet collected by the model: {body, delaySeconds}. */
 let outbox = [];
 
@@ -11,19 +13,35 @@ export function reset() {
   outbox = [];
 }
 
+const read = () => { stats.kvOps++; stats.kvReads++; };
+const write = () => { stats.kvOps++; stats.kvWrites++; };
+
 class KvNamespace {
   constructor(inner) { this.inner = inner; }
-  get(...a) { stats.kvOps++; return this.inner.get(...a); }
-  put(...a) { stats.kvOps++; return this.inner.put(...a); }
-  delete(...a) { stats.kvOps++; return this.inner.delete(...a); }
-  list(...a) { stats.kvOps++; return this.inner.list(...a); }
-  getWithMetadata(...a) { stats.kvOps++; return this.inner.getWithMetadata(...a); }
+  get(...a) { read(); return this.inner.get(...a); }
+  getWithMetadata(...a) { read(); return this.inner.getWithMetadata(...a); }
+  // KV prices a write, a delete and a list alike.
+  put(...a) { write(); return this.inner.put(...a); }
+  delete(...a) { write(); return this.inner.delete(...a); }
+  list(...a) { write(); return this.inner.list(...a); }
+}
+
+/** Adds a D1 result's billed rows to the stats. */
+export function countRows(result) {
+  stats.d1RowsWritten += result?.meta?.rows_written ?? 0;
+  stats.d1RowsRead += result?.meta?.rows_read ?? 0;
 }
 
 class D1Database {
   constructor(inner) { this.inner = inner; }
   prepare(sql) { return this.inner.prepare(sql); }
-  batch(stmts) { stats.d1RoundTrips++; return this.inner.batch(stmts); }
+  async batch(stmts) {
+    stats.d1RoundTrips++;
+    stats.d1Statements += stmts.length;
+    const out = await this.inner.batch(stmts);
+    out.forEach(countRows);
+    return out;
+  }
   exec(sql) { stats.d1RoundTrips++; return this.inner.exec(sql); }
 }
 

@@ -19,7 +19,7 @@
 //   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent
 //   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,fedify-direct,floor-direct,lock-api-lane,strict-api-lane
 import { Miniflare } from "miniflare";
-import { copyFileSync } from "node:fs";
+import { copyFileSync, readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { migrate, MODULES_RULES } from "../tests/e2e/harness.mjs";
@@ -38,6 +38,33 @@ const MAX_RETRIES = 100; // wrangler.toml's setting, for every consumer
 const DRAIN_LIMIT_MS = 600_000;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Cloudflare's list prices, USD (Workers Paid; checked 2026-12-01, README "Cost per job"), and
+ * the free plan's daily allowances. */
+const PRICE = { d1RowWritten: 1.0 / 1e6, d1RowRead: 0.001 / 1e6, queueOp: 0.4 / 1e6, kvRead: 0.5 / 1e6, kvWrite: 5.0 / 1e6 };
+const FREE_PER_DAY = { d1RowsWritten: 100_000, d1RowsRead: 5_000_000, queueOps: 10_000, kvReads: 100_000, kvWrites: 1_000 };
+
+/** USD per million jobs, and jobs a day within the free plan, from per-job counts. */
+function cost(j) {
+  const usd = 1e6 * (j.d1RowsWritten * PRICE.d1RowWritten + j.d1RowsRead * PRICE.d1RowRead + j.queueOps * PRICE.queueOp +
+    j.kvReads * PRICE.kvRead + j.kvWrites * PRICE.kvWrite);
+  const freeJobs = Math.min(...Object.entries(FREE_PER_DAY).map(([k, cap]) => (j[k] > 0 ? cap / j[k] : Infinity)));
+  return { usd, freeJobs };
+}
+
+/** The ledger's purge of every DONE job now, with the worker's own SQL, as the cron would run it
+ * once they are older than RETENTION_DAYS: its billed rows are part of each job's cost. */
+async function purge(mf) {
+  const db = await mf.getD1Database("DB");
+  const sql = (name) => readFileSync(join(root, "src/ledger/sql", `${name}.sql`), "utf8");
+  const before = Date.now() + 1;
+  const out = await db.batch([sql("purge_events"), sql("purge")].map((s) => db.prepare(s).bind(before, 1_000_000)));
+  return {
+    rowsWritten: out.reduce((a, r) => a + (r.meta?.rows_written ?? 0), 0),
+    rowsRead: out.reduce((a, r) => a + (r.meta?.rows_read ?? 0), 0),
+    statements: out.length,
+  };
+}
 
 /** Jobs of a workload: key and per-key sequence number; `hotfail` fails every 10th job once;
  * `urgent` is an unkeyed backlog followed by URGENT_JOBS jobs of priority 0. */
@@ -126,7 +153,7 @@ async function drain(mf, worker, initial, concurrency) {
   const inflight = Object.fromEntries(QUEUES.map((q) => [q, new Set()]));
   const enqueue = (o) => pending[o.queue ?? "orderly-jobs"].push(message(o.body, o.delaySeconds));
   initial.forEach(enqueue);
-  const m = { deliveries: 0, deadLettered: 0, batches: 0 };
+  const m = { deliveries: 0, deadLettered: 0, batches: 0, acks: 0 };
   const collect = async () => {
     const out = await (await mf.dispatchFetch("http://bench.test/__outbox")).json();
     out.forEach(enqueue);
@@ -150,7 +177,10 @@ async function drain(mf, worker, initial, concurrency) {
           const retries = new Map(r.retryMessages.map((x) => [x.msgId, x.delaySeconds ?? 0]));
           for (const msg of batch) {
             const retried = retries.has(msg.id) || (r.retryBatch?.retry && !r.explicitAcks.includes(msg.id)) || (r.outcome !== "ok" && !r.explicitAcks.includes(msg.id));
-            if (!retried) continue;
+            if (!retried) {
+              m.acks++;
+              continue;
+            }
             if (msg.attempts > MAX_RETRIES) {
               m.deadLettered++;
               continue;
@@ -175,7 +205,7 @@ async function drain(mf, worker, initial, concurrency) {
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** One consumer on one workload at one concurrency: medians over RUNS. */
-async function measure(consumer, name, concurrency) {
+export async function measure(consumer, name, concurrency) {
   const [kind, path, lane] = consumer.split("-");
   const results = [];
   for (let r = 0; r < RUNS; r++) {
@@ -184,6 +214,7 @@ async function measure(consumer, name, concurrency) {
     try {
       const jobs = workload(name);
       let initial;
+      let submitted = null;
       if (path === "api") {
         // Submitted through POST /jobs (recorded, sequenced, sent): the sends are the messages.
         for (let i = 0; i < jobs.length; i += 500) {
@@ -196,14 +227,27 @@ async function measure(consumer, name, concurrency) {
           if (res.status !== 202) throw new Error(`POST /jobs answered ${res.status}: ${await res.text()}`);
         }
         initial = await (await mf.dispatchFetch("http://bench.test/__outbox")).json();
+        // What the submission cost (its D1 rows; its sends are the queue's first writes) is part
+        // of each job's cost; the rest of the stats start from here.
+        submitted = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
         await mf.dispatchFetch("http://bench.test/__reset");
       } else {
         initial = jobs.map((j) => ({ body: directBody(j), delaySeconds: 0 }));
       }
       const q = await drain(mf, worker, initial, concurrency);
       const stats = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
+      const purged = kind === "lock" || kind === "strict" ? await purge(mf) : { rowsWritten: 0, rowsRead: 0, statements: 0 };
+      const sub = (k) => submitted?.[k] ?? 0;
       results.push({ ...q, ...stats, jobs: jobs.length, runs: t.runs, inversions: t.inversions, neverRun: jobs.length - t.done.size,
-        urgentAfter: t.urgentAfter.length ? median(t.urgentAfter) : null });
+        urgentAfter: t.urgentAfter.length ? median(t.urgentAfter) : null,
+        // Whole life: submission, every delivery and transition, the purge.
+        d1RowsWritten: sub("d1RowsWritten") + stats.d1RowsWritten + purged.rowsWritten,
+        d1RowsRead: sub("d1RowsRead") + stats.d1RowsRead + purged.rowsRead,
+        d1Statements: sub("d1Statements") + stats.d1Statements + purged.statements,
+        // Queues bills a write, a read and a delete per message (per 64 KB; these are smaller):
+        // every message sent (the producer's, or the API's, and the worker's own wake-ups and
+        // re-sends), every delivery (a retry is another read), every ack.
+        queueOps: initial.length + stats.sent + q.deliveries + q.acks });
     } finally {
       await mf.dispose();
     }
@@ -220,20 +264,32 @@ async function measure(consumer, name, concurrency) {
     deadLettered: pick("deadLettered"),
     runsPerJob: perJob("runs"),
     urgentAfter: results[0].urgentAfter === null ? null : pick("urgentAfter"),
+    d1RowsWritten: perJob("d1RowsWritten"),
+    d1RowsRead: perJob("d1RowsRead"),
+    d1Statements: perJob("d1Statements"),
+    queueOps: perJob("queueOps"),
+    kvReads: perJob("kvReads"),
+    kvWrites: perJob("kvWrites"),
   };
 }
 
 const fmt = (x, d = 2) => (Number.isInteger(x) ? String(x) : x.toFixed(d));
 
-async function main() {
+/** Puts the benchmark's consumers next to the build output. */
+export function install() {
   for (const f of ["orderly-entry.mjs:bench-orderly.mjs", "fedify-consumer.mjs:bench-fedify.mjs", "floor-consumer.mjs:bench-floor.mjs", "counting.mjs:counting.mjs"]) {
     const [from, to] = f.split(":");
     copyFileSync(join(root, "bench", from), join(root, "build", to));
   }
+}
+
+async function main() {
+  install();
   console.log(`${MESSAGES} jobs per workload, median of ${RUNS} run(s), batches of ${MAX_BATCH}, max_retries ${MAX_RETRIES}, ` +
     `handler latency ${HANDLER_LATENCY_MS} ms; api = submitted through POST /jobs, direct = sent straight to the queue\n`);
   const header = ["workload", "C", "consumer", "drain ms", "deliveries/job", "inversions", "never run", "dead-lettered", "KV ops/job", "D1 trips/job", "handler runs/job", "backlog before urgent"];
   const rows = [header];
+  const costs = [["workload", "C", "consumer", "D1 rows written/job", "D1 rows read/job", "D1 statements/job", "Queues ops/job", "KV reads/job", "KV writes/job", "USD per million jobs", "jobs/day on the free plan"]];
   const drains = new Map();
   for (const name of WORKLOADS) {
     for (const c of CONCURRENCY) {
@@ -246,6 +302,11 @@ async function main() {
         rows.push([name, String(c), consumer, String(x.drainMs), fmt(x.deliveriesPerJob), name === "unkeyed" ? "-" : String(x.inversions),
           String(x.neverRun), String(x.deadLettered), fmt(x.kvOpsPerJob), orderly ? fmt(x.d1PerJob) : "-", fmt(x.runsPerJob),
           x.urgentAfter === null ? "-" : `${x.urgentAfter} of ${MESSAGES}`]);
+        if (name !== "urgent") {
+          const { usd, freeJobs } = cost(x);
+          costs.push([name, String(c), consumer, fmt(x.d1RowsWritten), fmt(x.d1RowsRead), fmt(x.d1Statements), fmt(x.queueOps),
+            fmt(x.kvReads), fmt(x.kvWrites), usd.toFixed(2), String(Math.floor(freeJobs))]);
+        }
         console.error(`done: ${name} C=${c} ${consumer} ${x.drainMs} ms`);
       }
     }
@@ -255,6 +316,9 @@ async function main() {
     return t.map((r) => "| " + r.map((c, i) => c.padEnd(w[i])).join(" | ") + " |").join("\n");
   };
   console.log(table(rows));
+  console.log("\nCost per job over its whole life (submission, deliveries, transitions, history, results, purge), " +
+    "at Cloudflare's list prices (README: Cost per job); the handler's own cost (the webhook) is not counted:\n");
+  console.log(table(costs));
   // The targets of the strict-mode work, as ratios of drain times from this one run.
   const d = (k) => drains.get(k);
   const ratios = [["comparison", "ratio (below 1: the first is faster)"]];
@@ -267,4 +331,5 @@ async function main() {
   console.log("\n" + table(ratios));
 }
 
-await main();
+// Run as a script (npm run bench); imported, it only lends `measure` (tests/e2e/cost.test.mjs).
+if (import.meta.url === `file://${process.argv[1]}`) await main();

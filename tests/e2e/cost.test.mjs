@@ -1,0 +1,52 @@
+// The benchmark's cost counter (SPEC 15) checked against one job worked out by hand: an unkeyed
+// job sent straight to the queue, run once by lock mode, then purged, is exactly these six D1
+// statements, one queue message (a write, a read, a delete) and no KV operation. Each statement's
+// billed rows are taken from D1 itself, run alone on a fresh ledger; the benchmark's figure for
+// the job must be their sum, so a counter that drops or double-counts anything is seen.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Miniflare } from "miniflare";
+import { migrate } from "./harness.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const sql = (name) => readFileSync(join(root, "src/ledger/sql", `${name}.sql`), "utf8");
+
+test("the benchmark counts one job's D1 rows, statements and queue operations as worked out by hand", async () => {
+  // By hand: the job's life, statement by statement, as lock mode and the purge run them.
+  const mf = new Miniflare({ modules: true, script: "export default { fetch() { return new Response('') } }", d1Databases: ["DB"], cf: false });
+  let byHand = { written: 0, read: 0, statements: 0 };
+  try {
+    const db = await mf.getD1Database("DB");
+    await migrate(db);
+    const now = Date.now();
+    const payload = JSON.stringify({ type: "webhook", url: "http://target.test/hook", body: {} });
+    const life = [
+      [sql("claim"), "job-1", "webhook", null, null, payload, 8, "inv-1", now + 120_000, now, now + 2_000, 5],
+      [sql("get"), "job-1"],
+      [sql("complete"), "job-1", "inv-1", now + 5, '{"status":200}'],
+      [sql("event"), "job-1", now + 5, "attempt", "inv-1", 1, now, "done", null, 200, 20, null, 0],
+      [sql("purge_events"), now + 10, 1000],
+      [sql("purge"), now + 10, 1000],
+    ];
+    for (const [text, ...args] of life) {
+      const r = await db.prepare(text).bind(...args).run();
+      byHand = { written: byHand.written + r.meta.rows_written, read: byHand.read + r.meta.rows_read, statements: byHand.statements + 1 };
+    }
+    assert.ok(byHand.written >= 6, `every statement but the read writes rows: ${byHand.written}`);
+  } finally {
+    await mf.dispose();
+  }
+
+  process.env.BENCH_MESSAGES = "1";
+  process.env.BENCH_HANDLER_MS = "0";
+  const bench = await import("../../bench/run.mjs");
+  bench.install();
+  const got = await bench.measure("lock-direct", "unkeyed", 1);
+  assert.deepEqual(
+    { written: got.d1RowsWritten, read: got.d1RowsRead, statements: got.d1Statements, queueOps: got.queueOps, kv: got.kvReads + got.kvWrites },
+    { written: byHand.written, read: byHand.read, statements: byHand.statements, queueOps: 3, kv: 0 },
+  );
+});
