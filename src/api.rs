@@ -23,6 +23,7 @@ use crate::ledger::{
     Cancel, DeadFilter, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, DEFAULT_PRIORITY, MAX_PRIORITY,
 };
 use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES};
+use crate::seal::{Sealer, FEDIFY_TYPE};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -237,6 +238,8 @@ pub struct Api<'a, S: Sql, Q, C> {
     pub new_id: &'a dyn Fn() -> String,
     /// The job types there are handlers for: a submitted payload must fit one.
     pub types: &'a dyn JobTypes,
+    /// Seals sensitive payloads (`PAYLOAD_KEY`); `None`: sensitive jobs are refused.
+    pub sealer: Option<&'a dyn Sealer>,
 }
 
 /// Compares two secrets without revealing where (or whether, by length) they differ.
@@ -379,18 +382,23 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         }
         let mut jobs = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
-            match parse_job(item, cfg, self.types, (self.new_id)()) {
+            match parse_job(item, cfg, self.types, self.sealer.is_some(), (self.new_id)()) {
                 Ok(j) => jobs.push(j),
                 Err((status, msg)) => return Ok(Submission::refused(status, Some(i), msg)),
             }
         }
+        // Sensitive payloads reach D1 sealed, never as plain text.
+        for job in jobs.iter_mut().filter(|j| j.sensitive) {
+            if let (Some(sealer), Some(plain)) = (self.sealer, job.spec.payload.as_deref()) {
+                job.spec.payload = Some(sealer.seal(&job.spec.id, plain).await?);
+            }
+        }
         let now = self.clock.now_ms();
-        let due: Vec<(&JobSpec, i64)> =
-            jobs.iter().map(|(spec, _, delay)| (spec, now + i64::from(*delay) * 1000)).collect();
+        let due: Vec<(&JobSpec, i64)> = jobs.iter().map(|j| (&j.spec, now + i64::from(j.delay) * 1000)).collect();
         let recorded = self.ledger.enqueue_all(&due, now).await?;
         let mut answer = Vec::with_capacity(jobs.len());
         let mut to_send = Vec::new();
-        for ((job, inserted), (_, msg, _)) in recorded.into_iter().zip(jobs) {
+        for ((job, inserted), Parsed { msg, .. }) in recorded.into_iter().zip(jobs) {
             answer.push(Submitted { id: job.id, status: job.status, duplicate: !inserted });
             if inserted {
                 to_send.push(msg);
@@ -638,12 +646,22 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
 }
 
 /// Reads one submitted job: its ledger spec, its message and its delay; or (status, error).
+/// A job read from a submission.
+struct Parsed {
+    spec: JobSpec,
+    msg: OutMessage,
+    delay: u32,
+    /// Its payload (and result) are sealed at rest; its message carries no payload.
+    sensitive: bool,
+}
+
 fn parse_job(
     item: Value,
     cfg: &Config,
     types: &dyn JobTypes,
-    id: String,
-) -> Result<(JobSpec, OutMessage, u32), (u16, String)> {
+    sealing: bool,
+    new_id: String,
+) -> Result<Parsed, (u16, String)> {
     let bad = |m: String| (400u16, m);
     let Value::Object(mut o) = item else { return Err(bad("a job must be an object".into())) };
     let payload = o.remove("payload").ok_or_else(|| bad("\"payload\" is required".into()))?;
@@ -656,6 +674,19 @@ fn parse_job(
     };
     let ordering_key = text(&mut o, "ordering_key")?;
     let dedupe_key = text(&mut o, "dedupe_key")?;
+    // A caller's own id makes a submission idempotent: the same id again is a duplicate.
+    let id = match text(&mut o, "id")? {
+        Some(id) if crate::envelope::RESERVED_IDS.contains(&id.as_str()) => {
+            return Err(bad(format!("id {id:?} is reserved")))
+        }
+        Some(id) => id,
+        None => new_id,
+    };
+    let flagged = match o.remove("sensitive") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => return Err(bad("\"sensitive\" must be true or false".into())),
+    };
     let delay = match o.remove("delay_seconds") {
         None | Some(Value::Null) => 0,
         Some(v) => match v.as_u64() {
@@ -675,9 +706,18 @@ fn parse_job(
         return Err(bad(format!("unknown field {k:?}")));
     }
     types.check(&payload, cfg).map_err(|e| bad(e.to_string()))?;
+    let job_type = crate::handlers::job_type(&payload).ok().map(str::to_string);
+    let sensitive = flagged || job_type.as_deref() == Some(FEDIFY_TYPE);
+    if sensitive && !sealing {
+        return Err(bad("PAYLOAD_KEY is not set: sensitive jobs (and every fedify job) are sealed at rest with it; \
+             set it with `wrangler secret put PAYLOAD_KEY` (README: Secrets at rest)"
+            .into()));
+    }
+    let plain = payload.to_string();
     let env = Envelope {
         ordering_key: ordering_key.clone(),
-        payload,
+        // A sensitive job's message names its type only: the ledger row is what runs.
+        payload: if sensitive { producer::sealed_stub(job_type.as_deref()) } else { payload },
         meta: JobMeta { id: Some(id.clone()), dedupe_key: dedupe_key.clone(), max_attempts, priority },
     };
     let msg = OutMessage::of(&env, delay);
@@ -693,14 +733,14 @@ fn parse_job(
     }
     let spec = JobSpec {
         id,
-        job_type: env.job_type().map(str::to_string),
+        job_type,
         ordering_key,
         dedupe_key,
-        payload: Some(env.payload.to_string()),
+        payload: Some(plain),
         max_attempts: max_attempts.unwrap_or(cfg.max_attempts),
         priority: priority.unwrap_or(DEFAULT_PRIORITY),
     };
-    Ok((spec, msg, delay))
+    Ok(Parsed { spec, msg, delay, sensitive })
 }
 
 /// Reads a bulk redrive's body: `{"filter": {"type"?, "ordering_key"?, "error"?, "from"?, "to"?},
@@ -820,13 +860,14 @@ mod tests {
             json!({"payload": {"type": "webhook", "url": "https://h.test/"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}),
             &cfg,
             &crate::app::BuiltIn,
+            false,
             "id1".into(),
         )
         .unwrap();
-        assert_eq!(ok.0.max_attempts, 2);
-        assert_eq!(ok.2, 5);
+        assert_eq!(ok.spec.max_attempts, 2);
+        assert_eq!(ok.delay, 5);
         assert_eq!(
-            Envelope::decode(serde_json::from_str(ok.1.json()).unwrap()).unwrap().meta.id.as_deref(),
+            Envelope::decode(serde_json::from_str(ok.msg.json()).unwrap()).unwrap().meta.id.as_deref(),
             Some("id1")
         );
         for (job, want) in [
@@ -843,12 +884,14 @@ mod tests {
             (json!({"payload": [1]}), "no \"type\""),
             (json!({"payload": {"type": "webhook", "url": "ftp://x"}}), "not http"),
         ] {
-            let (status, msg) = parse_job(job.clone(), &cfg, &crate::app::BuiltIn, "x".into()).unwrap_err();
+            let Err((status, msg)) = parse_job(job.clone(), &cfg, &crate::app::BuiltIn, false, "x".into()) else {
+                panic!("{job} was accepted")
+            };
             assert_eq!(status, 400, "{job}");
             assert!(msg.contains(want), "{job}: {msg}");
         }
         let big =
             json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(MAX_MESSAGE_BYTES)}});
-        assert_eq!(parse_job(big, &cfg, &crate::app::BuiltIn, "x".into()).unwrap_err().0, 413);
+        assert!(matches!(parse_job(big, &cfg, &crate::app::BuiltIn, false, "x".into()), Err((413, _))));
     }
 }

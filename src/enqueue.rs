@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::error::InfraError;
 use crate::ledger::{Ledger, Sql};
 use crate::producer::QueueSender;
+use crate::seal::Sealer;
 
 /// A job's options, as `POST /jobs` takes them; `Default` is none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,7 +83,8 @@ pub struct Producer<'a, S: Sql, Q, C> {
 }
 
 impl<'a, S: Sql, Q: QueueSender, C: Clock> Producer<'a, S, Q, C> {
-    /// A producer over these ports, checking payloads against `types`.
+    /// A producer over these ports, checking payloads against `types`, sealing sensitive ones
+    /// with `sealer` (`PAYLOAD_KEY`; without it, sensitive jobs are refused).
     pub fn new(
         ledger: &'a Ledger<S>,
         queue: &'a Q,
@@ -90,8 +92,9 @@ impl<'a, S: Sql, Q: QueueSender, C: Clock> Producer<'a, S, Q, C> {
         cfg: &'a Config,
         types: &'a dyn JobTypes,
         new_id: &'a dyn Fn() -> String,
+        sealer: Option<&'a dyn Sealer>,
     ) -> Self {
-        let api = Api { ledger, queue, clock, cfg: Ok(cfg), admin_token: None, new_id, types };
+        let api = Api { ledger, queue, clock, cfg: Ok(cfg), admin_token: None, new_id, types, sealer };
         Producer { api, cfg }
     }
 

@@ -95,6 +95,8 @@ pub mod log;
 pub mod maintenance;
 #[doc(hidden)]
 pub mod producer;
+#[doc(hidden)]
+pub mod seal;
 
 #[doc(hidden)]
 #[cfg(target_arch = "wasm32")]

@@ -127,6 +127,7 @@ impl World {
             owner: format!("inv-{}", self.clock.now_ms()),
             random: &|| 1.0,
             log: &|event| self.log.borrow_mut().push(event.to_string()),
+            sealer: None,
         };
         block_on(consumer.process(role, msgs))
     }
@@ -445,6 +446,7 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
         owner: "inv".into(),
         random: &|| 0.5,
         log: &|_| {},
+        sealer: None,
     };
     let out =
         block_on(consumer.process(Role::Main, &[msg("m", T0, json!({"type": "fax"})), msg("raw", T0, json!([1, 2]))]));
@@ -512,6 +514,7 @@ fn a_service_handler_runs_its_type_snoozes_and_keeps_the_answer() {
             owner: format!("inv-{}", w.clock.now_ms()),
             random: &|| 0.5,
             log: &|_| {},
+            sealer: None,
         };
         block_on(consumer.process(Role::Main, msgs))
     };

@@ -23,7 +23,7 @@ fn a_rust_producer_records_and_sends_with_every_option() {
         ids.set(ids.get() + 1);
         format!("rs-{}", ids.get())
     };
-    let p = Producer::new(&w.ledger, &w.queue, &w.clock, &w.cfg, &BuiltIn, &new_id);
+    let p = Producer::new(&w.ledger, &w.queue, &w.clock, &w.cfg, &BuiltIn, &new_id, None);
     let options = Enqueue {
         ordering_key: Some("acct/1".into()),
         dedupe_key: Some("welcome-1".into()),
@@ -55,7 +55,7 @@ fn a_rust_producer_records_and_sends_with_every_option() {
 fn a_rust_producer_is_refused_what_the_api_refuses() {
     let w = ApiWorld::new();
     let new_id = || "x".to_string();
-    let p = Producer::new(&w.ledger, &w.queue, &w.clock, &w.cfg, &BuiltIn, &new_id);
+    let p = Producer::new(&w.ledger, &w.queue, &w.clock, &w.cfg, &BuiltIn, &new_id, None);
     let refused = |r: Result<Vec<Submitted>, EnqueueError>| match r {
         Err(EnqueueError::Refused(r)) => (r.status, r.index, r.error),
         other => panic!("not refused: {other:?}"),

@@ -85,6 +85,7 @@ impl World {
             owner: owner.into(),
             random: &|| self.random.get(),
             log: &|_| {},
+            sealer: None,
         };
         block_on(consumer.process(Role::Main, msgs))
     }
@@ -361,6 +362,7 @@ fn a_chain_stops_before_the_invocations_wall_clock_limit_and_wakes_the_key() {
         owner: "inv".into(),
         random: &|| 0.5,
         log: &|_| {},
+        sealer: None,
     };
     assert_eq!(block_on(consumer.process(Role::Main, &[keyed("a", T0, ok())])), vec![Outcome::Ack]);
     assert_eq!(*slow.1.borrow(), vec!["a", "b", "c"], "the fourth would end past 15 minutes");
@@ -403,6 +405,7 @@ fn a_chain_that_stalled_past_its_lease_runs_nothing_more() {
         owner: "inv".into(),
         random: &|| 0.5,
         log: &|_| {},
+        sealer: None,
     };
     block_on(consumer.process(Role::Main, &[keyed("a", T0, ok())]));
     assert_eq!(*runner.2.borrow(), vec!["a"], "b may be another invocation's now, and c waits behind it");

@@ -15,8 +15,8 @@ use super::{
 };
 use crate::batch::{self, Item};
 use crate::clock::Clock;
-use crate::handlers::Runner;
 use crate::error::InfraError;
+use crate::handlers::Runner;
 use crate::ledger::{stmt, Claimed, Job, JobSpec, Lease, Ledger, Sql, Status, Stmt};
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::QueueSender;
@@ -123,7 +123,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             Ok(claims) => claims,
             Err(e) => {
                 self.outage(format!("batch deferred, claims not recorded: {e}"));
-                let taken = locks.iter().filter_map(|l| if let GroupLock::Taken(h) = l { Some(h.clone()) } else { None });
+                let taken =
+                    locks.iter().filter_map(|l| if let GroupLock::Taken(h) = l { Some(h.clone()) } else { None });
                 self.release_all(taken.map(|lock| LockEnd { lock, hold_for: None }).collect()).await;
                 return vec![infra; msgs.len()];
             }
@@ -206,7 +207,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     }
                 }
                 GroupLock::Down => plan.settled.extend(
-                    g.members.iter().map(|&i| Settle::plain(i, Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS })),
+                    g.members
+                        .iter()
+                        .map(|&i| Settle::plain(i, Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS })),
                 ),
             }
         }
@@ -331,7 +334,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// Reads the holders of held keys (one D1 round trip, only when a key is held) and takes over
     /// each lock whose holder the ledger says is finished. Returns the locks as they now stand
     /// and, per still-held group, its holder's row. A failed read leaves the keys held.
-    async fn take_over_stale(&self, plan: &Plan<'_>, mut locks: Vec<GroupLock>) -> (Vec<GroupLock>, HashMap<usize, Job>) {
+    async fn take_over_stale(
+        &self,
+        plan: &Plan<'_>,
+        mut locks: Vec<GroupLock>,
+    ) -> (Vec<GroupLock>, HashMap<usize, Job>) {
         let groups = &plan.groups;
         let held: Vec<(usize, &str)> = locks
             .iter()
@@ -353,7 +360,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 return (locks, holders);
             }
         };
-        let finished: Vec<(usize, Job)> = held.iter().zip(rows).filter_map(|((gi, _), j)| j.map(|j| (*gi, j))).collect();
+        let finished: Vec<(usize, Job)> =
+            held.iter().zip(rows).filter_map(|((gi, _), j)| j.map(|j| (*gi, j))).collect();
         for (gi, holder) in finished {
             if !holder.status.is_finished() {
                 holders.insert(gi, holder);

@@ -28,6 +28,7 @@ use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt, DEFAULT_PRIORITY};
 use crate::lock::Kv;
 use crate::log::Event;
 use crate::producer::QueueSender;
+use crate::seal::{is_sealed, Sealer};
 
 /// Delay before a message deferred for an outage (KV, D1, bad config) comes back.
 pub const INFRA_RETRY_DELAY_SECONDS: u32 = 30;
@@ -181,6 +182,8 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     /// Where outages and dead jobs are reported (the worker's structured log). Outages never fail
     /// the batch, but an operator must be able to see why messages are being deferred.
     pub log: &'a dyn Fn(&Event<'_>),
+    /// Opens sealed payloads and seals their results (`PAYLOAD_KEY`), if set.
+    pub sealer: Option<&'a dyn Sealer>,
 }
 
 /// A decoded message: the job it asks for. Its payload is in `spec` for recording; what runs is
@@ -324,8 +327,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     async fn run_claimed(&self, job: &Job) -> Ran {
         let started_at = self.clock.now_ms();
         let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
-        let result = match job.payload_json() {
-            Some(payload) => {
+        let sealed = job.payload.as_deref().is_some_and(is_sealed);
+        let payload = match self.payload_of(job).await {
+            Ok(p) => p,
+            Err(e) => Some(Err(e)),
+        };
+        let result = match payload.map(|p| p.map(|v| serde_json::from_str::<Value>(&v).ok())) {
+            Some(Ok(Some(payload))) => {
                 let cx = JobContext {
                     id: &job.id,
                     attempt,
@@ -335,12 +343,19 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 };
                 self.runner.run(&cx).await
             }
-            None => Err(JobError::permanent("the ledger row has no readable payload")),
+            Some(Err(e)) => Err(e),
+            Some(Ok(None)) | None => Err(JobError::permanent("the ledger row has no readable payload")),
         };
         let now = self.clock.now_ms();
         let (transition, end, error, http_status) = match result {
             Ok(done) => {
-                let kept = done.result.as_ref().map(bounded_result);
+                let mut kept = done.result.as_ref().map(bounded_result);
+                if sealed {
+                    // A sealed job's result is sealed too; one that cannot be is not kept.
+                    if let (Some(text), Some(sealer)) = (kept.take(), self.sealer) {
+                        kept = sealer.seal(&job.id, &text).await.ok();
+                    }
+                }
                 (stmt::complete(&job.id, &self.owner, now, kept.as_deref()), RunEnd::Done, None, done.http_status)
             }
             Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
@@ -390,6 +405,20 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             actor: &self.owner,
         });
         Ran { transition, history, end }
+    }
+
+    /// The job's payload as JSON text: a sealed one opened with `PAYLOAD_KEY`. `None`: the row has
+    /// none. A sealed payload that cannot be opened (no `PAYLOAD_KEY`, a key rotated away) is a
+    /// retryable error: fixing the key lets the job run.
+    async fn payload_of(&self, job: &Job) -> Result<Option<Result<String, JobError>>, JobError> {
+        let Some(text) = job.payload.as_deref() else { return Ok(None) };
+        if !is_sealed(text) {
+            return Ok(Some(Ok(text.to_string())));
+        }
+        let Some(sealer) = self.sealer else {
+            return Err(JobError::retry("the payload is sealed and PAYLOAD_KEY is not set"));
+        };
+        Ok(Some(sealer.open(&job.id, text).await.map_err(|e| JobError::retry(format!("the sealed payload: {e}")))))
     }
 
     /// Before a handler run: extends this invocation's leases when what is left of them might not

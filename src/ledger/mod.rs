@@ -120,6 +120,10 @@ pub struct Job {
 }
 
 fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    // A sealed payload or result is never shown, not even sealed.
+    if p.as_deref().is_some_and(crate::seal::is_sealed) {
+        return s.serialize_str(crate::seal::REDACTED);
+    }
     match p.as_deref().map(serde_json::from_str::<Value>) {
         Some(Ok(v)) => v.serialize(s),
         Some(Err(_)) => p.serialize(s),

@@ -386,6 +386,7 @@ impl Sim {
                 owner: inv.clone(),
                 random: &random,
                 log: &|_| {},
+                sealer: None,
             };
             let out = consumer.process(role, &incoming).await;
             if std::env::var("SIM_TRACE").is_ok() {
@@ -833,6 +834,7 @@ fn sim_api<'a>(
         admin_token: Some(SIM_TOKEN),
         new_id,
         types: &orderly::app::BuiltIn,
+        sealer: None,
     }
 }
 

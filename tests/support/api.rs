@@ -24,6 +24,8 @@ pub struct ApiWorld {
     pub clock: ManualClock,
     pub cfg: Config,
     pub ids: Cell<u32>,
+    /// `PAYLOAD_KEY`'s sealer, when the test sets one.
+    pub sealer: Option<super::AesSealer>,
 }
 
 impl ApiWorld {
@@ -34,6 +36,7 @@ impl ApiWorld {
             clock: ManualClock::new(T0),
             cfg: Config::default(),
             ids: Cell::new(0),
+            sealer: None,
         }
     }
 
@@ -52,6 +55,7 @@ impl ApiWorld {
             admin_token,
             new_id,
             types: &orderly::app::BuiltIn,
+            sealer: self.sealer.as_ref().map(|s| s as &dyn orderly::seal::Sealer),
         }
     }
 

@@ -168,3 +168,59 @@ impl MemoryQueue {
             .collect()
     }
 }
+
+/// `PAYLOAD_KEY`'s cipher on the host: AES-256-GCM (the `aes-gcm` crate) in the sealed format of
+/// `orderly::seal`, the job id as additional data, nonces from a counter (unique per sealer).
+pub struct AesSealer {
+    pub keys: orderly::seal::Keys,
+    nonces: std::cell::Cell<u64>,
+}
+
+impl AesSealer {
+    /// A sealer with `PAYLOAD_KEY` = `secret`.
+    pub fn new(secret: &str) -> AesSealer {
+        AesSealer {
+            keys: orderly::seal::Keys::parse(secret).expect("a good PAYLOAD_KEY"),
+            nonces: std::cell::Cell::new(1),
+        }
+    }
+}
+
+impl orderly::seal::Sealer for AesSealer {
+    fn seal<'a>(
+        &'a self,
+        job_id: &'a str,
+        plain: &'a str,
+    ) -> futures::future::LocalBoxFuture<'a, Result<String, InfraError>> {
+        use aes_gcm::aead::{Aead, KeyInit, Payload};
+        let key = self.keys.current();
+        let n = self.nonces.get();
+        self.nonces.set(n + 1);
+        let mut nonce = [0u8; 12];
+        nonce[4..].copy_from_slice(&n.to_be_bytes());
+        let cipher = aes_gcm::Aes256Gcm::new((&key.bytes).into());
+        let out = cipher
+            .encrypt((&nonce).into(), Payload { msg: plain.as_bytes(), aad: job_id.as_bytes() })
+            .map(|ct| orderly::seal::format(&key.id, &nonce, &ct))
+            .map_err(|_| InfraError::new("seal", "encryption failed"));
+        Box::pin(std::future::ready(out))
+    }
+    fn open<'a>(
+        &'a self,
+        job_id: &'a str,
+        sealed: &'a str,
+    ) -> futures::future::LocalBoxFuture<'a, Result<String, InfraError>> {
+        use aes_gcm::aead::{Aead, KeyInit, Payload};
+        let out = (|| {
+            let (id, nonce, ct) = orderly::seal::parse(sealed)?;
+            let key =
+                self.keys.get(id).ok_or_else(|| InfraError::new("seal", format!("no key {id:?} in PAYLOAD_KEY")))?;
+            let cipher = aes_gcm::Aes256Gcm::new((&key.bytes).into());
+            let plain = cipher
+                .decrypt(nonce.as_slice().into(), Payload { msg: &ct, aad: job_id.as_bytes() })
+                .map_err(|_| InfraError::new("seal", "the sealed text does not open with its key"))?;
+            String::from_utf8(plain).map_err(|_| InfraError::new("seal", "not text"))
+        })();
+        Box::pin(std::future::ready(out))
+    }
+}

@@ -1,0 +1,168 @@
+//! Secrets at rest (SPEC 14) over the real ledger SQL: a sensitive job's payload and result reach
+//! the ledger sealed (AES-256-GCM, the job id bound in), its queue message carries no payload,
+//! the API shows "redacted", the handler gets the plain payload; without `PAYLOAD_KEY` sensitive
+//! and `fedify` jobs are refused, and a sealed job waits (retries) instead of running wrongly.
+
+mod support;
+
+use std::cell::RefCell;
+
+use base64::Engine;
+use futures::executor::block_on;
+use orderly::config::Config;
+use orderly::consumer::{Consumer, Incoming, Outcome, Role};
+use orderly::handlers::{Done, JobContext, JobError, Runner};
+use orderly::lock::MemoryKv;
+use orderly::seal::{is_sealed, Sealer};
+use serde_json::{json, Value};
+use support::api::{ApiWorld, T0};
+use support::AesSealer;
+
+const SECRET: &str = "-----BEGIN PRIVATE KEY----- d=hunter2";
+
+fn key(byte: u8) -> String {
+    base64::engine::general_purpose::STANDARD.encode([byte; 32])
+}
+
+/// Runs jobs, keeping the payloads it was given, answering with a result that repeats the secret.
+#[derive(Default)]
+struct Keeper(RefCell<Vec<Value>>);
+impl Runner for Keeper {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
+        self.0.borrow_mut().push(job.payload.clone());
+        Ok(Done { result: Some(json!({"echo": job.payload["body"]["key"]})), http_status: Some(200) })
+    }
+}
+
+fn run(w: &ApiWorld, sealer: Option<&dyn Sealer>, runner: &Keeper, msgs: &[Incoming]) -> Vec<Outcome> {
+    let kv = MemoryKv::new(orderly::clock::ManualClock::new(T0)); // unkeyed jobs take no lock
+    let consumer = Consumer {
+        cfg: &w.cfg,
+        kv: &kv,
+        sql: &w.ledger.sql,
+        runner,
+        clock: &w.clock,
+        queue: &w.queue,
+        owner: "inv-1".into(),
+        random: &|| 0.5,
+        log: &|_| {},
+        sealer,
+    };
+    block_on(consumer.process(Role::Main, msgs))
+}
+
+fn column(w: &ApiWorld, id: &str, col: &str) -> String {
+    match w.ledger.sql.column(id, col) {
+        rusqlite::types::Value::Text(t) => t,
+        other => format!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_sensitive_job_is_sealed_in_the_ledger_redacted_in_the_api_and_plain_for_its_handler() {
+    let mut w = ApiWorld::new();
+    w.sealer = Some(AesSealer::new(&format!("k2:{}", key(2))));
+    let payload = json!({"type": "webhook", "url": "https://example.test/hook", "body": {"key": SECRET}});
+    let r = w.call("POST", "/jobs", Some(json!({"payload": payload, "sensitive": true, "ordering_key": "acct"})));
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
+
+    let stored = column(&w, &id, "payload");
+    assert!(is_sealed(&stored) && !stored.contains("hunter2"), "sealed at rest: {stored}");
+    let sent = w.queue.sent();
+    assert_eq!(
+        sent[0].payload,
+        json!({"type": "webhook", "__orderly_sealed__": true}),
+        "the message carries no payload"
+    );
+    let shown = w.call("GET", &format!("/jobs/{id}"), None).json_body();
+    assert_eq!(shown["job"]["payload"], "redacted");
+
+    let keeper = Keeper::default();
+    let sealer = w.sealer.as_ref().map(|s| s as &dyn Sealer);
+    let msg = Incoming {
+        id: "m1".into(),
+        timestamp_ms: T0,
+        body: Ok(serde_json::from_str(w.queue.batches.borrow()[0][0].json()).unwrap()),
+    };
+    assert_eq!(run(&w, sealer, &keeper, &[msg]), vec![Outcome::Ack]);
+    assert_eq!(keeper.0.borrow()[0], payload, "the handler gets the plain payload from the ledger");
+    let result = column(&w, &id, "result");
+    assert!(is_sealed(&result) && !result.contains("hunter2"), "the result is sealed too: {result}");
+    assert_eq!(block_on(sealer.unwrap().open(&id, &result)).unwrap(), json!({"echo": SECRET}).to_string());
+    let shown = w.call("GET", &format!("/jobs/{id}"), None).json_body();
+    assert_eq!((shown["job"]["status"].as_str(), &shown["job"]["result"]), (Some("DONE"), &json!("redacted")));
+    // A sealed payload moved to another job's row does not open there.
+    assert!(block_on(sealer.unwrap().open("another-job", &stored)).is_err());
+}
+
+#[test]
+fn without_payload_key_sensitive_and_fedify_jobs_are_refused_naming_it() {
+    let mut w = ApiWorld::new();
+    w.cfg = Config { service_handlers: vec![("fedify".into(), "FEDIFY".into())], ..Config::default() };
+    for job in [
+        json!({"payload": {"type": "webhook", "url": "https://example.test/", "body": {}}, "sensitive": true}),
+        json!({"payload": {"type": "fedify", "message": {"type": "outbox"}}}),
+    ] {
+        let r = w.call("POST", "/jobs", Some(job.clone()));
+        assert_eq!(r.status, 400, "{job}");
+        assert!(r.json_body()["error"].as_str().unwrap().contains("PAYLOAD_KEY"), "{}", r.body);
+    }
+    assert_eq!(block_on(w.ledger.counts()).unwrap().pending, 0);
+    // With a key, a fedify job is always sealed, asked or not.
+    w.sealer = Some(AesSealer::new(&format!("k1:{}", key(1))));
+    let r = w.call("POST", "/jobs", Some(json!({"payload": {"type": "fedify", "message": {"privateKey": SECRET}}})));
+    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
+    assert!(is_sealed(&column(&w, &id, "payload")));
+}
+
+#[test]
+fn a_sealed_job_without_its_key_waits_instead_of_running() {
+    let mut w = ApiWorld::new();
+    w.sealer = Some(AesSealer::new(&format!("old:{}", key(3))));
+    let payload = json!({"type": "webhook", "url": "https://example.test/", "body": {"key": SECRET}});
+    let r = w.call("POST", "/jobs", Some(json!({"payload": payload, "sensitive": true})));
+    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
+    let msg = Incoming {
+        id: "m1".into(),
+        timestamp_ms: T0,
+        body: Ok(serde_json::from_str(w.queue.batches.borrow()[0][0].json()).unwrap()),
+    };
+    let keeper = Keeper::default();
+    // No PAYLOAD_KEY, or one that rotated the old key away: not run, retried.
+    let rotated = AesSealer::new(&format!("new:{}", key(4)));
+    for sealer in [None, Some(&rotated as &dyn Sealer)] {
+        let out = run(&w, sealer, &keeper, std::slice::from_ref(&msg));
+        assert!(matches!(out[0], Outcome::Retry { .. }), "{out:?}");
+        assert!(keeper.0.borrow().is_empty(), "nothing ran");
+        w.clock.advance_ms(3_600_000);
+    }
+    assert!(column(&w, &id, "last_error").contains("sealed"), "{}", column(&w, &id, "last_error"));
+    // Rotation: the new key first, the old one still listed, opens it.
+    let both = AesSealer::new(&format!("new:{},old:{}", key(4), key(3)));
+    assert_eq!(run(&w, Some(&both), &keeper, &[msg]), vec![Outcome::Ack]);
+    assert_eq!(keeper.0.borrow()[0], payload);
+}
+
+#[test]
+fn a_submission_with_its_own_id_is_idempotent() {
+    let w = ApiWorld::new();
+    let job = json!({"payload": {"type": "webhook", "url": "https://example.test/", "body": {}}, "id": "fedify-msg-1"});
+    let first = w.call("POST", "/jobs", Some(job.clone())).json_body();
+    let again = w.call("POST", "/jobs", Some(job)).json_body();
+    assert_eq!(
+        (first["jobs"][0]["id"].as_str(), first["jobs"][0]["duplicate"].as_bool()),
+        (Some("fedify-msg-1"), Some(false))
+    );
+    assert_eq!(
+        (again["jobs"][0]["id"].as_str(), again["jobs"][0]["duplicate"].as_bool()),
+        (Some("fedify-msg-1"), Some(true))
+    );
+    assert_eq!(w.queue.sent().len(), 1, "sent once");
+    let reserved = w.call(
+        "POST",
+        "/jobs",
+        Some(json!({"payload": {"type": "webhook", "url": "https://example.test/"}, "id": "counts"})),
+    );
+    assert_eq!(reserved.status, 400);
+}
