@@ -228,3 +228,83 @@ impl HttpClient for WorkerFetch {
         }
     }
 }
+
+/// `PAYLOAD_KEY`'s cipher on Workers: WebCrypto's AES-256-GCM, in `seal.rs`'s sealed format.
+pub struct WebCryptoSealer {
+    keys: crate::seal::Keys,
+}
+
+impl WebCryptoSealer {
+    /// The sealer for the `PAYLOAD_KEY` secret, if set; a malformed one is a configuration error.
+    pub fn from_env(env: &Env) -> Result<Option<WebCryptoSealer>, ConfigError> {
+        match secret(env, "PAYLOAD_KEY") {
+            None => Ok(None),
+            Some(s) => Ok(Some(WebCryptoSealer { keys: crate::seal::Keys::parse(&s)? })),
+        }
+    }
+}
+
+fn crypto() -> Result<web_sys::Crypto, InfraError> {
+    js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("crypto"))
+        .ok()
+        .and_then(|c| c.dyn_into::<web_sys::Crypto>().ok())
+        .ok_or_else(|| InfraError::new("seal", "no WebCrypto in this runtime"))
+}
+
+async fn aes_key(bytes: &[u8; 32]) -> Result<web_sys::CryptoKey, InfraError> {
+    let err = |e: JsValue| InfraError::new("seal", format!("{e:?}"));
+    let subtle = crypto()?.subtle();
+    let algorithm = js_sys::Object::new();
+    js_sys::Reflect::set(&algorithm, &"name".into(), &"AES-GCM".into()).map_err(err)?;
+    let usages = js_sys::Array::of2(&"encrypt".into(), &"decrypt".into());
+    let raw = js_sys::Uint8Array::from(&bytes[..]);
+    let promise = subtle.import_key_with_object("raw", &raw, &algorithm, false, &usages).map_err(err)?;
+    wasm_bindgen_futures::JsFuture::from(promise).await.map_err(err)?.dyn_into().map_err(err)
+}
+
+fn gcm(nonce: &[u8], aad: &str) -> web_sys::AesGcmParams {
+    let params = web_sys::AesGcmParams::new("AES-GCM", &js_sys::Uint8Array::from(nonce));
+    params.set_additional_data_u8_array(&js_sys::Uint8Array::from(aad.as_bytes()));
+    params
+}
+
+impl crate::seal::Sealer for WebCryptoSealer {
+    fn seal<'a>(
+        &'a self,
+        job_id: &'a str,
+        plain: &'a str,
+    ) -> futures::future::LocalBoxFuture<'a, Result<String, InfraError>> {
+        Box::pin(async move {
+            let err = |e: JsValue| InfraError::new("seal", format!("{e:?}"));
+            let key = self.keys.current();
+            let mut nonce = [0u8; 12];
+            crypto()?.get_random_values_with_u8_array(&mut nonce).map_err(err)?;
+            let promise = crypto()?
+                .subtle()
+                .encrypt_with_object_and_u8_array(&gcm(&nonce, job_id), &aes_key(&key.bytes).await?, plain.as_bytes())
+                .map_err(err)?;
+            let out = wasm_bindgen_futures::JsFuture::from(promise).await.map_err(err)?;
+            Ok(crate::seal::format(&key.id, &nonce, &js_sys::Uint8Array::new(&out).to_vec()))
+        })
+    }
+    fn open<'a>(
+        &'a self,
+        job_id: &'a str,
+        sealed: &'a str,
+    ) -> futures::future::LocalBoxFuture<'a, Result<String, InfraError>> {
+        Box::pin(async move {
+            let err = |e: JsValue| InfraError::new("seal", format!("{e:?}"));
+            let (id, nonce, ciphertext) = crate::seal::parse(sealed)?;
+            let key =
+                self.keys.get(id).ok_or_else(|| InfraError::new("seal", format!("no key {id:?} in PAYLOAD_KEY")))?;
+            let promise = crypto()?
+                .subtle()
+                .decrypt_with_object_and_u8_array(&gcm(&nonce, job_id), &aes_key(&key.bytes).await?, &ciphertext)
+                .map_err(err)?;
+            let out = wasm_bindgen_futures::JsFuture::from(promise)
+                .await
+                .map_err(|_| InfraError::new("seal", "the sealed text does not open with its key"))?;
+            String::from_utf8(js_sys::Uint8Array::new(&out).to_vec()).map_err(|_| InfraError::new("seal", "not text"))
+        })
+    }
+}

@@ -20,6 +20,7 @@ use crate::handlers::{Done, JobError, Services};
 use crate::ledger::d1::D1Sql;
 use crate::ledger::Ledger;
 use crate::log::Event;
+use crate::seal::Sealer;
 
 /// Prints a structured log line at its level.
 fn log(event: &Event<'_>) {
@@ -118,7 +119,10 @@ impl App {
         let db = env.d1(edge::DB_BINDING).map_err(|e| unavailable(format!("binding missing: {e}")))?;
         let queue = edge::lanes(env, &cfg).map_err(|e| unavailable(format!("binding missing: {e}")))?;
         let ledger = Ledger::new(D1Sql(db));
-        let producer = Producer::new(&ledger, &queue, &SystemClock, &cfg, &self.handlers, &edge::random_id);
+        let sealer =
+            edge::WebCryptoSealer::from_env(env).map_err(|e| unavailable(format!("configuration error: {e}")))?;
+        let sealer = sealer.as_ref().map(|s| s as &dyn Sealer);
+        let producer = Producer::new(&ledger, &queue, &SystemClock, &cfg, &self.handlers, &edge::random_id, sealer);
         producer.enqueue_all(jobs).await
     }
 
@@ -157,6 +161,13 @@ impl App {
             ));
             return Ok(());
         }
+        let sealer = match edge::WebCryptoSealer::from_env(&env) {
+            Ok(s) => s,
+            Err(e) => {
+                defer_all(&format!("configuration error: {e}"));
+                return Ok(());
+            }
+        };
         let incoming: Vec<Incoming> = msgs
             .iter()
             .map(|m| Incoming {
@@ -194,6 +205,7 @@ impl App {
             owner: format!("inv-{}", edge::random_id()),
             random: &edge::random,
             log: &log,
+            sealer: sealer.as_ref().map(|s| s as &dyn Sealer),
         };
         let Some(role) = crate::consumer::role_of(&cfg, &batch.queue()) else {
             defer_all(&format!(
@@ -257,6 +269,10 @@ impl App {
             }
         };
         let ledger = Ledger::new(D1Sql(db));
+        let (sealer, cfg) = match edge::WebCryptoSealer::from_env(&env) {
+            Ok(s) => (s, cfg),
+            Err(e) => (None, Err(e)),
+        };
         let api = Api {
             ledger: &ledger,
             queue: &queue,
@@ -265,6 +281,7 @@ impl App {
             admin_token: admin_token.as_deref(),
             new_id: &edge::random_id,
             types: &self.handlers,
+            sealer: sealer.as_ref().map(|s| s as &dyn Sealer),
         };
         // The token is checked before a byte of the body is read.
         if let Some(answer) = api.gate(&api_req.method, &api_req.path, api_req.authorization.as_deref()) {
