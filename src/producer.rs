@@ -168,6 +168,12 @@ pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
     Some(OutMessage::of(&env, delay_seconds))
 }
 
+/// What a sensitive job's message carries instead of its payload: its type and a marker. The
+/// consumer runs the ledger row's (sealed) payload, never a message's.
+pub fn sealed_stub(job_type: Option<&str>) -> Value {
+    serde_json::json!({"type": job_type, "__orderly_sealed__": true})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,10 +247,4 @@ mod tests {
     fn nothing_to_send_is_no_batch() {
         assert!(split(vec![]).is_empty());
     }
-}
-
-/// What a sensitive job's message carries instead of its payload: its type and a marker. The
-/// consumer runs the ledger row's (sealed) payload, never a message's.
-pub fn sealed_stub(job_type: Option<&str>) -> Value {
-    serde_json::json!({"type": job_type, "__orderly_sealed__": true})
 }
