@@ -13,6 +13,10 @@ export interface EnqueueOptions {
   maxAttempts?: number;
   /** 0 (most urgent) .. 9; 5 by default. */
   priority?: number;
+  /** The job's own id (single payloads only): submitting it again answers the job, a duplicate. */
+  id?: string;
+  /** Sealed at rest under orderly's PAYLOAD_KEY, shown "redacted". */
+  sensitive?: boolean;
 }
 
 export interface EnqueuedJob {
@@ -94,6 +98,8 @@ export class OrderlyClient {
   enqueue(payloads: unknown[], options?: EnqueueOptions): Promise<EnqueuedJob[]>;
   /** One job. */
   enqueue(payload: unknown, options?: EnqueueOptions): Promise<EnqueuedJob>;
+  /** Jobs each with its own options (at most 500), in one request, all or none. */
+  enqueueJobs(jobs: { payload: unknown; options?: EnqueueOptions }[]): Promise<EnqueuedJob[]>;
   get(id: string): Promise<{ job: Job; history: JobEvent[] }>;
   counts(): Promise<Counts>;
   redrive(id: string): Promise<Job>;

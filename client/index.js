@@ -31,7 +31,7 @@ export function errorFor(status, body) {
   return new E(status, body);
 }
 
-const OPTION_FIELDS = { orderingKey: "ordering_key", dedupeKey: "dedupe_key", delaySeconds: "delay_seconds", maxAttempts: "max_attempts", priority: "priority" };
+const OPTION_FIELDS = { orderingKey: "ordering_key", dedupeKey: "dedupe_key", delaySeconds: "delay_seconds", maxAttempts: "max_attempts", priority: "priority", id: "id", sensitive: "sensitive" };
 
 function jobBody(payload, options) {
   const job = { payload };
@@ -88,6 +88,18 @@ export class OrderlyClient {
       throw new OrderlyError(202, { error: "orderly's answer does not list the jobs submitted", ...out });
     }
     return many ? out.jobs : out.jobs[0];
+  }
+
+  /**
+   * Submits jobs, each with its own options (`[{payload, options}]`, at most 500), in one request,
+   * all or none; answers one `EnqueuedJob` per job, in order.
+   */
+  async enqueueJobs(jobs) {
+    const out = await this.request("POST", "/jobs", { jobs: jobs.map((j) => jobBody(j.payload, j.options ?? {})) });
+    if (!Array.isArray(out.jobs) || out.jobs.length !== jobs.length) {
+      throw new OrderlyError(202, { error: "orderly's answer does not list the jobs submitted", ...out });
+    }
+    return out.jobs;
   }
 
   /** One job with its history. */

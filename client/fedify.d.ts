@@ -1,0 +1,26 @@
+// Types of client/fedify.js, checked against Fedify's own `MessageQueue` (tests/e2e/fedify.test.mjs).
+import type { MessageQueue, MessageQueueDepth, MessageQueueEnqueueOptions, Federation } from "@fedify/fedify";
+import type { ClientOptions, OrderlyClient } from "./index.js";
+
+/** Fedify's enqueue options, with the 2.4 `deduplicationKey` accepted too. */
+export interface OrderlyEnqueueOptions extends MessageQueueEnqueueOptions {
+  readonly deduplicationKey?: string;
+}
+
+/** A Fedify `MessageQueue` whose tasks orderly runs in strict per-key order. */
+export class OrderlyMessageQueue implements MessageQueue {
+  readonly nativeRetrial: true;
+  constructor(options: { client: OrderlyClient } | ClientOptions);
+  enqueue(message: any, options?: OrderlyEnqueueOptions): Promise<void>;
+  enqueueMany(messages: readonly any[], options?: OrderlyEnqueueOptions): Promise<void>;
+  /** Always throws: orderly calls the Worker's `orderlyHandler` entrypoint. */
+  listen(handler: (message: any) => Promise<void> | void, options?: { signal?: AbortSignal }): Promise<void>;
+  getDepth(): Promise<MessageQueueDepth>;
+  /** Runs one task for orderly; the seconds to snooze it for, or null. */
+  runTask<T>(federation: Federation<T>, contextData: T, job: { id: string; payload: { message: unknown } }): Promise<number | null>;
+}
+
+/** The `WorkerEntrypoint` class to export for orderly's service handler (`SERVICE_HANDLERS = "fedify=..."`). */
+export function orderlyHandler<T, E = unknown>(
+  setup: (env: E) => Promise<{ federation: Federation<T>; queue: OrderlyMessageQueue; contextData: T }> | { federation: Federation<T>; queue: OrderlyMessageQueue; contextData: T },
+): new (...args: any[]) => { fetch(request: Request): Promise<Response> };

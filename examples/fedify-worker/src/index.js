@@ -1,0 +1,65 @@
+// A Fedify app on Cloudflare whose queue is orderly (README: "Fedify on Cloudflare, in strict
+// order"): `OrderlyMessageQueue` instead of `WorkersMessageQueue`, and the `WorkerEntrypoint`
+// orderly calls to run each task. Bundled as wrangler bundles it (nodejs_compat); run beside
+// orderly by tests/e2e/fedify.test.mjs, which delivers to in-process inboxes.
+import { createFederation, generateCryptoKeyPair, MemoryKvStore } from "@fedify/fedify";
+import { Create, Delete, Note, Person, Update } from "@fedify/vocab";
+import { OrderlyMessageQueue, orderlyHandler } from "../../../client/fedify.js";
+
+let app;
+let keyPair;
+
+/** The federation, built once per isolate: orderly as its queue, one actor with a key pair. */
+function setup(env) {
+  if (app) return app;
+  const queue = new OrderlyMessageQueue({ token: env.ORDERLY_TOKEN, service: env.ORDERLY });
+  const federation = createFederation({ kv: new MemoryKvStore(), queue, allowPrivateAddress: true });
+  federation
+    .setActorDispatcher("/users/{identifier}", async (ctx, identifier) => {
+      const keys = await ctx.getActorKeyPairs(identifier);
+      return new Person({
+        id: ctx.getActorUri(identifier),
+        preferredUsername: identifier,
+        inbox: ctx.getInboxUri(identifier),
+        publicKey: keys[0]?.cryptographicKey,
+      });
+    })
+    .setKeyPairsDispatcher(async () => {
+      keyPair ??= await generateCryptoKeyPair("RSASSA-PKCS1-v1_5");
+      return [keyPair];
+    });
+  federation.setInboxListeners("/users/{identifier}/inbox", "/inbox");
+  app = { federation, queue, contextData: undefined };
+  return app;
+}
+
+/** orderly's service handler for "fedify" jobs (bound with entrypoint = "OrderlyFedifyHandler"). */
+export const OrderlyFedifyHandler = orderlyHandler(setup);
+
+const ACTIVITIES = { Create, Update, Delete };
+
+export default {
+  async fetch(request, env) {
+    const { federation } = setup(env);
+    const url = new URL(request.url);
+    if (request.method === "POST" && url.pathname === "/send") {
+      // {kind, n, object, recipients: [{id, inbox}]}: one activity about `object` to each inbox,
+      // ordered per object (Fedify appends each recipient's origin to the key).
+      const { kind, n, object, recipients } = await request.json();
+      const ctx = federation.createContext(request, undefined);
+      const activity = new ACTIVITIES[kind]({
+        id: new URL(`/activities/${n}`, url),
+        actor: ctx.getActorUri("alice"),
+        object: new Note({ id: new URL(object), content: `version ${n}` }),
+      });
+      await ctx.sendActivity(
+        { identifier: "alice" },
+        recipients.map((r) => ({ id: new URL(r.id), inboxId: new URL(r.inbox) })),
+        activity,
+        { orderingKey: object },
+      );
+      return new Response(null, { status: 202 });
+    }
+    return federation.fetch(request, { contextData: undefined });
+  },
+};

@@ -1,0 +1,140 @@
+// Fedify on orderly (SPEC 14), with the real @fedify/fedify from npm: a Fedify app (examples/
+// fedify-worker, bundled as wrangler bundles it, nodejs_compat) whose queue is orderly's
+// OrderlyMessageQueue sends Create, Update, Update, Delete of one note to followers on three
+// servers; orderly (strict mode, PAYLOAD_KEY set) runs each outbox task through the app's
+// OrderlyFedifyHandler entrypoint. One server answers 503 for a while, one 429 with Retry-After
+// once, one is healthy: each inbox receives the note's activities in order, each once, and no
+// private key is in D1 or the API in plain.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+import { start, waitFor } from "./harness.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const TOKEN = "test-admin-token";
+const PAYLOAD_KEY = `k1:${Buffer.alloc(32, 9).toString("base64")}`;
+
+async function bundle() {
+  await build({
+    entryPoints: [join(root, "examples/fedify-worker/src/index.js")],
+    bundle: true, format: "esm", platform: "browser", conditions: ["workerd", "worker", "browser"],
+    external: ["node:*", "cloudflare:*"], outfile: join(root, "build/fedify-worker.mjs"), logLevel: "warning",
+  });
+}
+
+/** Three inbox servers: a.test healthy; b.test 503 for its first 4 requests, c.test 429 with
+ * Retry-After for its first 2 (Fedify knocks twice per delivery, with two signature specs, so
+ * each is a failed delivery or two). */
+function inboxes() {
+  const got = { "a.test": [], "b.test": [], "c.test": [] };
+  const calls = { "a.test": 0, "b.test": 0, "c.test": 0 };
+  const handle = async (request) => {
+    const url = new URL(request.url);
+    const host = url.host;
+    if (!(host in got)) return new Response("not found", { status: 404 });
+    if (request.method !== "POST") return new Response("not found", { status: 404 });
+    calls[host]++;
+    if (host === "b.test" && calls[host] <= 4) return new Response("busy", { status: 503 });
+    if (host === "c.test" && calls[host] <= 2) return new Response("slow down", { status: 429, headers: { "retry-after": "2" } });
+    const activity = await request.json();
+    got[host].push({ type: activity.type, id: activity.id, signed: request.headers.has("signature") || request.headers.has("signature-input") });
+    return new Response(null, { status: 202 });
+  };
+  return { got, calls, handle };
+}
+
+test("a Fedify app's deliveries run through orderly in each inbox's order, once each, keys sealed", async () => {
+  await bundle();
+  const inbox = inboxes();
+  const fedify = (target) => [{
+    name: "fedify",
+    modules: true,
+    scriptPath: join(root, "build/fedify-worker.mjs"),
+    compatibilityDate: "2026-08-01",
+    compatibilityFlags: ["nodejs_compat"],
+    serviceBindings: { ORDERLY: "orderly" },
+    bindings: { ORDERLY_TOKEN: TOKEN },
+    outboundService: (request) => inbox.handle(request),
+  }];
+  const w = await start({
+    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY },
+    extraWorkers: fedify,
+    serviceBindings: { FEDIFY: { name: "fedify", entrypoint: "OrderlyFedifyHandler" } },
+  });
+  try {
+    const app = await w.mf.getWorker("fedify");
+    const recipients = ["a.test", "b.test", "c.test"].map((h) => ({ id: `https://${h}/users/bob`, inbox: `https://${h}/inbox` }));
+    const object = "https://fedify.test/notes/1";
+    const sends = [["Create", 1], ["Update", 2], ["Update", 3], ["Delete", 4]];
+    for (const [kind, n] of sends) {
+      const r = await app.fetch("https://fedify.test/send", { method: "POST", body: JSON.stringify({ kind, n, object, recipients }) });
+      assert.equal(r.status, 202, await r.text());
+    }
+    const want = sends.map(([, n]) => `https://fedify.test/activities/${n}`);
+    for (const host of Object.keys(inbox.got)) {
+      await waitFor(() => inbox.got[host].length >= 4, `${host}: four activities`, 60_000);
+    }
+    for (const host of Object.keys(inbox.got)) {
+      assert.deepEqual(inbox.got[host].map((a) => a.id), want, `${host} received the note's activities in order, once each`);
+      assert.ok(inbox.got[host].every((a) => a.signed), "signed by Fedify");
+    }
+    const jobs = (await w.db.prepare("SELECT id, type, status, ordering_key, attempts, payload FROM job").all()).results;
+    assert.equal(jobs.length, 12, "one job per activity and inbox");
+    assert.ok(jobs.every((j) => j.type === "fedify" && j.status === "DONE"));
+    assert.ok(jobs.every((j) => j.ordering_key.startsWith(`${object}\n`)), "Fedify's key, with the recipient's origin");
+    const dump = JSON.stringify(jobs) + JSON.stringify((await w.db.prepare("SELECT * FROM job_event").all()).results);
+    assert.ok(!/"d"\s*:/.test(dump) && !dump.includes("privateKey"), "no private JWK in D1");
+    assert.ok(jobs.every((j) => j.payload.startsWith("sealed:v1:k1:")));
+    const history = async (host) => {
+      const out = [];
+      for (const j of jobs.filter((x) => x.ordering_key.endsWith(`https://${host}`))) {
+        const got = (await w.api("GET", `/jobs/${encodeURIComponent(j.id)}`)).json;
+        assert.equal(got.job.payload, "redacted", "the API never shows a fedify payload");
+        out.push(...got.history.map((e) => e.outcome));
+      }
+      return out;
+    };
+    assert.deepEqual(await history("a.test"), ["done", "done", "done", "done"]);
+    const b = await history("b.test");
+    assert.ok(b.includes("retry") && b.filter((o) => o === "done").length === 4, `b.test's failures retried by orderly: ${b}`);
+    // Fedify re-enqueued the message it was running (Retry-After): the job snoozed in place, no
+    // new job behind the note's later activities.
+    assert.deepEqual(await history("c.test"), ["snooze", "done", "done", "done", "done"]);
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("OrderlyMessageQueue type-checks as Fedify's own MessageQueue", () => {
+  const dir = join(root, "build/typecheck-fedify");
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "use.ts"), `
+import type { MessageQueue } from "@fedify/fedify";
+import { OrderlyMessageQueue } from "../../client/fedify.js";
+const queue: MessageQueue = new OrderlyMessageQueue({ token: "t", service: { fetch: (r: Request) => fetch(r) } });
+export default queue;
+`);
+  writeFileSync(join(dir, "misuse.ts"), `
+import { OrderlyMessageQueue } from "../../client/fedify.js";
+new OrderlyMessageQueue({ tokn: "t" });
+`);
+  const tsconfig = (file) => JSON.stringify({
+    compilerOptions: { noEmit: true, strict: true, target: "ES2022", module: "ES2022", moduleResolution: "bundler", lib: ["ES2022", "DOM"], skipLibCheck: true, allowJs: false },
+    include: [file],
+  });
+  const tsc = (file) => {
+    writeFileSync(join(dir, "tsconfig.json"), tsconfig(file));
+    try {
+      execFileSync(join(root, "node_modules/.bin/tsc"), ["-p", dir], { cwd: root, encoding: "utf8" });
+      return "";
+    } catch (e) {
+      return String(e.stdout);
+    }
+  };
+  assert.equal(tsc("use.ts"), "", "the adapter is a MessageQueue");
+  assert.match(tsc("misuse.ts"), /misuse\.ts.*error TS/, "and the types bite");
+});
