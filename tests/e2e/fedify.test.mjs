@@ -138,3 +138,38 @@ new OrderlyMessageQueue({ tokn: "t" });
   assert.equal(tsc("use.ts"), "", "the adapter is a MessageQueue");
   assert.match(tsc("misuse.ts"), /misuse\.ts.*error TS/, "and the types bite");
 });
+
+test("a fan-out task's deliveries are submitted when it ends, with ids from the task: in order, once", async () => {
+  await bundle();
+  const inbox = inboxes();
+  const w = await start({
+    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY },
+    extraWorkers: () => [{
+      name: "fedify", modules: true, scriptPath: join(root, "build/fedify-worker.mjs"), compatibilityDate: "2026-08-01",
+      compatibilityFlags: ["nodejs_compat"], serviceBindings: { ORDERLY: "orderly" }, bindings: { ORDERLY_TOKEN: TOKEN },
+      outboundService: (request) => inbox.handle(request),
+    }],
+    serviceBindings: { FEDIFY: { name: "fedify", entrypoint: "OrderlyFedifyHandler" } },
+  });
+  try {
+    const app = await w.mf.getWorker("fedify");
+    const recipients = ["a.test", "b.test", "c.test"].map((h) => ({ id: `https://${h}/users/bob`, inbox: `https://${h}/inbox` }));
+    const object = "https://fedify.test/notes/2";
+    for (const [kind, n] of [["Create", 11], ["Update", 12], ["Delete", 13]]) {
+      const r = await app.fetch("https://fedify.test/send", { method: "POST", body: JSON.stringify({ kind, n, object, recipients, fanout: "force" }) });
+      assert.equal(r.status, 202, await r.text());
+    }
+    for (const host of Object.keys(inbox.got)) await waitFor(() => inbox.got[host].length >= 3, `${host}: three activities`, 60_000);
+    const want = [11, 12, 13].map((n) => `https://fedify.test/activities/${n}`);
+    for (const host of Object.keys(inbox.got)) assert.deepEqual(inbox.got[host].map((a) => a.id), want, host);
+    const jobs = (await w.db.prepare("SELECT id, ordering_key, status FROM job ORDER BY created_at").all()).results;
+    const fanouts = jobs.filter((j) => j.ordering_key === object);
+    const outbox = jobs.filter((j) => j.ordering_key !== object);
+    assert.equal(fanouts.length, 3, "one fan-out task per activity, keyed by the object");
+    assert.equal(outbox.length, 9, "three deliveries each, submitted by the task");
+    assert.ok(outbox.every((j) => fanouts.some((f) => j.id.startsWith(`${f.id}/`))), "ids from their task: a retried task submits the same jobs");
+    assert.ok(jobs.every((j) => j.status === "DONE"));
+  } finally {
+    await w.dispose();
+  }
+});

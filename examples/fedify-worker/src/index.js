@@ -43,9 +43,9 @@ export default {
     const { federation } = setup(env);
     const url = new URL(request.url);
     if (request.method === "POST" && url.pathname === "/send") {
-      // {kind, n, object, recipients: [{id, inbox}]}: one activity about `object` to each inbox,
-      // ordered per object (Fedify appends each recipient's origin to the key).
-      const { kind, n, object, recipients } = await request.json();
+      // {kind, n, object, recipients: [{id, inbox}], fanout?}: one activity about `object` to each
+      // inbox, ordered per object (Fedify appends each recipient's origin to the key).
+      const { kind, n, object, recipients, fanout } = await request.json();
       const ctx = federation.createContext(request, undefined);
       const activity = new ACTIVITIES[kind]({
         id: new URL(`/activities/${n}`, url),
@@ -56,7 +56,8 @@ export default {
         { identifier: "alice" },
         recipients.map((r) => ({ id: new URL(r.id), inboxId: new URL(r.inbox) })),
         activity,
-        { orderingKey: object },
+        // fanout "force": one fan-out task that enqueues the outbox messages when it runs.
+        { orderingKey: object, ...(fanout ? { fanout } : {}) },
       );
       return new Response(null, { status: 202 });
     }
