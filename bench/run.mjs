@@ -33,7 +33,7 @@ const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-a
 const URGENT_JOBS = 10;
 const QUEUES = ["orderly-jobs", "orderly-jobs-urgent"];
 const HANDLER_LATENCY_MS = Number(process.env.BENCH_HANDLER_MS ?? 2);
-const MAX_BATCH = 100;
+const MAX_BATCH = Number(process.env.BENCH_MAX_BATCH ?? 100);
 const MAX_RETRIES = 100; // wrangler.toml's setting, for every consumer
 const DRAIN_LIMIT_MS = 600_000;
 
@@ -144,7 +144,7 @@ async function startConsumer(kind, t, lane) {
 
 /** Queues, modelled: per queue, batches of up to 100 visible messages to up to `concurrency`
  * invocations (each queue's consumer scales on its own, as Cloudflare runs them). */
-async function drain(mf, worker, initial, concurrency) {
+export async function drain(mf, worker, initial, concurrency) {
   const t0 = Date.now();
   let seq = 0;
   const message = (body, delaySeconds = 0) =>
@@ -153,7 +153,7 @@ async function drain(mf, worker, initial, concurrency) {
   const inflight = Object.fromEntries(QUEUES.map((q) => [q, new Set()]));
   const enqueue = (o) => pending[o.queue ?? "orderly-jobs"].push(message(o.body, o.delaySeconds));
   initial.forEach(enqueue);
-  const m = { deliveries: 0, deadLettered: 0, batches: 0, acks: 0 };
+  const m = { deliveries: 0, deadLettered: 0, batches: 0, acks: 0, maxInflight: 0 };
   const collect = async () => {
     const out = await (await mf.dispatchFetch("http://bench.test/__outbox")).json();
     out.forEach(enqueue);
@@ -192,6 +192,7 @@ async function drain(mf, worker, initial, concurrency) {
         })
         .finally(() => inflight[q].delete(run));
       inflight[q].add(run);
+      m.maxInflight = Math.max(m.maxInflight, inflight[q].size);
       started = true;
     }
     if (started) continue;

@@ -12,7 +12,8 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
-import { start, waitFor } from "./harness.mjs";
+import { Miniflare } from "miniflare";
+import { start, waitFor, migrate, MODULES_RULES } from "./harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const TOKEN = "test-admin-token";
@@ -173,3 +174,57 @@ test("a fan-out task's deliveries are submitted when it ends, with ids from the 
     await w.dispose();
   }
 });
+
+for (const concurrency of [4, 16]) {
+  test(`at C=${concurrency} through a model of Queues: each inbox still gets the note's activities in order, once`, async () => {
+    // Miniflare runs one consumer invocation at a time; the benchmark's model of Queues hands
+    // batches to up to C invocations of the real worker at once, and delivers what it sends.
+    await bundle();
+    // Batches of 2: the 15 deliveries and their wake-ups are spread over concurrent invocations.
+    process.env.BENCH_MAX_BATCH = "2";
+    const bench = await import("../../bench/run.mjs");
+    bench.install();
+    const inbox = inboxes();
+    const mf = new Miniflare({
+      workers: [
+        {
+          name: "orderly", modules: true, modulesRules: MODULES_RULES, compatibilityDate: "2026-08-01", cf: false,
+          scriptPath: join(root, "build/bench-orderly.mjs"), modulesRoot: join(root, "build"),
+          kvNamespaces: ["ORDERING_KV"], d1Databases: ["DB"], queueProducers: { JOBS: { queueName: "orderly-jobs" } },
+          bindings: { ADMIN_TOKEN: TOKEN, ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY, BACKOFF_BASE_SECONDS: "1", BACKOFF_CAP_SECONDS: "2", BENCH_LANE: "0" },
+          serviceBindings: { FEDIFY: { name: "fedify", entrypoint: "OrderlyFedifyHandler" } },
+        },
+        {
+          name: "fedify", modules: true, scriptPath: join(root, "build/fedify-worker.mjs"), compatibilityDate: "2026-08-01",
+          compatibilityFlags: ["nodejs_compat"], serviceBindings: { ORDERLY: "orderly" }, bindings: { ORDERLY_TOKEN: TOKEN },
+          outboundService: (request) => inbox.handle(request),
+        },
+      ],
+    });
+    try {
+      await mf.ready;
+      await migrate(await mf.getD1Database("DB"));
+      const app = await mf.getWorker("fedify");
+      const recipients = ["a.test", "b.test", "c.test"].map((h) => ({ id: `https://${h}/users/bob`, inbox: `https://${h}/inbox` }));
+      const object = "https://fedify.test/notes/3";
+      const sends = [["Create", 21], ["Update", 22], ["Update", 23], ["Update", 24], ["Delete", 25]];
+      for (const [kind, n] of sends) {
+        const r = await app.fetch("https://fedify.test/send", { method: "POST", body: JSON.stringify({ kind, n, object, recipients }) });
+        assert.equal(r.status, 202, await r.text());
+      }
+      const initial = await (await mf.dispatchFetch("http://orderly.test/__outbox")).json();
+      const q = await bench.drain(mf, await mf.getWorker("orderly"), initial, concurrency);
+      assert.equal(q.deadLettered, 0);
+      assert.ok(q.maxInflight > 1, `invocations overlapped (at most ${q.maxInflight} at once)`);
+      const want = sends.map(([, n]) => `https://fedify.test/activities/${n}`);
+      for (const host of Object.keys(inbox.got)) {
+        assert.deepEqual(inbox.got[host].map((a) => a.id), want, `${host}: in order, once each, at C=${concurrency}`);
+      }
+      const db = await mf.getD1Database("DB");
+      const jobs = (await db.prepare("SELECT status FROM job").all()).results;
+      assert.ok(jobs.length === 15 && jobs.every((j) => j.status === "DONE"), JSON.stringify(jobs));
+    } finally {
+      await mf.dispose();
+    }
+  });
+}
