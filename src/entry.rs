@@ -195,18 +195,11 @@ impl App {
             service_handlers: cfg.service_handlers.clone(),
         };
         let runner = self.handlers.runner(env.clone(), &cfg, services);
-        let consumer = Consumer {
-            cfg: &cfg,
-            kv: &kv,
-            sql: &db,
-            runner: &runner,
-            clock: &SystemClock,
-            queue: &queue,
-            owner: format!("inv-{}", edge::random_id()),
-            random: &edge::random,
-            log: &log,
-            sealer: sealer.as_ref().map(|s| s as &dyn Sealer),
-        };
+        let consumer =
+            Consumer::new(&cfg, &kv, &db, &runner, &SystemClock, &queue, format!("inv-{}", edge::random_id()))
+                .with_random(&edge::random)
+                .with_log(&log)
+                .with_sealer(sealer.as_ref().map(|s| s as &dyn Sealer));
         let Some(role) = crate::consumer::role_of(&cfg, &batch.queue()) else {
             defer_all(&format!(
                 "queue {:?} is neither JOBS_QUEUE ({:?}) nor DEAD_LETTER_QUEUE ({:?})",

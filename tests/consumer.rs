@@ -117,18 +117,18 @@ impl World {
         World { clock, kv, db, path, script, cfg, log: RefCell::default(), queue: MemoryQueue::default() }
     }
     fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
-        let consumer = Consumer {
-            cfg: &self.cfg,
-            kv: &self.kv,
-            sql: &self.db,
-            runner: &self.script,
-            clock: &self.clock,
-            queue: &self.queue,
-            owner: format!("inv-{}", self.clock.now_ms()),
-            random: &|| 1.0,
-            log: &|event| self.log.borrow_mut().push(event.to_string()),
-            sealer: None,
-        };
+        let log = |event: &orderly::log::Event<'_>| self.log.borrow_mut().push(event.to_string());
+        let consumer = Consumer::new(
+            &self.cfg,
+            &self.kv,
+            &self.db,
+            &self.script,
+            &self.clock,
+            &self.queue,
+            format!("inv-{}", self.clock.now_ms()),
+        )
+        .with_random(&|| 1.0)
+        .with_log(&log);
         block_on(consumer.process(role, msgs))
     }
     fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
@@ -436,18 +436,7 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
         http_timeout_ms: 1_000,
         service_handlers: vec![("email".into(), "APP".into())],
     });
-    let consumer = Consumer {
-        cfg: &w.cfg,
-        kv: &w.kv,
-        sql: &w.db,
-        runner: &registry,
-        clock: &w.clock,
-        queue: &w.queue,
-        owner: "inv".into(),
-        random: &|| 0.5,
-        log: &|_| {},
-        sealer: None,
-    };
+    let consumer = Consumer::new(&w.cfg, &w.kv, &w.db, &registry, &w.clock, &w.queue, "inv").with_random(&|| 0.5);
     let out =
         block_on(consumer.process(Role::Main, &[msg("m", T0, json!({"type": "fax"})), msg("raw", T0, json!([1, 2]))]));
     assert_eq!(out, vec![Outcome::Ack; 2]);
@@ -504,18 +493,9 @@ fn a_service_handler_runs_its_type_snoozes_and_keeps_the_answer() {
         service_handlers: vec![("email".into(), "APP".into())],
     });
     let run = |msgs: &[Incoming]| {
-        let consumer = Consumer {
-            cfg: &w.cfg,
-            kv: &w.kv,
-            sql: &w.db,
-            runner: &registry,
-            clock: &w.clock,
-            queue: &w.queue,
-            owner: format!("inv-{}", w.clock.now_ms()),
-            random: &|| 0.5,
-            log: &|_| {},
-            sealer: None,
-        };
+        let consumer =
+            Consumer::new(&w.cfg, &w.kv, &w.db, &registry, &w.clock, &w.queue, format!("inv-{}", w.clock.now_ms()))
+                .with_random(&|| 0.5);
         block_on(consumer.process(Role::Main, msgs))
     };
     let email = keyed("e1", T0, "acct/1", json!({"type": "email", "to": "a@b.test"}));

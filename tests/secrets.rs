@@ -36,18 +36,7 @@ impl Runner for Keeper {
 
 fn run(w: &ApiWorld, sealer: Option<&dyn Sealer>, runner: &Keeper, msgs: &[Incoming]) -> Vec<Outcome> {
     let kv = MemoryKv::new(orderly::clock::ManualClock::new(T0)); // unkeyed jobs take no lock
-    let consumer = Consumer {
-        cfg: &w.cfg,
-        kv: &kv,
-        sql: &w.ledger.sql,
-        runner,
-        clock: &w.clock,
-        queue: &w.queue,
-        owner: "inv-1".into(),
-        random: &|| 0.5,
-        log: &|_| {},
-        sealer,
-    };
+    let consumer = Consumer::new(&w.cfg, &kv, &w.ledger.sql, runner, &w.clock, &w.queue, "inv-1").with_sealer(sealer);
     block_on(consumer.process(Role::Main, msgs))
 }
 

@@ -75,18 +75,9 @@ impl World {
         }
     }
     fn run_as(&self, owner: &str, msgs: &[Incoming]) -> Vec<Outcome> {
-        let consumer = Consumer {
-            cfg: &self.cfg,
-            kv: &self.kv,
-            sql: &self.db,
-            runner: &self.script,
-            clock: &self.clock,
-            queue: &self.queue,
-            owner: owner.into(),
-            random: &|| self.random.get(),
-            log: &|_| {},
-            sealer: None,
-        };
+        let random = || self.random.get();
+        let consumer = Consumer::new(&self.cfg, &self.kv, &self.db, &self.script, &self.clock, &self.queue, owner)
+            .with_random(&random);
         block_on(consumer.process(Role::Main, msgs))
     }
     fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
@@ -352,18 +343,7 @@ fn a_chain_stops_before_the_invocations_wall_clock_limit_and_wakes_the_key() {
     }
     w.submit(&[("a", ok()), ("b", ok()), ("c", ok()), ("d", ok())]);
     let slow = Slow(&w.clock, RefCell::default());
-    let consumer = Consumer {
-        cfg: &w.cfg,
-        kv: &w.kv,
-        sql: &w.db,
-        runner: &slow,
-        clock: &w.clock,
-        queue: &w.queue,
-        owner: "inv".into(),
-        random: &|| 0.5,
-        log: &|_| {},
-        sealer: None,
-    };
+    let consumer = Consumer::new(&w.cfg, &w.kv, &w.db, &slow, &w.clock, &w.queue, "inv").with_random(&|| 0.5);
     assert_eq!(block_on(consumer.process(Role::Main, &[keyed("a", T0, ok())])), vec![Outcome::Ack]);
     assert_eq!(*slow.1.borrow(), vec!["a", "b", "c"], "the fourth would end past 15 minutes");
     assert_eq!((w.job("d").status, w.job("d").attempts), (Status::Pending, 0));
@@ -395,18 +375,7 @@ fn a_chain_that_stalled_past_its_lease_runs_nothing_more() {
         }
     }
     let runner = Stall(&w.clock, path, RefCell::default());
-    let consumer = Consumer {
-        cfg: &w.cfg,
-        kv: &w.kv,
-        sql: &w.db,
-        runner: &runner,
-        clock: &w.clock,
-        queue: &w.queue,
-        owner: "inv".into(),
-        random: &|| 0.5,
-        log: &|_| {},
-        sealer: None,
-    };
+    let consumer = Consumer::new(&w.cfg, &w.kv, &w.db, &runner, &w.clock, &w.queue, "inv").with_random(&|| 0.5);
     block_on(consumer.process(Role::Main, &[keyed("a", T0, ok())]));
     assert_eq!(*runner.2.borrow(), vec!["a"], "b may be another invocation's now, and c waits behind it");
     assert_eq!(w.job("a").status, Status::Done, "what ran is recorded");

@@ -186,6 +186,57 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     pub sealer: Option<&'a dyn Sealer>,
 }
 
+/// The middle of jitter's range: what a consumer uses until `with_random` gives it randomness.
+fn middle() -> f64 {
+    0.5
+}
+
+/// A consumer that reports to no log until `with_log` gives it one.
+fn no_log(_: &Event<'_>) {}
+
+impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
+    /// The consumer of one invocation named `owner`, over its ports; jitter at the middle of its
+    /// range, no log and no `PAYLOAD_KEY` until set with the `with_*` methods. The worker and every
+    /// test build consumers this one way.
+    pub fn new(
+        cfg: &'a Config,
+        kv: &'a K,
+        sql: &'a S,
+        runner: &'a R,
+        clock: &'a C,
+        queue: &'a Q,
+        owner: impl Into<String>,
+    ) -> Self {
+        Consumer {
+            cfg,
+            kv,
+            sql,
+            runner,
+            clock,
+            queue,
+            owner: owner.into(),
+            random: &middle,
+            log: &no_log,
+            sealer: None,
+        }
+    }
+
+    /// Uniform random numbers in [0, 1) for jitter.
+    pub fn with_random(self, random: &'a dyn Fn() -> f64) -> Self {
+        Consumer { random, ..self }
+    }
+
+    /// Where outages and dead jobs are reported.
+    pub fn with_log(self, log: &'a dyn Fn(&Event<'_>)) -> Self {
+        Consumer { log, ..self }
+    }
+
+    /// Opens sealed payloads and seals their results (`PAYLOAD_KEY`).
+    pub fn with_sealer(self, sealer: Option<&'a dyn Sealer>) -> Self {
+        Consumer { sealer, ..self }
+    }
+}
+
 /// A decoded message: the job it asks for. Its payload is in `spec` for recording; what runs is
 /// always the ledger row's payload.
 #[derive(Debug, Clone)]

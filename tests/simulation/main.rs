@@ -376,18 +376,8 @@ impl Sim {
             (self.sched.clone(), self.cfg.clone(), self.broker.clone(), self.obs.clone(), self.setup.faults);
         let fut = async move {
             let random = || sched.rng.borrow_mut().f64();
-            let consumer = Consumer {
-                cfg: &cfg,
-                kv: &kv,
-                sql: &sql,
-                runner: &runner,
-                clock: &*sched.clock,
-                queue: &queue,
-                owner: inv.clone(),
-                random: &random,
-                log: &|_| {},
-                sealer: None,
-            };
+            let consumer =
+                Consumer::new(&cfg, &kv, &sql, &runner, &*sched.clock, &queue, inv.clone()).with_random(&random);
             let out = consumer.process(role, &incoming).await;
             if std::env::var("SIM_TRACE").is_ok() {
                 let desc: Vec<String> = incoming
