@@ -230,6 +230,13 @@ pub struct AppRunner<'a, E, H, C> {
     services: Services<H, C>,
 }
 
+impl<E, H, C> AppRunner<'_, E, H, C> {
+    /// What the built-in handlers use (outbound HTTP, the clock, signing).
+    pub fn services(&self) -> &Services<H, C> {
+        &self.services
+    }
+}
+
 impl<E: Clone + 'static, H: HttpClient, C: Clock> Runner for AppRunner<'_, E, H, C> {
     async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
         let t = handlers::job_type(job.payload)?;

@@ -427,16 +427,22 @@ fn malformed_bodies_are_dead_and_do_not_disturb_the_batch() {
 #[test]
 fn an_unknown_or_missing_type_is_dead_with_the_reason() {
     let w = World::new();
-    let registry = orderly::handlers::Registry(orderly::handlers::Services {
-        http: NoHttp,
-        clock: ManualClock::new(T0),
-        webhook_key: None,
-        allow_private_targets: false,
-        retry_after_cap_seconds: 3600,
-        http_timeout_ms: 1_000,
-        service_handlers: vec![("email".into(), "APP".into())],
-    });
-    let consumer = Consumer::new(&w.cfg, &w.kv, &w.db, &registry, &w.clock, &w.queue, "inv").with_random(&|| 0.5);
+    let types = orderly::Handlers::<()>::new().webhook();
+    let cfg = Config { service_handlers: vec![("email".into(), "APP".into())], ..w.cfg.clone() };
+    let registry = types.runner(
+        (),
+        &cfg,
+        orderly::handlers::Services {
+            http: NoHttp,
+            clock: ManualClock::new(T0),
+            webhook_key: None,
+            allow_private_targets: false,
+            retry_after_cap_seconds: 3600,
+            http_timeout_ms: 1_000,
+            service_handlers: vec![("email".into(), "APP".into())],
+        },
+    );
+    let consumer = Consumer::new(&cfg, &w.kv, &w.db, &registry, &w.clock, &w.queue, "inv").with_random(&|| 0.5);
     let out =
         block_on(consumer.process(Role::Main, &[msg("m", T0, json!({"type": "fax"})), msg("raw", T0, json!([1, 2]))]));
     assert_eq!(out, vec![Outcome::Ack; 2]);
@@ -483,18 +489,24 @@ fn a_service_handler_runs_its_type_snoozes_and_keeps_the_answer() {
         ]),
         seen: RefCell::default(),
     };
-    let registry = orderly::handlers::Registry(orderly::handlers::Services {
-        http: service,
-        clock: ManualClock::new(T0),
-        webhook_key: None,
-        allow_private_targets: false,
-        retry_after_cap_seconds: 3600,
-        http_timeout_ms: 1_000,
-        service_handlers: vec![("email".into(), "APP".into())],
-    });
+    let types = orderly::Handlers::<()>::new().webhook();
+    let cfg = Config { service_handlers: vec![("email".into(), "APP".into())], ..w.cfg.clone() };
+    let registry = types.runner(
+        (),
+        &cfg,
+        orderly::handlers::Services {
+            http: service,
+            clock: ManualClock::new(T0),
+            webhook_key: None,
+            allow_private_targets: false,
+            retry_after_cap_seconds: 3600,
+            http_timeout_ms: 1_000,
+            service_handlers: vec![("email".into(), "APP".into())],
+        },
+    );
     let run = |msgs: &[Incoming]| {
         let consumer =
-            Consumer::new(&w.cfg, &w.kv, &w.db, &registry, &w.clock, &w.queue, format!("inv-{}", w.clock.now_ms()))
+            Consumer::new(&cfg, &w.kv, &w.db, &registry, &w.clock, &w.queue, format!("inv-{}", w.clock.now_ms()))
                 .with_random(&|| 0.5);
         block_on(consumer.process(Role::Main, msgs))
     };
@@ -508,7 +520,7 @@ fn a_service_handler_runs_its_type_snoozes_and_keeps_the_answer() {
     assert_eq!(run(&[msg("e2", T0, json!({"type": "email", "to": "nobody"}))]), vec![Outcome::Ack]);
     let dead = w.job("e2");
     assert_eq!((dead.status, dead.last_error.as_deref()), (Status::Dead, Some("HTTP 422: no such address")));
-    let seen = registry.0.http.seen.borrow();
+    let seen = registry.services().http.seen.borrow();
     assert_eq!(seen.len(), 3);
     assert_eq!((seen[1].via.as_deref(), seen[1].url.as_str()), (Some("APP"), "https://orderly.internal/orderly/run"));
     let body: Value = serde_json::from_str(&seen[1].body).unwrap();

@@ -1,10 +1,11 @@
-//! Job handlers: the payload's `type` picks one. Each type is a file here implementing
-//! [`JobHandler`], plus its name in the `job_types!` list.
+//! The built-in job types and what every handler shares: the built-in `webhook` (a file here
+//! implementing [`JobHandler`], plus its name in the `job_types!` list) and the service handler
+//! contract (`service.rs`). Your own job types are `app.rs`'s.
 //!
 //! Handlers say how a run ended: [`Done`] with an optional result (kept on the DONE job, bounded
 //! by [`bounded_result`]), or [`JobError`]: retryable (try again after backoff or the handler's
-//! own delay), permanent (DEAD now), or a snooze (run again after a delay, no attempt spent). Both may carry the HTTP status the handler got, for the
-//! job's history. Outbound HTTP goes through [`HttpClient`], so the decisions are tested natively
+//! own delay), permanent (DEAD now), or a snooze (run again after a delay, no attempt spent). Each
+//! may carry the HTTP status the handler got, for the job's history. Outbound HTTP goes through [`HttpClient`], so the decisions are tested natively
 //! and the edge supplies `fetch`.
 
 pub mod service;
@@ -222,17 +223,6 @@ macro_rules! job_types {
         /// Every job type with a handler.
         pub const TYPES: &[&str] = &[$(<$handler as JobHandler>::TYPE),+];
 
-        async fn dispatch<H: HttpClient, C: Clock>(
-            job_type: &str,
-            job: &JobContext<'_>,
-            services: &Services<H, C>,
-        ) -> Option<Result<Done, JobError>> {
-            $(if job_type == <$handler as JobHandler>::TYPE {
-                return Some(<$handler as JobHandler>::run(job, services).await);
-            })+
-            None
-        }
-
         fn check_type(job_type: &str, payload: &Value, cfg: &Config) -> Option<Result<(), JobError>> {
             $(if job_type == <$handler as JobHandler>::TYPE {
                 return Some(<$handler as JobHandler>::check(payload, cfg));
@@ -267,22 +257,6 @@ pub fn check(payload: &Value, cfg: &Config) -> Result<(), JobError> {
     }
     let services = cfg.service_handlers.iter().map(|(ty, _)| ty.as_str());
     check_type(t, payload, cfg).unwrap_or_else(|| Err(unknown(t, services)))
-}
-
-/// Routes jobs to handlers by payload `type`: the built-in ones, then service handlers.
-pub struct Registry<H, C>(pub Services<H, C>);
-
-impl<H: HttpClient, C: Clock> Runner for Registry<H, C> {
-    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
-        let t = job_type(job.payload)?;
-        if let Some(done) = dispatch(t, job, &self.0).await {
-            return done;
-        }
-        match self.0.service_handlers.iter().find(|(ty, _)| ty == t) {
-            Some((_, binding)) => service::run(job, t, binding, &self.0).await,
-            None => Err(unknown(t, self.0.service_handlers.iter().map(|(ty, _)| ty.as_str()))),
-        }
-    }
 }
 
 #[cfg(test)]
