@@ -4,8 +4,6 @@
 //! (parked, claimed, recorded, the key's head), never raw rows. Must not: run handlers or decide
 //! acks (the consumer's `strict` module does).
 
-use serde_json::Value;
-
 use super::{int_of, stmt, Job, JobSpec, Lease, Ledger, Row, Sql, Stmt};
 use crate::config::OnDead;
 use crate::error::InfraError;
@@ -197,12 +195,5 @@ impl<S: Sql> Ledger<S> {
             Some(skipped) => Skip::Skipped { skipped: Box::new(skipped), next: Job::first(at(&out, 1))?.map(Box::new) },
             None => Skip::NotBlocked,
         })
-    }
-}
-
-impl Job {
-    /// The payload as JSON, if the row has a readable one.
-    pub fn payload_json(&self) -> Option<Value> {
-        serde_json::from_str(self.payload.as_deref()?).ok()
     }
 }
