@@ -105,6 +105,16 @@ fn a_list_of_one_status_reads_its_index_not_the_table() {
 }
 
 #[test]
+fn the_purge_reads_done_rows_through_the_finished_index() {
+    let (db, _) = Sqlite::temp();
+    for s in stmt::purge(T0, 100) {
+        let plan = plan(&db, &s);
+        assert!(plan.iter().any(|p| p.contains("job_finished")), "{}: {plan:?}", s.sql);
+        assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE FOR ORDER BY")), "no sort of every DONE row: {plan:?}");
+    }
+}
+
+#[test]
 fn the_charts_read_recent_runs_and_redrives_through_their_index() {
     let (db, _) = Sqlite::temp();
     let plan = plan(&db, &orderly::ledger::history::stmt::activity_runs(T0));
