@@ -54,7 +54,7 @@ export class OrderlyMessageQueue {
   }
 
   async #submit(jobs) {
-    // One request per run of options-alike jobs would lose per-job options: submit each job's own.
+    // Each job keeps its own options; one request carries up to 500 of them (POST /jobs' limit).
     for (let i = 0; i < jobs.length; i += 500) {
       await this.#client.enqueueJobs(jobs.slice(i, i + 500));
     }
