@@ -232,6 +232,8 @@ impl HttpClient for WorkerFetch {
 /// `PAYLOAD_KEY`'s cipher on Workers: WebCrypto's AES-256-GCM, in `seal.rs`'s sealed format.
 pub struct WebCryptoSealer {
     keys: crate::seal::Keys,
+    /// Keys imported into WebCrypto, by id: imported once per invocation, not per job.
+    imported: std::cell::RefCell<std::collections::HashMap<String, web_sys::CryptoKey>>,
 }
 
 impl WebCryptoSealer {
@@ -239,7 +241,7 @@ impl WebCryptoSealer {
     pub fn from_env(env: &Env) -> Result<Option<WebCryptoSealer>, ConfigError> {
         match secret(env, "PAYLOAD_KEY") {
             None => Ok(None),
-            Some(s) => Ok(Some(WebCryptoSealer { keys: crate::seal::Keys::parse(&s)? })),
+            Some(s) => Ok(Some(WebCryptoSealer { keys: crate::seal::Keys::parse(&s)?, imported: Default::default() })),
         }
     }
 }
@@ -249,6 +251,18 @@ fn crypto() -> Result<web_sys::Crypto, InfraError> {
         .ok()
         .and_then(|c| c.dyn_into::<web_sys::Crypto>().ok())
         .ok_or_else(|| InfraError::new("seal", "no WebCrypto in this runtime"))
+}
+
+impl WebCryptoSealer {
+    /// `key` as a WebCrypto AES-GCM key.
+    async fn crypto_key(&self, key: &crate::seal::Key) -> Result<web_sys::CryptoKey, InfraError> {
+        if let Some(k) = self.imported.borrow().get(&key.id) {
+            return Ok(k.clone());
+        }
+        let k = aes_key(&key.bytes).await?;
+        self.imported.borrow_mut().insert(key.id.clone(), k.clone());
+        Ok(k)
+    }
 }
 
 async fn aes_key(bytes: &[u8; 32]) -> Result<web_sys::CryptoKey, InfraError> {
@@ -281,7 +295,7 @@ impl crate::seal::Sealer for WebCryptoSealer {
             crypto()?.get_random_values_with_u8_array(&mut nonce).map_err(err)?;
             let promise = crypto()?
                 .subtle()
-                .encrypt_with_object_and_u8_array(&gcm(&nonce, job_id), &aes_key(&key.bytes).await?, plain.as_bytes())
+                .encrypt_with_object_and_u8_array(&gcm(&nonce, job_id), &self.crypto_key(key).await?, plain.as_bytes())
                 .map_err(err)?;
             let out = wasm_bindgen_futures::JsFuture::from(promise).await.map_err(err)?;
             Ok(crate::seal::format(&key.id, &nonce, &js_sys::Uint8Array::new(&out).to_vec()))
@@ -299,7 +313,7 @@ impl crate::seal::Sealer for WebCryptoSealer {
                 self.keys.get(id).ok_or_else(|| InfraError::new("seal", format!("no key {id:?} in PAYLOAD_KEY")))?;
             let promise = crypto()?
                 .subtle()
-                .decrypt_with_object_and_u8_array(&gcm(&nonce, job_id), &aes_key(&key.bytes).await?, &ciphertext)
+                .decrypt_with_object_and_u8_array(&gcm(&nonce, job_id), &self.crypto_key(key).await?, &ciphertext)
                 .map_err(err)?;
             let out = wasm_bindgen_futures::JsFuture::from(promise)
                 .await

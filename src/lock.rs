@@ -57,12 +57,24 @@ pub async fn acquire<K: Kv>(
     group_job_ids: &[&str],
     ttl_seconds: u32,
 ) -> Result<Acquired, InfraError> {
+    take(kv, key, group_job_ids, ttl_seconds, None).await
+}
+
+/// Takes the lock unless another job holds it; a lock naming one of the group's jobs, or holding
+/// `stale`, counts as free.
+async fn take<K: Kv>(
+    kv: &K,
+    key: &str,
+    group_job_ids: &[&str],
+    ttl_seconds: u32,
+    stale: Option<&str>,
+) -> Result<Acquired, InfraError> {
     let Some(first) = group_job_ids.first() else {
-        return Err(InfraError::new("KV", "acquire called with an empty group"));
+        return Err(InfraError::new("KV", "a lock was asked for an empty group"));
     };
     if let Some(holder) = kv.get(key).await? {
         let ours = group_job_ids.iter().any(|id| owner_token(id) == holder);
-        if !ours {
+        if !ours && stale != Some(holder.as_str()) {
             return Ok(Acquired::Held { holder });
         }
     }
@@ -82,18 +94,7 @@ pub async fn take_over<K: Kv>(
     group_job_ids: &[&str],
     ttl_seconds: u32,
 ) -> Result<Acquired, InfraError> {
-    let Some(first) = group_job_ids.first() else {
-        return Err(InfraError::new("KV", "take_over called with an empty group"));
-    };
-    if let Some(now_held) = kv.get(key).await? {
-        let ours = group_job_ids.iter().any(|id| owner_token(id) == now_held);
-        if now_held != stale && !ours {
-            return Ok(Acquired::Held { holder: now_held });
-        }
-    }
-    let token = owner_token(first);
-    kv.put(key, &token, ttl_seconds).await?;
-    Ok(Acquired::Taken { token })
+    take(kv, key, group_job_ids, ttl_seconds, Some(stale)).await
 }
 
 /// What `release` did.

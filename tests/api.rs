@@ -363,15 +363,7 @@ fn a_failed_send_does_not_stop_the_rest_of_maintenance() {
 #[test]
 fn a_dead_job_without_a_readable_payload_is_not_redriven() {
     let w = World::new();
-    let unreadable = JobSpec {
-        id: "bytes".into(),
-        job_type: None,
-        ordering_key: None,
-        dedupe_key: None,
-        payload: None,
-        max_attempts: 8,
-        priority: 5,
-    };
+    let unreadable = support::unreadable_spec("bytes");
     block_on(w.ledger.sql.query(stmt::record_dead(&unreadable, T0, "body is bytes"))).unwrap();
     let r = w.call("POST", "/jobs/bytes/redrive", None);
     assert_eq!(r.status, 409);

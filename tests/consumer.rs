@@ -429,19 +429,7 @@ fn an_unknown_or_missing_type_is_dead_with_the_reason() {
     let w = World::new();
     let types = orderly::Handlers::<()>::new().webhook();
     let cfg = Config { service_handlers: vec![("email".into(), "APP".into())], ..w.cfg.clone() };
-    let registry = types.runner(
-        (),
-        &cfg,
-        orderly::handlers::Services {
-            http: NoHttp,
-            clock: ManualClock::new(T0),
-            webhook_key: None,
-            allow_private_targets: false,
-            retry_after_cap_seconds: 3600,
-            http_timeout_ms: 1_000,
-            service_handlers: vec![("email".into(), "APP".into())],
-        },
-    );
+    let registry = types.runner((), &cfg, services_with_email(NoHttp));
     let consumer = Consumer::new(&cfg, &w.kv, &w.db, &registry, &w.clock, &w.queue, "inv").with_random(&|| 0.5);
     let out =
         block_on(consumer.process(Role::Main, &[msg("m", T0, json!({"type": "fax"})), msg("raw", T0, json!([1, 2]))]));
@@ -491,19 +479,7 @@ fn a_service_handler_runs_its_type_snoozes_and_keeps_the_answer() {
     };
     let types = orderly::Handlers::<()>::new().webhook();
     let cfg = Config { service_handlers: vec![("email".into(), "APP".into())], ..w.cfg.clone() };
-    let registry = types.runner(
-        (),
-        &cfg,
-        orderly::handlers::Services {
-            http: service,
-            clock: ManualClock::new(T0),
-            webhook_key: None,
-            allow_private_targets: false,
-            retry_after_cap_seconds: 3600,
-            http_timeout_ms: 1_000,
-            service_handlers: vec![("email".into(), "APP".into())],
-        },
-    );
+    let registry = types.runner((), &cfg, services_with_email(service));
     let run = |msgs: &[Incoming]| {
         let consumer =
             Consumer::new(&cfg, &w.kv, &w.db, &registry, &w.clock, &w.queue, format!("inv-{}", w.clock.now_ms()))
@@ -532,6 +508,19 @@ fn a_service_handler_runs_its_type_snoozes_and_keeps_the_answer() {
     let history = history(&w, "e1");
     let statuses: Vec<_> = history.iter().map(|e| (e.outcome.map(|o| format!("{o:?}")), e.http_status)).collect();
     assert_eq!(statuses, vec![(Some("Snooze".into()), Some(200)), (Some("Done".into()), Some(200))]);
+}
+
+/// What the built-in handlers use, with `email` run by the service bound as `APP`.
+fn services_with_email<H>(http: H) -> orderly::handlers::Services<H, ManualClock> {
+    orderly::handlers::Services {
+        http,
+        clock: ManualClock::new(T0),
+        webhook_key: None,
+        allow_private_targets: false,
+        retry_after_cap_seconds: 3600,
+        http_timeout_ms: 1_000,
+        service_handlers: vec![("email".into(), "APP".into())],
+    }
 }
 
 struct NoHttp;

@@ -242,15 +242,7 @@ fn bulk_redrive_reaches_redrivable_jobs_behind_ones_it_cannot_redrive() {
     // 300 DEAD jobs without a readable payload died first; 5 redrivable ones after them.
     let unreadable: Vec<_> = (0..300)
         .map(|i| {
-            let spec = orderly::ledger::JobSpec {
-                id: format!("bad-{i:03}"),
-                job_type: None,
-                ordering_key: None,
-                dedupe_key: None,
-                payload: None,
-                max_attempts: 8,
-                priority: 5,
-            };
+            let spec = support::unreadable_spec(&format!("bad-{i:03}"));
             stmt::record_dead(&spec, T0 + i, "payload is 300000 bytes as JSON, over the limit")
         })
         .collect();

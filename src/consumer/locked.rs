@@ -108,6 +108,11 @@ impl Plan<'_> {
     fn spec(&self, i: usize) -> &JobSpec {
         self.specs[i].unwrap_or_else(|| unreachable!("only decoded messages are planned"))
     }
+
+    /// A group's job ids, in run order.
+    fn ids(&self, g: &batch::Group<'_>) -> Vec<&str> {
+        g.members.iter().map(|&i| self.spec(i).id.as_str()).collect()
+    }
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
@@ -167,21 +172,24 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     async fn lock_groups(&self, plan: &Plan<'_>) -> (Vec<GroupLock>, HashMap<usize, Job>) {
         let locks: Vec<GroupLock> = join_all(plan.groups.iter().map(|g| async {
             let Some(key) = g.key else { return GroupLock::Unkeyed };
-            let ids: Vec<&str> = g.members.iter().map(|&i| plan.spec(i).id.as_str()).collect();
             let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
-            match lock::acquire(self.kv, &key, &ids, self.cfg.lock_ttl_seconds).await {
-                Ok(Acquired::Taken { token }) => {
-                    GroupLock::Taken(HeldLock { key, token, taken_at: self.clock.now_ms() })
-                }
-                Ok(Acquired::Held { holder }) => GroupLock::Held { holder },
-                Err(e) => {
-                    self.outage(format!("key {key:?} deferred: {e}"));
-                    GroupLock::Down
-                }
-            }
+            let got = lock::acquire(self.kv, &key, &plan.ids(g), self.cfg.lock_ttl_seconds).await;
+            self.group_lock(key, got)
         }))
         .await;
         self.take_over_stale(plan, locks).await
+    }
+
+    /// A group's lock from what taking it answered (a KV failure is logged: the group waits).
+    fn group_lock(&self, key: String, got: Result<Acquired, InfraError>) -> GroupLock {
+        match got {
+            Ok(Acquired::Taken { token }) => GroupLock::Taken(HeldLock { key, token, taken_at: self.clock.now_ms() }),
+            Ok(Acquired::Held { holder }) => GroupLock::Held { holder },
+            Err(e) => {
+                self.outage(format!("key {key:?} deferred: {e}"));
+                GroupLock::Down
+            }
+        }
     }
 
     /// Phase 2: one D1 round trip claims every message of an unkeyed or locked group and says
@@ -368,18 +376,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 continue;
             }
             let (Some(key), GroupLock::Held { holder: stale }) = (groups[gi].key, &locks[gi]) else { continue };
-            let ids: Vec<&str> = groups[gi].members.iter().map(|&i| plan.spec(i).id.as_str()).collect();
             let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
-            locks[gi] = match lock::take_over(self.kv, &key, stale, &ids, self.cfg.lock_ttl_seconds).await {
-                Ok(Acquired::Taken { token }) => {
-                    GroupLock::Taken(HeldLock { key, token, taken_at: self.clock.now_ms() })
-                }
-                Ok(Acquired::Held { holder }) => GroupLock::Held { holder },
-                Err(e) => {
-                    self.outage(format!("key {key:?} deferred: {e}"));
-                    GroupLock::Down
-                }
-            };
+            let got = lock::take_over(self.kv, &key, stale, &plan.ids(&groups[gi]), self.cfg.lock_ttl_seconds).await;
+            locks[gi] = self.group_lock(key, got);
         }
         (locks, holders)
     }

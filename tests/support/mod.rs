@@ -224,3 +224,16 @@ impl orderly::seal::Sealer for AesSealer {
         Box::pin(std::future::ready(out))
     }
 }
+
+/// A job as recorded from a body that could not be read: no type, no key, no payload.
+pub fn unreadable_spec(id: &str) -> orderly::ledger::JobSpec {
+    orderly::ledger::JobSpec {
+        id: id.into(),
+        job_type: None,
+        ordering_key: None,
+        dedupe_key: None,
+        payload: None,
+        max_attempts: 8,
+        priority: 5,
+    }
+}
