@@ -5,12 +5,16 @@
 // submissions) so the model of Queues delivers those too. Wraps the bindings in classes with the names workers-rs checks for,
 // so the Rust worker accepts them.
 export const stats = { batches: 0, deliveries: 0, kvOps: 0, kvReads: 0, kvWrites: 0, d1RoundTrips: 0, d1Statements: 0, d1RowsWritten: 0, d1RowsRead: 0, sent: 0 };
+/** Billed rows per statement (keyed by the SQL file's first comment line), for
+ * `BENCH_PROFILE=1`: where a job's rows go. */
+export let profile = {};
 /** Messages the worker sent, not yet collected by the model: {body, delaySeconds}. */
 let outbox = [];
 
 export function reset() {
   for (const k of Object.keys(stats)) stats[k] = 0;
   outbox = [];
+  profile = {};
 }
 
 const read = () => { stats.kvOps++; stats.kvReads++; };
@@ -32,14 +36,31 @@ export function countRows(result) {
   stats.d1RowsRead += result?.meta?.rows_read ?? 0;
 }
 
+/** What names a statement in the profile: its SQL's first line (the file's first comment). */
+const names = new WeakMap();
+const nameOf = (sql) => sql.trimStart().split("\n")[0].slice(0, 70);
+
 class D1Database {
   constructor(inner) { this.inner = inner; }
-  prepare(sql) { return this.inner.prepare(sql); }
+  prepare(sql) {
+    const stmt = this.inner.prepare(sql);
+    const bind = stmt.bind.bind(stmt);
+    // workers-rs binds the prepared statement and batches the bound copy: name both.
+    stmt.bind = (...a) => { const b = bind(...a); names.set(b, nameOf(sql)); return b; };
+    names.set(stmt, nameOf(sql));
+    return stmt;
+  }
   async batch(stmts) {
     stats.d1RoundTrips++;
     stats.d1Statements += stmts.length;
     const out = await this.inner.batch(stmts);
     out.forEach(countRows);
+    out.forEach((r, i) => {
+      const p = (profile[names.get(stmts[i]) ?? "?"] ??= { statements: 0, rowsWritten: 0, rowsRead: 0 });
+      p.statements++;
+      p.rowsWritten += r?.meta?.rows_written ?? 0;
+      p.rowsRead += r?.meta?.rows_read ?? 0;
+    });
     return out;
   }
   exec(sql) { stats.d1RoundTrips++; return this.inner.exec(sql); }
@@ -77,6 +98,7 @@ export function statsRoute(request) {
   const path = new URL(request.url).pathname;
   if (path === "/__stats") return Response.json(stats);
   if (path === "/__reset") { reset(); return Response.json(stats); }
+  if (path === "/__profile") return Response.json(profile);
   if (path === "/__outbox") { const out = outbox; outbox = []; return Response.json(out); }
   return null;
 }

@@ -239,6 +239,14 @@ export async function measure(consumer, name, concurrency) {
       const stats = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
       const purged = kind === "lock" || kind === "strict" ? await purge(mf) : { rowsWritten: 0, rowsRead: 0, statements: 0 };
       const sub = (k) => submitted?.[k] ?? 0;
+      if (process.env.BENCH_PROFILE === "1") {
+        // Rows per job by statement (the submission and the purge apart).
+        const profile = await (await mf.dispatchFetch("http://bench.test/__profile")).json();
+        console.log(`\n${consumer} ${name} C=${concurrency}: per job (submission: ${fmt(sub("d1RowsWritten") / jobs.length)} written, ${fmt(sub("d1RowsRead") / jobs.length)} read; purge: ${fmt(purged.rowsWritten / jobs.length)} written)`);
+        for (const [sql, p] of Object.entries(profile).sort((a, b) => b[1].rowsWritten - a[1].rowsWritten)) {
+          console.log(`  ${fmt(p.rowsWritten / jobs.length).padStart(7)} w ${fmt(p.rowsRead / jobs.length).padStart(8)} r ${fmt(p.statements / jobs.length).padStart(6)} st  ${sql}`);
+        }
+      }
       results.push({ ...q, ...stats, jobs: jobs.length, runs: t.runs, inversions: t.inversions, neverRun: jobs.length - t.done.size,
         urgentAfter: t.urgentAfter.length ? median(t.urgentAfter) : null,
         // Whole life: submission, every delivery and transition, the purge.

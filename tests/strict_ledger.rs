@@ -136,7 +136,7 @@ fn claim_next_stops_at_a_job_waiting_for_its_retry() {
     enqueue(&db, &["a", "b", "c"]);
     set(&db, "b", &format!("next_run_at = {}", T0 + 60_000));
     assert_eq!(claim(&db, "k", "w1", T0, OnDead::Skip, 5, None), vec!["a"], "b blocks c");
-    set(&db, "a", "status = 'DONE', lease_owner = NULL, lease_until = NULL");
+    assert_eq!(rows(&db, stmt::complete("a", "w1", T0, None)).len(), 1, "a is DONE");
     assert!(claim(&db, "k", "w1", T0 + 1, OnDead::Skip, 5, None).is_empty(), "the head is not due");
     assert_eq!(claim(&db, "k", "w1", T0 + 60_000, OnDead::Skip, 5, None), vec!["b", "c"]);
 }
@@ -176,7 +176,7 @@ fn skip_passes_only_the_current_dead_head_and_names_the_next() {
 fn a_redriven_head_runs_before_the_jobs_behind_it_again() {
     let (db, _) = Sqlite::temp();
     enqueue(&db, &["a", "b"]);
-    set(&db, "a", &format!("status = 'DEAD', finished_at = {T0}, last_error = 'x', skipped_at = {T0}"));
+    set(&db, "a", &format!("status = 'DEAD', finished_at = {T0}, last_error = 'x', skipped_at = {T0}, passed_at = {T0}"));
     let ledger = Ledger::new(&db);
     assert!(matches!(block_on(ledger.redrive("a", T0 + 1)).unwrap(), orderly::ledger::Redrive::Redriven(_)));
     assert_eq!(get(&db, "a").skipped_at, None, "redrive undoes the skip");

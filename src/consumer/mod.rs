@@ -407,7 +407,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         kept = sealer.seal(&job.id, &text).await.ok();
                     }
                 }
-                (stmt::complete(&job.id, &self.owner, now, kept.as_deref()), RunEnd::Done, None, done.http_status)
+                (
+                    stmt::complete_run(&job.id, &self.owner, now, kept.as_deref(), done.http_status),
+                    RunEnd::Done,
+                    None,
+                    done.http_status,
+                )
             }
             Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
                 FailureDecision::Dead(why) => {

@@ -227,9 +227,49 @@ pub mod stmt {
     }
 }
 
-/// Reads a job's history, oldest first.
+/// The successful run a DONE job's row describes (complete.sql writes no history row for it), as
+/// the event after `events`; `None` when the job is not DONE, or its row does not describe the
+/// run (finished before the row did) or `events` already ends with it.
+pub fn success_of(job: &super::Job, events: &[Event]) -> Option<Event> {
+    let (Status::Done, Some(actor), Some(at)) = (job.status, job.ran_by.as_ref(), job.finished_at) else {
+        return None;
+    };
+    let last = events.last();
+    if last.is_some_and(|e| e.kind == Kind::Attempt && e.outcome == Some(RunOutcome::Done) && e.at == at) {
+        return None;
+    }
+    Some(Event {
+        n: last.map_or(1, |e| e.n + 1),
+        at,
+        kind: Kind::Attempt,
+        actor: actor.clone(),
+        attempt: Some(job.attempts),
+        started_at: job.started_at,
+        outcome: Some(RunOutcome::Done),
+        error: None,
+        http_status: job.http_status,
+    })
+}
+
+/// Reads a job's history, oldest first, its row's successful run included.
 pub async fn events<S: Sql>(sql: &S, job_id: &str) -> Result<Vec<Event>, InfraError> {
-    Event::all(&sql.query(stmt::events(job_id)).await?)
+    let out = sql.batch(vec![super::stmt::get(job_id), stmt::events(job_id)]).await?;
+    let mut events = Event::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
+    if let Some(job) = super::Job::first(out.first().map(Vec::as_slice).unwrap_or_default())? {
+        with_success(&job, &mut events);
+    }
+    Ok(events)
+}
+
+/// Adds the successful run `job`'s row describes to its `events` (see [`success_of`]), keeping
+/// the last [`HISTORY_KEEP`] as the ring does.
+pub fn with_success(job: &super::Job, events: &mut Vec<Event>) {
+    if let Some(done) = success_of(job, events) {
+        if events.len() >= HISTORY_KEEP as usize {
+            events.remove(0);
+        }
+        events.push(done);
+    }
 }
 
 /// One minute of activity.
@@ -285,6 +325,8 @@ pub fn activity(now: i64, now_open: i64, runs: &[Row], jobs: &[Row]) -> Vec<Minu
         let Some(i) = slot(row) else { continue };
         match text(row, "what").as_deref() {
             Some("created") => created[i] += n(row),
+            // Successful runs described by their job rows (no history row).
+            Some("ran") => minutes[i].done += n(row),
             Some("finished") => {
                 finished[i] += n(row);
                 if text(row, "status").as_deref() == Some(Status::Dead.as_str()) {

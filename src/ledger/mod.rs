@@ -117,6 +117,15 @@ pub struct Job {
     /// What the successful run returned (JSON text, bounded; parsed when shown).
     #[serde(serialize_with = "payload_as_json")]
     pub result: Option<String>,
+    /// ms, when its last run started (shown in its history).
+    #[serde(skip)]
+    pub started_at: Option<i64>,
+    /// DONE: the invocation whose run finished it (its history's last run, from the row).
+    #[serde(skip)]
+    pub ran_by: Option<String>,
+    /// DONE: the HTTP status that run got, if any.
+    #[serde(skip)]
+    pub http_status: Option<i64>,
 }
 
 fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -166,6 +175,9 @@ impl Job {
             skipped_at: int("skipped_at"),
             priority: int("priority").and_then(|p| u8::try_from(p).ok()).unwrap_or(DEFAULT_PRIORITY),
             result: text("result"),
+            started_at: int("started_at"),
+            ran_by: text("ran_by"),
+            http_status: int("http_status"),
         })
     }
 
@@ -260,7 +272,12 @@ pub mod stmt {
     }
     /// RUNNING -> DONE by the owner, keeping the run's result (JSON text, already bounded).
     pub fn complete(id: &str, owner: &str, now: i64, result: Option<&str>) -> Stmt {
-        with(sql!("complete"), vec![id.into(), owner.into(), now.into(), result.into()])
+        complete_run(id, owner, now, result, None)
+    }
+    /// RUNNING -> DONE, by the owner, with the HTTP status the run got (the row describes the run).
+    pub fn complete_run(id: &str, owner: &str, now: i64, result: Option<&str>, http_status: Option<u16>) -> Stmt {
+        let http = http_status.map_or(Param::Null, |s| Param::Int(i64::from(s)));
+        with(sql!("complete"), vec![id.into(), owner.into(), now.into(), result.into(), http])
     }
     /// RUNNING -> PENDING (retry at `next_run_at`) or DEAD, by the owner.
     pub fn fail(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error: &str) -> Stmt {
@@ -365,7 +382,11 @@ pub mod stmt {
             None => (Param::Null, Param::Null),
         };
         match status {
-            Some(s) => with(sql!("list"), vec![s.as_str().into(), c_at, c_id, limit.into()]),
+            Some(s @ (Status::Pending | Status::Running)) => {
+                with(sql!("list_open"), vec![s.as_str().into(), c_at, c_id, limit.into()])
+            }
+            Some(Status::Dead) => with(sql!("list_dead"), vec![c_at, c_id, limit.into()]),
+            Some(Status::Done) => with(sql!("list_done"), vec![c_at, c_id, limit.into()]),
             None => with(sql!("list_all"), vec![c_at, c_id, limit.into()]),
         }
     }
@@ -563,7 +584,8 @@ impl<S: Sql> Ledger<S> {
         let Some(job) = Job::first(out.first().map(Vec::as_slice).unwrap_or_default())? else {
             return Ok(None);
         };
-        let events = history::Event::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
+        let mut events = history::Event::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
+        history::with_success(&job, &mut events);
         Ok(Some((job, events)))
     }
 

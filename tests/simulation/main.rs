@@ -685,32 +685,20 @@ impl Sim {
             }
         }
         // History is written with the transition it describes (same D1 batch): a DONE job's
-        // history holds the run that made it DONE, and the ring never holds more than 20 events.
-        let events = futures::executor::block_on(self.db.query(orderly::ledger::Stmt {
-            sql: "SELECT job_id, n, attempt, outcome FROM job_event ORDER BY job_id, n",
-            params: vec![],
-        }))
-        .unwrap_or_default();
-        type Run = (i64, Option<i64>, Option<String>); // (n, attempt, outcome)
-        let mut by_job: BTreeMap<String, Vec<Run>> = BTreeMap::new();
-        for e in &events {
-            let text = |c: &str| e.get(c).and_then(serde_json::Value::as_str).map(str::to_string);
-            let int = |c: &str| e.get(c).and_then(serde_json::Value::as_i64);
-            by_job.entry(text("job_id").unwrap_or_default()).or_default().push((
-                int("n").unwrap_or(0),
-                int("attempt"),
-                text("outcome"),
-            ));
-        }
+        // history (its row describes the successful run, history rows the others) holds the run
+        // that made it DONE, and the ring never holds more than 20 events.
         for (id, j) in rows.iter().filter(|(_, j)| j.status == Status::Done) {
-            let h = by_job.get(id).map(Vec::as_slice).unwrap_or_default();
+            let h = futures::executor::block_on(orderly::ledger::history::events(&*self.db, id)).unwrap_or_default();
             if h.len() > 20 {
                 t.other_violations += 1;
                 violations.push(format!("{id}: {} history events, more than the ring's 20", h.len()));
             }
-            if !h.iter().any(|(_, attempt, outcome)| *attempt == Some(j.attempts) && outcome.as_deref() == Some("done"))
-            {
+            let done = |e: &orderly::ledger::history::Event| {
+                e.attempt == Some(j.attempts) && e.outcome == Some(orderly::ledger::history::RunOutcome::Done)
+            };
+            if !h.iter().any(done) {
                 t.other_violations += 1;
+                let h: Vec<_> = h.iter().map(|e| (e.n, e.attempt, e.outcome)).collect();
                 violations
                     .push(format!("{id} is DONE after attempt {} but its history has no such run: {h:?}", j.attempts));
             }

@@ -6,16 +6,17 @@
 -- ?7 lease_owner, ?8 lease_until, ?9 now, ?10 due_before (now plus a small early-delivery allowance),
 -- ?11 priority
 INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, max_attempts,
-                 deferrals, lease_owner, lease_until, next_run_at, created_at, updated_at, priority)
-SELECT ?1, ?2, 'RUNNING', ?3, ?4, ?5, 1, ?6, 0, ?7, ?8, ?9, ?9, ?9, ?11
+                 deferrals, lease_owner, lease_until, next_run_at, created_at, updated_at, priority, started_at)
+SELECT ?1, ?2, 'RUNNING', ?3, ?4, ?5, 1, ?6, 0, ?7, ?8, ?9, ?9, ?9, ?11, ?9
 WHERE ?4 IS NULL OR NOT EXISTS (
-  SELECT 1 FROM job WHERE dedupe_key = ?4 AND status IN ('PENDING', 'RUNNING') AND id <> ?1)
+  SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND id <> ?1)
 ON CONFLICT (id) DO UPDATE SET
   status = 'RUNNING',
   attempts = job.attempts + 1,
   lease_owner = excluded.lease_owner,
   lease_until = excluded.lease_until,
-  updated_at = excluded.updated_at
+  updated_at = excluded.updated_at,
+  started_at = excluded.started_at
 WHERE (job.status = 'PENDING' AND job.next_run_at <= ?10)
    OR (job.status = 'RUNNING' AND job.lease_until <= ?9 AND job.attempts < job.max_attempts)
 RETURNING *

@@ -3,28 +3,33 @@
 --   a keyed job may start only when every lower seq of its key is finished (DONE, or DEAD when
 --   ON_DEAD is 'skip' or an operator skipped it) and no job of its key is RUNNING.
 -- Claims the key's next due jobs in seq order, up to ?7 of them, all for one invocation (which
--- runs them in order): the PENDING jobs below the key's first blocker, where a blocker is an
--- unfinished job that is not PENDING-and-due (a job waiting for its retry, a RUNNING job, a DEAD
+-- runs them in order): the PENDING jobs below the key's first blocker, where a blocker is a job in
+-- the key's way that is not PENDING-and-due (a job waiting for its retry, a RUNNING job, a DEAD
 -- head under 'block'). A RUNNING job of the key, live or expired, claims nothing: an expired
 -- lease is the reaper's to free. ?8, when given, is the job this invocation just finished: the
 -- claim only chains if that job really is finished (our record of it applied).
+--
+-- Only the key's first ?7 jobs in its way are read (`way`): nothing past them could be claimed,
+-- and a RUNNING job is always among them, because every job below a RUNNING one has been passed
+-- (this rule claimed it so; a redrive gives a job that its key has already moved past a new seq
+-- at the key's end, redrive.sql; a new job takes the key's next seq).
 -- ?1 ordering_key, ?2 lease_owner, ?3 lease_until, ?4 now, ?5 due_before, ?6 on_dead, ?7 limit,
 -- ?8 previous job id or NULL
 UPDATE job
-SET status = 'RUNNING', attempts = attempts + 1, lease_owner = ?2, lease_until = ?3, updated_at = ?4
+SET status = 'RUNNING', attempts = attempts + 1, lease_owner = ?2, lease_until = ?3, updated_at = ?4,
+    started_at = ?4
 WHERE id IN (
-  SELECT id FROM job
-  WHERE ordering_key = ?1 AND seq IS NOT NULL AND status <> 'DONE' AND status = 'PENDING'
+  WITH way AS MATERIALIZED (
+    SELECT id, seq, status, next_run_at FROM job
+    WHERE ordering_key = ?1 AND seq IS NOT NULL AND passed_at IS NULL
+      AND NOT (status = 'DEAD' AND ?6 = 'skip')
+    ORDER BY seq
+    LIMIT ?7)
+  SELECT id FROM way
+  WHERE status = 'PENDING'
     AND seq < coalesce(
-      (SELECT min(seq) FROM job AS b
-       WHERE b.ordering_key = ?1 AND b.seq IS NOT NULL AND b.status <> 'DONE'
-         AND NOT (b.status = 'DEAD' AND (?6 = 'skip' OR b.skipped_at IS NOT NULL))
-         AND NOT (b.status = 'PENDING' AND b.next_run_at <= ?5)),
+      (SELECT min(seq) FROM way AS b WHERE NOT (b.status = 'PENDING' AND b.next_run_at <= ?5)),
       9223372036854775807)
-    AND NOT EXISTS (
-      SELECT 1 FROM job AS r
-      WHERE r.ordering_key = ?1 AND r.seq IS NOT NULL AND r.status <> 'DONE' AND r.status = 'RUNNING')
-    AND (?8 IS NULL OR EXISTS (SELECT 1 FROM job AS p WHERE p.id = ?8 AND p.status IN ('DONE', 'DEAD')))
-  ORDER BY seq
-  LIMIT ?7)
+    AND NOT EXISTS (SELECT 1 FROM way AS r WHERE r.status = 'RUNNING')
+    AND (?8 IS NULL OR EXISTS (SELECT 1 FROM job AS p WHERE p.id = ?8 AND p.status IN ('DONE', 'DEAD'))))
 RETURNING *

@@ -7,6 +7,6 @@
 INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, max_attempts,
                  deferrals, next_run_at, created_at, updated_at, priority, seq)
 VALUES (?1, ?2, 'PENDING', ?3, ?4, ?5, 0, ?6, 0, ?8, ?7, ?7, ?9,
-        CASE WHEN ?3 IS NOT NULL THEN (SELECT coalesce(max(seq), 0) + 1 FROM job WHERE ordering_key = ?3) END)
+        CASE WHEN ?3 IS NOT NULL THEN (SELECT coalesce(max(seq), 0) + 1 FROM job WHERE ordering_key = ?3 AND seq IS NOT NULL) END)
 ON CONFLICT DO NOTHING
 RETURNING *

@@ -1,7 +1,7 @@
--- A key's head: its lowest-seq job that is not finished for ordering purposes (not DONE, and not a
--- DEAD job the key may pass: ON_DEAD 'skip', or skipped by an operator). ?1 ordering_key, ?2 on_dead
+-- A key's head: its lowest-seq job the key has not passed (not DONE, cancelled or skipped: see
+-- passed_at), and not a DEAD job under ON_DEAD 'skip'. ?1 ordering_key, ?2 on_dead
 SELECT * FROM job
-WHERE ordering_key = ?1 AND seq IS NOT NULL AND status <> 'DONE'
-  AND NOT (status = 'DEAD' AND (?2 = 'skip' OR skipped_at IS NOT NULL))
+WHERE ordering_key = ?1 AND seq IS NOT NULL AND passed_at IS NULL
+  AND NOT (status = 'DEAD' AND ?2 = 'skip')
 ORDER BY seq
 LIMIT 1

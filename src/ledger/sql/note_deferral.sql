@@ -5,7 +5,7 @@ INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, 
                  deferrals, next_run_at, created_at, updated_at, priority)
 SELECT ?1, ?2, 'PENDING', ?3, ?4, ?5, 0, ?6, 1, ?8, ?7, ?7, ?9
 WHERE ?4 IS NULL OR NOT EXISTS (
-  SELECT 1 FROM job WHERE dedupe_key = ?4 AND status IN ('PENDING', 'RUNNING') AND id <> ?1)
+  SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND id <> ?1)
 ON CONFLICT (id) DO UPDATE SET
   deferrals = job.deferrals + 1,
   next_run_at = max(job.next_run_at, excluded.next_run_at),

@@ -1,8 +1,12 @@
 -- PENDING jobs due before ?1 (now minus a grace period): their message was probably lost. With
 -- ?3 = 'strict', jobs in a key's sequence are left to the stalled-head scan (only a key's head
 -- needs a message). Most urgent first (SPEC 12): when more are overdue than one run re-sends,
--- the urgent ones go first. ?1 due_before, ?2 limit, ?3 ordering mode
+-- the urgent ones go first. Unsequenced jobs are read through job_open, sequenced ones (lock mode
+-- after strict mode) through job_key_open. ?1 due_before, ?2 limit, ?3 ordering mode
 SELECT * FROM job
-WHERE status = 'PENDING' AND next_run_at <= ?1 AND (?3 <> 'strict' OR seq IS NULL)
+WHERE finished_at IS NULL AND seq IS NULL AND next_run_at <= ?1 AND status = 'PENDING'
+UNION ALL
+SELECT * FROM job
+WHERE ?3 <> 'strict' AND seq IS NOT NULL AND passed_at IS NULL AND status = 'PENDING' AND next_run_at <= ?1
 ORDER BY priority, next_run_at
 LIMIT ?2

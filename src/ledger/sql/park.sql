@@ -6,11 +6,11 @@
 INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, max_attempts,
                  deferrals, next_run_at, created_at, updated_at, priority, seq)
 SELECT ?1, ?2, 'PENDING', ?3, ?4, ?5, 0, ?6, 0, ?7, ?7, ?7, ?8,
-       (SELECT coalesce(max(seq), 0) + 1 FROM job WHERE ordering_key = ?3)
+       (SELECT coalesce(max(seq), 0) + 1 FROM job WHERE ordering_key = ?3 AND seq IS NOT NULL)
 WHERE ?4 IS NULL OR NOT EXISTS (
-  SELECT 1 FROM job WHERE dedupe_key = ?4 AND status IN ('PENDING', 'RUNNING') AND id <> ?1)
+  SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND id <> ?1)
 ON CONFLICT (id) DO UPDATE SET
-  seq = (SELECT coalesce(max(k.seq), 0) + 1 FROM job AS k WHERE k.ordering_key = job.ordering_key),
+  seq = (SELECT coalesce(max(k.seq), 0) + 1 FROM job AS k WHERE k.ordering_key = job.ordering_key AND k.seq IS NOT NULL),
   updated_at = excluded.updated_at
 WHERE job.seq IS NULL AND job.ordering_key IS NOT NULL AND job.status = 'PENDING'
 RETURNING *

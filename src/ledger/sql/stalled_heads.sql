@@ -1,13 +1,15 @@
 -- Strict mode's liveness scan (SPEC 3b.6): heads that are PENDING and due since before ?1 while
--- no job of their key runs: their wake-up was lost (or never sent). ?1 due_before, ?2 on_dead, ?3 limit
+-- no job of their key runs: their wake-up was lost (or never sent). Reads the open jobs of every
+-- key (job_key_open); a job's key-mates before it are one index probe each.
+-- ?1 due_before, ?2 on_dead, ?3 limit
 SELECT * FROM job AS h
-WHERE h.status = 'PENDING' AND h.seq IS NOT NULL AND h.next_run_at <= ?1
+WHERE h.seq IS NOT NULL AND h.passed_at IS NULL AND h.status = 'PENDING' AND h.next_run_at <= ?1
   AND NOT EXISTS (
     SELECT 1 FROM job AS e
-    WHERE e.ordering_key = h.ordering_key AND e.seq IS NOT NULL AND e.status <> 'DONE' AND e.seq < h.seq
-      AND NOT (e.status = 'DEAD' AND (?2 = 'skip' OR e.skipped_at IS NOT NULL)))
+    WHERE e.ordering_key = h.ordering_key AND e.seq IS NOT NULL AND e.passed_at IS NULL AND e.seq < h.seq
+      AND NOT (e.status = 'DEAD' AND ?2 = 'skip'))
   AND NOT EXISTS (
     SELECT 1 FROM job AS r
-    WHERE r.ordering_key = h.ordering_key AND r.seq IS NOT NULL AND r.status <> 'DONE' AND r.status = 'RUNNING')
+    WHERE r.ordering_key = h.ordering_key AND r.seq IS NOT NULL AND r.passed_at IS NULL AND r.status = 'RUNNING')
 ORDER BY h.priority, h.next_run_at
 LIMIT ?3

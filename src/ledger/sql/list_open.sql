@@ -1,0 +1,11 @@
+-- A page of PENDING or RUNNING jobs, newest first, after a (created_at, id) cursor: read through
+-- the open indexes (job_open, job_key_open) and sorted; open jobs are few next to finished ones
+-- (left to itself the planner walks job_created to skip the sort, reading every finished job).
+-- ?1 status, ?2 cursor created_at or NULL, ?3 cursor id, ?4 limit
+SELECT * FROM (
+  SELECT * FROM job INDEXED BY job_open WHERE finished_at IS NULL AND seq IS NULL AND status = ?1
+  UNION ALL
+  SELECT * FROM job INDEXED BY job_key_open WHERE seq IS NOT NULL AND passed_at IS NULL AND status = ?1)
+WHERE (?2 IS NULL OR created_at < ?2 OR (created_at = ?2 AND id < ?3))
+ORDER BY created_at DESC, id DESC
+LIMIT ?4
