@@ -58,8 +58,9 @@ CREATE INDEX job_created ON job (created_at DESC, id DESC);
 -- Open unsequenced jobs by due time: maintenance's overdue and expired-lease scans, lists of
 -- PENDING and RUNNING jobs. A claim sets neither column, so it rewrites no entry here.
 CREATE INDEX job_open ON job (next_run_at) WHERE finished_at IS NULL AND seq IS NULL;
--- Finished jobs by time: the purge and the charts.
-CREATE INDEX job_finished ON job (finished_at) WHERE finished_at IS NOT NULL;
+-- Finished jobs by time, with their status: the purge and the charts read only the index. (A
+-- status change of an open job rewrites no entry here: the job is in it only once finished.)
+CREATE INDEX job_finished ON job (finished_at, status) WHERE finished_at IS NOT NULL;
 -- Strict mode: one job per (key, seq), and a key's last seq.
 CREATE UNIQUE INDEX job_key_seq ON job (ordering_key, seq) WHERE seq IS NOT NULL;
 -- Strict mode: a key's jobs still in its way (the run rule reads only these), in order.

@@ -85,7 +85,7 @@ impl Settle {
     }
     /// A handler run: its guarded transition and its history line.
     fn ran(index: usize, job: &str, ran: Ran, outcome: Outcome) -> Self {
-        Settle { history: Some(ran.history), ..Settle::guarded(index, job, ran.transition, outcome) }
+        Settle { history: ran.history, ..Settle::guarded(index, job, ran.transition, outcome) }
     }
 }
 

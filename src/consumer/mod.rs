@@ -132,8 +132,8 @@ pub fn decide_failure(attempts: i64, max_attempts: i64, err: &JobError, cfg: &Co
 struct Ran {
     /// The transition, guarded by our lease: complete, or fail to PENDING or DEAD.
     transition: Stmt,
-    /// The run's entry in the job's history.
-    history: Stmt,
+    /// The run's entry in the job's history; none for a success (the DONE row describes it).
+    history: Option<Stmt>,
     /// How it ended.
     end: RunEnd,
 }
@@ -450,7 +450,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             RunEnd::Retry { .. } => RunOutcome::Retry,
             RunEnd::Snooze { .. } => RunOutcome::Snooze,
         };
-        let history = history::stmt::run(&history::Run {
+        // A success is described by the job's DONE row (complete.sql), not by a history row:
+        // one row written less per job. (A success whose completion is refused, our lease lost,
+        // is still counted in the job's attempts; the reaper records the expired lease.)
+        let history = (outcome != RunOutcome::Done).then(|| history::stmt::run(&history::Run {
             job_id: &job.id,
             attempt: job.attempts,
             started_at,
@@ -459,7 +462,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             error: error.as_deref(),
             http_status,
             actor: &self.owner,
-        });
+        }));
         Ran { transition, history, end }
     }
 

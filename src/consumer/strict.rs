@@ -71,7 +71,22 @@ enum Start {
 /// What one invocation may still spend on chains.
 struct Budget {
     runs: Cell<u32>,
+    /// Runs not yet claimed. Claims never take more, so no claimed job is handed back for want of
+    /// budget (each hand-back is a row written twice: put back, claimed again).
+    unclaimed: Cell<u32>,
     deadline_ms: i64,
+}
+
+impl Budget {
+    /// Counts `n` jobs claimed.
+    fn claimed(&self, n: usize) {
+        self.unclaimed.set(self.unclaimed.get().saturating_sub(u32::try_from(n).unwrap_or(u32::MAX)));
+    }
+
+    /// How many jobs one claim may take: a chunk, within what is left unclaimed.
+    fn chunk(&self) -> u32 {
+        CHAIN_CHUNK.min(self.unclaimed.get()).max(1)
+    }
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, S, R, C, Q> {
@@ -118,10 +133,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             .collect();
         let budget = Budget {
             runs: Cell::new(self.cfg.strict_run_budget),
+            unclaimed: Cell::new(self.cfg.strict_run_budget),
             // Leave room for one more handler run and the final round trips.
             deadline_ms: now + INVOCATION_WALL_MS - i64::from(self.cfg.webhook_timeout_seconds) * 1000 - 60_000,
         };
-        let claim = self.claim_spec(now, &budget);
+        // The first wave's keys share the budget: each claims at most its share.
+        let first = u32::try_from(first_wave.iter().filter(|&&c| c).count()).unwrap_or(u32::MAX).max(1);
+        let claim = self.claim_spec(now, (budget.unclaimed.get() / first).clamp(1, CHAIN_CHUNK));
         let parked = match ledger::park_and_claim(self.sql, &intake, claim).await {
             Ok(p) => p,
             Err(e) => {
@@ -134,6 +152,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         let mut clashes = Vec::new();
         let mut chains: Vec<Option<(&str, Start)>> = vec![None; groups.len()];
         for (gi, ((g, key), verdict)) in groups.iter().zip(&intake).zip(parked).enumerate() {
+            budget.claimed(verdict.state.claimed.len());
             for (&p, parked) in g.members.iter().zip(&verdict.parked) {
                 let m = &members[p];
                 match parked {
@@ -189,7 +208,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         }
     }
 
-    fn claim_spec(&self, now: i64, budget: &Budget) -> ClaimSpec<'_> {
+    fn claim_spec(&self, now: i64, limit: u32) -> ClaimSpec<'_> {
         ClaimSpec {
             owner: &self.owner,
             lease: Lease {
@@ -198,7 +217,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 due_before: now + EARLY_DELIVERY_ALLOWANCE_MS,
             },
             on_dead: self.cfg.on_dead,
-            limit: CHAIN_CHUNK.min(budget.runs.get()).max(1),
+            limit,
         }
     }
 
@@ -209,14 +228,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             Start::Claimed(jobs) => jobs,
             Start::Later(head) => {
                 let now = self.clock.now_ms();
-                if budget.runs.get() == 0 || now >= budget.deadline_ms {
+                if budget.unclaimed.get() == 0 || now >= budget.deadline_ms {
                     // Parked and acked here, and nothing runs the key: it needs its wake-up.
                     return producer::message_for(&head, 0);
                 }
-                let claim = self.claim_spec(now, budget);
+                let claim = self.claim_spec(now, budget.chunk());
                 match ledger::step(self.sql, key, Vec::new(), Vec::new(), Some((claim, None)), self.cfg.on_dead).await {
                     Ok(step) if step.state.claimed.is_empty() => return None,
                     Ok(step) => {
+                        budget.claimed(step.state.claimed.len());
                         leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
                         step.state.claimed
                     }
@@ -254,7 +274,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 budget.runs.set(budget.runs.get() - 1);
                 let ran = self.run_claimed(&job).await;
                 records.push(ran.transition);
-                history.push(ran.history);
+                history.extend(ran.history);
                 match ran.end {
                     RunEnd::Done => {}
                     RunEnd::Dead => {
@@ -270,11 +290,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     prev = Some(job.id.clone());
                 }
             }
-            if stop.is_none() && budget.runs.get() == 0 {
+            if stop.is_none() && budget.unclaimed.get() == 0 {
                 stop = Some(Stop::Budget);
             }
             let now = self.clock.now_ms();
-            let claim = self.claim_spec(now, budget);
+            let claim = self.claim_spec(now, budget.chunk());
             let next = if stop.is_none() { Some((claim, prev.as_deref())) } else { None };
             let step = match ledger::step(self.sql, key, records, history, next, self.cfg.on_dead).await {
                 Ok(s) => s,
@@ -297,6 +317,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 }
                 None if step.state.claimed.is_empty() => return None,
                 None => {
+                    budget.claimed(step.state.claimed.len());
                     leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
                     claimed = step.state.claimed;
                 }

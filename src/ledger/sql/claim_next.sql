@@ -9,27 +9,29 @@
 -- lease is the reaper's to free. ?8, when given, is the job this invocation just finished: the
 -- claim only chains if that job really is finished (our record of it applied).
 --
--- Only the key's first ?7 jobs in its way are read (`way`): nothing past them could be claimed,
--- and a RUNNING job is always among them, because every job below a RUNNING one has been passed
--- (this rule claimed it so; a redrive gives a job that its key has already moved past a new seq
--- at the key's end, redrive.sql; a new job takes the key's next seq).
+-- Reads only the front of the key's way: its first ?7 jobs in the way give the first blocker
+-- (a RUNNING one blocks everything: -1), and nothing past them could be claimed. A RUNNING job is
+-- always among them, because every job below a RUNNING one has been passed (this rule claimed it
+-- so; a redrive gives a job its key has already moved past a new seq at the key's end,
+-- redrive.sql; a new job takes the key's next seq).
 -- ?1 ordering_key, ?2 lease_owner, ?3 lease_until, ?4 now, ?5 due_before, ?6 on_dead, ?7 limit,
 -- ?8 previous job id or NULL
 UPDATE job
 SET status = 'RUNNING', attempts = attempts + 1, lease_owner = ?2, lease_until = ?3, updated_at = ?4,
     started_at = ?4
 WHERE id IN (
-  WITH way AS MATERIALIZED (
-    SELECT id, seq, status, next_run_at FROM job
-    WHERE ordering_key = ?1 AND seq IS NOT NULL AND passed_at IS NULL
-      AND NOT (status = 'DEAD' AND ?6 = 'skip')
-    ORDER BY seq
-    LIMIT ?7)
-  SELECT id FROM way
-  WHERE status = 'PENDING'
-    AND seq < coalesce(
-      (SELECT min(seq) FROM way AS b WHERE NOT (b.status = 'PENDING' AND b.next_run_at <= ?5)),
-      9223372036854775807)
-    AND NOT EXISTS (SELECT 1 FROM way AS r WHERE r.status = 'RUNNING')
-    AND (?8 IS NULL OR EXISTS (SELECT 1 FROM job AS p WHERE p.id = ?8 AND p.status IN ('DONE', 'DEAD'))))
+  SELECT id FROM job
+  WHERE ordering_key = ?1 AND seq IS NOT NULL AND passed_at IS NULL AND status = 'PENDING'
+    AND seq < (
+      SELECT coalesce(min(CASE WHEN status = 'RUNNING' THEN -1
+                               WHEN NOT (status = 'PENDING' AND next_run_at <= ?5) THEN seq END),
+                      9223372036854775807)
+      FROM (SELECT seq, status, next_run_at FROM job
+            WHERE ordering_key = ?1 AND seq IS NOT NULL AND passed_at IS NULL
+              AND NOT (status = 'DEAD' AND ?6 = 'skip')
+            ORDER BY seq
+            LIMIT ?7))
+    AND (?8 IS NULL OR EXISTS (SELECT 1 FROM job AS p WHERE p.id = ?8 AND p.status IN ('DONE', 'DEAD')))
+  ORDER BY seq
+  LIMIT ?7)
 RETURNING *

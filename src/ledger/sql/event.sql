@@ -2,9 +2,7 @@
 -- replacing the oldest once the ring is full. An operator's action is audited only if it applied:
 -- with ?11 given, only when the job is now in that status and was updated at ?2, and with ?12 = 1
 -- only when the statement just before this one (the action, in the same batch) changed a row.
--- A successful run is not written when the job's row already describes it (complete.sql, earlier
--- in the same batch, applied): only a success whose completion was refused (its lease was lost)
--- leaves a history row.
+-- A successful run has no history row: its DONE row describes it (complete.sql).
 -- ?1 job_id, ?2 at, ?3 kind, ?4 actor, ?5 attempt, ?6 started_at, ?7 outcome, ?8 error,
 -- ?9 http_status, ?10 ring size, ?11 required status or NULL, ?12 1 to require the change
 INSERT OR REPLACE INTO job_event (job_id, slot, n, at, kind, actor, attempt, started_at, outcome, error, http_status)
@@ -12,5 +10,3 @@ SELECT ?1, last.n % ?10, last.n, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
 FROM (SELECT coalesce(max(n), 0) + 1 AS n FROM job_event WHERE job_id = ?1) AS last
 WHERE (?11 IS NULL OR EXISTS (SELECT 1 FROM job WHERE id = ?1 AND status = ?11 AND updated_at = ?2))
   AND (?12 = 0 OR changes() > 0)
-  AND NOT (?7 = 'done' AND EXISTS (
-    SELECT 1 FROM job WHERE id = ?1 AND status = 'DONE' AND ran_by = ?4 AND finished_at = ?2))

@@ -1,3 +1,3 @@
 -- The history of the jobs purge.sql is about to delete (same ?1 before, ?2 limit, same order).
 DELETE FROM job_event
-WHERE job_id IN (SELECT id FROM job WHERE finished_at < ?1 AND +status = 'DONE' ORDER BY finished_at, id LIMIT ?2)
+WHERE job_id IN (SELECT id FROM job WHERE finished_at < ?1 AND status = 'DONE' ORDER BY finished_at LIMIT ?2)
