@@ -61,12 +61,26 @@ impl Sqlite {
 
     /// Applies every file of `migrations/`, in name order.
     pub fn migrate(&self) {
+        self.migrate_range(|_| true);
+    }
+
+    /// Applies the files of `migrations/` whose names `take` accepts, in name order.
+    pub fn migrate_range(&self, take: impl Fn(&str) -> bool) {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
         let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
         files.sort();
         for f in files {
-            self.conn.execute_batch(&std::fs::read_to_string(f).unwrap()).expect("migration applies");
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            if take(&name) {
+                self.conn.execute_batch(&std::fs::read_to_string(&f).unwrap()).expect("migration applies");
+            }
         }
+    }
+
+    /// An unmigrated database in memory.
+    pub fn bare() -> Sqlite {
+        let conn = Connection::open_in_memory().expect("open sqlite");
+        Sqlite { conn, round_trips: Default::default(), down: Default::default(), down_after: Default::default() }
     }
 
     fn run(&self, stmts: &[Stmt]) -> rusqlite::Result<Vec<Vec<Row>>> {
