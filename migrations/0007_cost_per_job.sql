@@ -53,6 +53,20 @@ FROM job;
 DROP TABLE job;
 ALTER TABLE job_new RENAME TO job;
 
+-- The run rule now reads only the front of a key's way (src/ledger/sql/claim_next.sql), which
+-- holds while no job in the way sits below a RUNNING one. A redrive under the old layout could
+-- leave one there (a job the key had moved past, redriven while a later job ran): it moves to its
+-- key's end, as a redrive does now (src/ledger/sql/redrive.sql).
+UPDATE job SET seq = moved.top + moved.rank
+FROM (SELECT j.id,
+             (SELECT max(k.seq) FROM job AS k WHERE k.ordering_key = j.ordering_key AND k.seq IS NOT NULL) AS top,
+             row_number() OVER (PARTITION BY j.ordering_key ORDER BY j.seq) AS rank
+      FROM job AS j
+      WHERE j.seq IS NOT NULL AND j.passed_at IS NULL AND j.status <> 'RUNNING'
+        AND EXISTS (SELECT 1 FROM job AS r
+                    WHERE r.ordering_key = j.ordering_key AND r.seq > j.seq AND r.status = 'RUNNING')) AS moved
+WHERE job.id = moved.id;
+
 -- Every list newest first, with a (created_at, id) cursor; the DONE list walks it and filters.
 CREATE INDEX job_created ON job (created_at DESC, id DESC);
 -- Open unsequenced jobs by due time: maintenance's overdue and expired-lease scans, lists of

@@ -39,6 +39,10 @@ const ROWS: &[OldRow] = &[
     ("s3", "RUNNING", Some("s"), Some(3), Some("inv-2"), None, None, 0, 1),
     ("s4", "PENDING", Some("s"), Some(4), None, None, None, 0, 0),
     ("s5", "PENDING", Some("s"), Some(5), None, None, None, 0, 0),
+    // Strict mode, key `r`: a job redriven under the old layout below a running one.
+    ("r1", "PENDING", Some("r"), Some(1), None, None, None, 0, 0),
+    ("r2", "RUNNING", Some("r"), Some(2), Some("inv-5"), None, None, 0, 1),
+    ("r3", "PENDING", Some("r"), Some(3), None, None, None, 0, 0),
     // Strict mode, key `b`: blocked by a DEAD head nobody skipped.
     ("b1", "DEAD", Some("b"), Some(1), None, Some(T0 - 1_000), None, 0, 3),
     ("b2", "PENDING", Some("b"), Some(2), None, None, None, 0, 0),
@@ -109,8 +113,11 @@ fn claim_next(db: &Sqlite, key: &str, now: i64, on_dead: OnDead) -> Vec<String> 
 #[test]
 fn the_migration_keeps_every_job_and_fills_in_the_new_columns() {
     let db = old_ledger();
-    let before = old_columns(&db);
+    let mut before = old_columns(&db);
     db.migrate_range(|name| name >= "0007");
+    // The one change: r1, redriven below the running r2, moved to its key's end (seq 4).
+    let r1 = before.iter_mut().find(|row| row[0] == SqlValue::Text("r1".into())).unwrap();
+    r1[16] = SqlValue::Integer(4);
     assert_eq!(old_columns(&db), before, "every job, every old column, unchanged");
     let passed: Vec<(String, Option<i64>)> = db
         .conn
@@ -165,6 +172,10 @@ fn jobs_in_flight_carry_on_after_the_migration() {
     assert!(one(&db, stmt::complete("s3", "inv-2", now, None)).is_some());
     // Strict key `s` moves on in order past its skipped DEAD job.
     assert_eq!(claim_next(&db, "s", now, OnDead::Block), ["s4", "s5"]);
+    // Key `r` runs nothing while r2 runs, then r3 before the moved r1.
+    assert!(claim_next(&db, "r", now, OnDead::Block).is_empty());
+    assert!(one(&db, stmt::complete("r2", "inv-5", now, None)).is_some());
+    assert_eq!(claim_next(&db, "r", now, OnDead::Block), ["r3", "r1"]);
     // Key `b` stays blocked by its DEAD head until an operator skips it.
     assert!(claim_next(&db, "b", now, OnDead::Block).is_empty());
     let blocked = block_on(ledger.blocked_keys(10)).unwrap();
@@ -182,7 +193,11 @@ fn jobs_in_flight_carry_on_after_the_migration() {
     let reaped = Job::all(&block_on(db.query(stmt::reap(now + 10 * LEASE_MS, 10))).unwrap()).unwrap();
     let mut reaped: Vec<_> = reaped.into_iter().map(|j| j.id).collect();
     reaped.sort();
-    assert_eq!(reaped, ["b2", "lock-waiting", "s4", "s5"], "every job claimed after the migration, once its lease expired");
+    assert_eq!(
+        reaped,
+        ["b2", "lock-waiting", "r1", "r3", "s4", "s5"],
+        "every job claimed after the migration, once its lease expired"
+    );
 }
 
 #[test]

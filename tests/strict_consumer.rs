@@ -228,6 +228,28 @@ fn the_run_budget_leaves_the_rest_to_one_wake_up() {
 }
 
 #[test]
+fn keys_claim_within_the_run_budget_so_no_claimed_job_is_handed_back() {
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.strict_run_budget = 4;
+    let batch: Vec<Incoming> = ["x", "y", "z"]
+        .iter()
+        .flat_map(|k| (1..=4).map(move |i| (*k, i)))
+        .map(|(k, i)| Incoming {
+            id: format!("m-{k}{i}"),
+            timestamp_ms: T0 + i,
+            body: Ok(json!({"__fedify_ordering_key__": k, "__fedify_payload__": ok(), "__orderly_job__": {"id": format!("{k}{i}")}})),
+        })
+        .collect();
+    assert_eq!(w.run(&batch), vec![Outcome::Ack; 12]);
+    assert_eq!(w.runs().len(), 4, "the budget: {:?}", w.runs());
+    // A job claimed and then handed back would be PENDING with a deferral: each costs two writes.
+    let ids: Vec<String> = ["x", "y", "z"].iter().flat_map(|k| (1..=4).map(move |i| format!("{k}{i}"))).collect();
+    let handed_back: Vec<&String> = ids.iter().filter(|id| w.job(id).deferrals > 0).collect();
+    assert!(handed_back.is_empty(), "claimed, not run, handed back: {handed_back:?}");
+    assert_eq!(w.wakes().len(), 3, "each key left for its wake-up: {:?}", w.wakes());
+}
+
+#[test]
 fn a_dead_head_is_skipped_under_skip_and_blocks_under_block() {
     for (on_dead, expect) in [(OnDead::Skip, vec!["a", "b"]), (OnDead::Block, vec!["a"])] {
         let w = World::new(on_dead);

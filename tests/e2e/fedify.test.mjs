@@ -83,7 +83,7 @@ test("a Fedify app's deliveries run through orderly in each inbox's order, once 
       assert.deepEqual(inbox.got[host].map((a) => a.id), want, `${host} received the note's activities in order, once each`);
       assert.ok(inbox.got[host].every((a) => a.signed), "signed by Fedify");
     }
-    const jobs = (await w.db.prepare("SELECT id, type, status, ordering_key, attempts, payload FROM job").all()).results;
+    const jobs = (await w.db.prepare("SELECT id, type, status, ordering_key, attempts, payload FROM job ORDER BY ordering_key, seq").all()).results;
     assert.equal(jobs.length, 12, "one job per activity and inbox");
     assert.ok(jobs.every((j) => j.type === "fedify" && j.status === "DONE"));
     assert.ok(jobs.every((j) => j.ordering_key.startsWith(`${object}\n`)), "Fedify's key, with the recipient's origin");
