@@ -270,6 +270,28 @@ fn a_lock_deferral_counts_deferrals_never_attempts() {
 }
 
 #[test]
+fn a_job_polling_a_held_key_keeps_its_due_time_within_the_slack() {
+    let (db, _) = Sqlite::temp();
+    let slack = orderly::maintenance::RESEND_GRACE_MS / 2;
+    let keep = |at: i64| block_on(db.batch(vec![stmt::keep_due("a", at + 1_000, at, slack)])).unwrap();
+    one(&db, stmt::note_deferral(&spec("a"), T0, T0 + 1_000)).unwrap();
+    // Polls every second for a while: the due time is not rewritten until it is `slack` behind.
+    for s in 1..=(slack / 1_000) {
+        keep(T0 + s * 1_000);
+    }
+    assert_eq!(get(&db, "a").next_run_at, T0 + 1_000, "not written within the slack");
+    keep(T0 + slack + 1_000);
+    assert_eq!(get(&db, "a").next_run_at, T0 + slack + 2_000, "written once it fell behind");
+    // Maintenance (overdue by RESEND_GRACE_MS) never takes the polling job's message for lost.
+    assert!(slack < orderly::maintenance::RESEND_GRACE_MS);
+    // A running job is not touched.
+    claim(&db, &spec("a"), "w", T0 + 10 * slack).unwrap();
+    let running = get(&db, "a");
+    keep(T0 + 20 * slack);
+    assert_eq!(get(&db, "a"), running);
+}
+
+#[test]
 fn record_dead_leaves_done_jobs_and_live_leases_alone() {
     let (db, _) = Sqlite::temp();
     claim(&db, &spec("live"), "w", T0).unwrap();

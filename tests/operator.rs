@@ -346,7 +346,13 @@ fn cancelling_a_lock_holder_wakes_the_job_put_off_behind_it() {
     )))
     .unwrap();
     let spec = block_on(w.ledger.get(&waiting)).unwrap().unwrap().spec();
-    block_on(w.ledger.sql.query(stmt::note_deferral(&spec, T0 + 1_000, retry_at))).unwrap();
+    // As lock mode records a deferral: noted, and its due time kept with the holder's retry.
+    block_on(w.ledger.sql.batch(vec![
+        stmt::note_deferral(&spec, T0 + 1_000, retry_at),
+        stmt::keep_due(&spec.id, retry_at, T0 + 1_000, orderly::maintenance::RESEND_GRACE_MS / 2),
+    ]))
+    .unwrap();
+    assert_eq!(block_on(w.ledger.get(&waiting)).unwrap().unwrap().next_run_at, retry_at);
     w.clock.advance_ms(60_000);
     let before = w.queue.sent().len();
     let r = w.call("POST", &format!("/jobs/{holder}/cancel"), None);

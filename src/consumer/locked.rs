@@ -21,6 +21,10 @@ use crate::ledger::{stmt, Claimed, Job, JobSpec, Lease, Ledger, Sql, Status, Stm
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::QueueSender;
 
+/// How far a job polling a held key lets its `next_run_at` fall behind before it is written
+/// again: half the grace after which maintenance re-sends a PENDING job as lost.
+const DUE_SLACK_MS: i64 = crate::maintenance::RESEND_GRACE_MS / 2;
+
 /// The claim's verdict on one message.
 enum Claim {
     Won(Box<Job>),
@@ -69,23 +73,24 @@ struct Settle {
     /// For a transition guarded by our lease (complete, fail, defer): the job. If it changes no
     /// row, our lease was lost and the outcome may not be applied.
     guarded: Option<String>,
-    /// The run's history entry, recorded with the transition (its result is not looked at).
-    history: Option<Stmt>,
+    /// A statement that rides with the transition, its result not looked at: a run's history
+    /// line, or a deferred job's due time kept.
+    rides: Option<Stmt>,
 }
 
 impl Settle {
     fn plain(index: usize, outcome: Outcome) -> Self {
-        Settle { index, record: None, outcome, guarded: None, history: None }
+        Settle { index, record: None, outcome, guarded: None, rides: None }
     }
     fn recorded(index: usize, record: Stmt, outcome: Outcome) -> Self {
-        Settle { index, record: Some(record), outcome, guarded: None, history: None }
+        Settle { index, record: Some(record), outcome, guarded: None, rides: None }
     }
     fn guarded(index: usize, job: &str, record: Stmt, outcome: Outcome) -> Self {
-        Settle { index, record: Some(record), outcome, guarded: Some(job.to_string()), history: None }
+        Settle { index, record: Some(record), outcome, guarded: Some(job.to_string()), rides: None }
     }
     /// A handler run: its guarded transition and its history line.
     fn ran(index: usize, job: &str, ran: Ran, outcome: Outcome) -> Self {
-        Settle { history: ran.history, ..Settle::guarded(index, job, ran.transition, outcome) }
+        Settle { rides: ran.history, ..Settle::guarded(index, job, ran.transition, outcome) }
     }
 }
 
@@ -210,8 +215,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 GroupLock::Held { .. } => {
                     let delay = self.held_delay(now, holders.get(&gi));
                     for &i in &g.members {
-                        let note = stmt::note_deferral(plan.spec(i), now, now + i64::from(delay) * 1000);
-                        plan.settled.push(Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay }));
+                        let due = now + i64::from(delay) * 1000;
+                        let spec = plan.spec(i);
+                        let note = stmt::note_deferral(spec, now, due);
+                        let keep = stmt::keep_due(&spec.id, due, now, DUE_SLACK_MS);
+                        let settle = Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay });
+                        plan.settled.push(Settle { rides: Some(keep), ..settle });
                     }
                 }
                 GroupLock::Down => plan.settled.extend(
@@ -304,7 +313,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             let at = s.record.as_ref().map(|_| records.len());
             decided.push((s.index, s.outcome, at, s.guarded));
             if let Some(record) = s.record {
-                records.push((record, s.history));
+                records.push((record, s.rides));
             }
         }
         let applied = match Ledger::new(self.sql).record_all(records).await {

@@ -296,6 +296,10 @@ pub mod stmt {
         p.extend([now.into(), next_run_at.into(), job.priority_param()]);
         with(sql!("note_deferral"), p)
     }
+    /// A PENDING job put off again: its `next_run_at` kept within `slack_ms` of `next_run_at`.
+    pub fn keep_due(id: &str, next_run_at: i64, now: i64, slack_ms: i64) -> Stmt {
+        with(sql!("keep_due"), vec![id.into(), next_run_at.into(), now.into(), slack_ms.into()])
+    }
     /// A job that can never run: DEAD with `error`.
     pub fn record_dead(job: &JobSpec, now: i64, error: &str) -> Stmt {
         let mut p = job.params();
