@@ -3,8 +3,10 @@
 //!
 //! History lives in `job_event`, a ring of the last [`HISTORY_KEEP`] events per job
 //! (`migrations/0004`), written in the same D1 batch as the transition it describes and purged
-//! with its job. Activity is read from what the ledger already holds (runs from `job_event`,
-//! created and finished times from `job`): charts cost no write of their own.
+//! with its job; a successful run is described by the DONE row itself (migration 0007: most jobs
+//! never write a history row) and read back as the last event. Activity is read from what the
+//! ledger already holds (failed runs from `job_event`, successes and created and finished times
+//! from `job`): charts cost no write of their own.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -228,8 +230,8 @@ pub mod stmt {
 }
 
 /// The successful run a DONE job's row describes (complete.sql writes no history row for it), as
-/// the event after `events`; `None` when the job is not DONE, or its row does not describe the
-/// run (finished before the row did) or `events` already ends with it.
+/// the event after `events`. `None` when the job is not DONE, or finished before migration 0007
+/// (no `ran_by`: its success is a history row of its own), or `events` already ends with it.
 pub fn success_of(job: &super::Job, events: &[Event]) -> Option<Event> {
     let (Status::Done, Some(actor), Some(at)) = (job.status, job.ran_by.as_ref(), job.finished_at) else {
         return None;

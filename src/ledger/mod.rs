@@ -6,6 +6,11 @@
 //! callers check. The clock is always a parameter. Must not: decide what to do with a message (the
 //! consumer does), or know about D1's API (`d1.rs` does).
 //!
+//! The layout (`migrations/0007`) is shaped by what D1 bills, a row for every table row and index
+//! entry written: no index holds `status` (a claim rewrites no entry), open jobs are found by
+//! `finished_at IS NULL` and a key's unfinished jobs by `passed_at IS NULL`, a success is described
+//! by its DONE row instead of a history row. A job's whole life is 6 to 8 rows written.
+//!
 //! ```text
 //!   enqueue/defer-note        claim             complete
 //!  ────────────────► PENDING ──────► RUNNING ──────────► DONE ──purge──► (gone)
