@@ -78,14 +78,19 @@ struct Budget {
 }
 
 impl Budget {
-    /// Counts `n` jobs claimed.
-    fn claimed(&self, n: usize) {
-        self.unclaimed.set(self.unclaimed.get().saturating_sub(u32::try_from(n).unwrap_or(u32::MAX)));
+    /// Sets aside up to `most` unclaimed runs for one claim, before its round trip (chains claim
+    /// concurrently: each must see what the others have set aside); 0 when none are left.
+    fn take(&self, most: u32) -> u32 {
+        let n = most.min(self.unclaimed.get());
+        self.unclaimed.set(self.unclaimed.get() - n);
+        n
     }
 
-    /// How many jobs one claim may take: a chunk, within what is left unclaimed.
-    fn chunk(&self) -> u32 {
-        CHAIN_CHUNK.min(self.unclaimed.get()).max(1)
+    /// A claim that set aside `took` runs got `got` jobs: the rest are unclaimed again.
+    fn settle(&self, took: u32, got: usize) {
+        let got = u32::try_from(got).unwrap_or(u32::MAX);
+        let left = self.unclaimed.get().saturating_add(took).saturating_sub(got);
+        self.unclaimed.set(left);
     }
 }
 
@@ -139,7 +144,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         };
         // The first wave's keys share the budget: each claims at most its share.
         let first = u32::try_from(first_wave.iter().filter(|&&c| c).count()).unwrap_or(u32::MAX).max(1);
-        let claim = self.claim_spec(now, (budget.unclaimed.get() / first).clamp(1, CHAIN_CHUNK));
+        let share = (budget.unclaimed.get() / first).clamp(1, CHAIN_CHUNK);
+        let took = budget.take(share.saturating_mul(first));
+        let claim = self.claim_spec(now, share);
         let parked = match ledger::park_and_claim(self.sql, &intake, claim).await {
             Ok(p) => p,
             Err(e) => {
@@ -151,8 +158,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         let mut outcomes = Vec::with_capacity(members.len());
         let mut clashes = Vec::new();
         let mut chains: Vec<Option<(&str, Start)>> = vec![None; groups.len()];
+        let mut claimed_first = 0;
         for (gi, ((g, key), verdict)) in groups.iter().zip(&intake).zip(parked).enumerate() {
-            budget.claimed(verdict.state.claimed.len());
+            claimed_first += verdict.state.claimed.len();
             for (&p, parked) in g.members.iter().zip(&verdict.parked) {
                 let m = &members[p];
                 match parked {
@@ -174,6 +182,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 _ => None,
             };
         }
+        budget.settle(took, claimed_first);
 
         let leases = Leases::new(now);
         let wakes: Vec<OutMessage> = stream::iter(order.into_iter().filter_map(|g| chains[g].take()))
@@ -228,15 +237,17 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             Start::Claimed(jobs) => jobs,
             Start::Later(head) => {
                 let now = self.clock.now_ms();
-                if budget.unclaimed.get() == 0 || now >= budget.deadline_ms {
+                let took = if now < budget.deadline_ms { budget.take(CHAIN_CHUNK) } else { 0 };
+                if took == 0 {
                     // Parked and acked here, and nothing runs the key: it needs its wake-up.
                     return producer::message_for(&head, 0);
                 }
-                let claim = self.claim_spec(now, budget.chunk());
-                match ledger::step(self.sql, key, Vec::new(), Vec::new(), Some((claim, None)), self.cfg.on_dead).await {
+                let claim = self.claim_spec(now, took);
+                let step = ledger::step(self.sql, key, Vec::new(), Vec::new(), Some((claim, None)), self.cfg.on_dead).await;
+                budget.settle(took, step.as_ref().map_or(0, |s| s.state.claimed.len()));
+                match step {
                     Ok(step) if step.state.claimed.is_empty() => return None,
                     Ok(step) => {
-                        budget.claimed(step.state.claimed.len());
                         leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
                         step.state.claimed
                     }
@@ -290,13 +301,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     prev = Some(job.id.clone());
                 }
             }
-            if stop.is_none() && budget.unclaimed.get() == 0 {
+            let took = if stop.is_none() { budget.take(CHAIN_CHUNK) } else { 0 };
+            if stop.is_none() && took == 0 {
                 stop = Some(Stop::Budget);
             }
             let now = self.clock.now_ms();
-            let claim = self.claim_spec(now, budget.chunk());
+            let claim = self.claim_spec(now, took);
             let next = if stop.is_none() { Some((claim, prev.as_deref())) } else { None };
-            let step = match ledger::step(self.sql, key, records, history, next, self.cfg.on_dead).await {
+            let step = ledger::step(self.sql, key, records, history, next, self.cfg.on_dead).await;
+            budget.settle(took, step.as_ref().map_or(0, |s| s.state.claimed.len()));
+            let step = match step {
                 Ok(s) => s,
                 Err(e) => {
                     // Unrecorded: the leases expire and the reaper frees and re-sends the jobs.
@@ -317,7 +331,6 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 }
                 None if step.state.claimed.is_empty() => return None,
                 None => {
-                    budget.claimed(step.state.claimed.len());
                     leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
                     claimed = step.state.claimed;
                 }
