@@ -250,6 +250,21 @@ fn keys_claim_within_the_run_budget_so_no_claimed_job_is_handed_back() {
 }
 
 #[test]
+fn a_chain_starts_with_a_small_claim_so_a_failure_hands_back_little() {
+    let w = World::new(OnDead::Skip);
+    let ids: Vec<String> = (0..40).map(|i| format!("j{i:02}")).collect();
+    let jobs: Vec<(&str, Value)> =
+        ids.iter().enumerate().map(|(i, id)| (id.as_str(), if i == 2 { json!({"type": "t", "fail": 1}) } else { ok() })).collect();
+    w.submit(&jobs);
+    w.run(&[keyed("j00", T0, ok())]);
+    assert_eq!(w.runs(), vec!["j00", "j01", "j02"], "the chain stops at the failure");
+    // The rest of the first claim is handed back (a row written twice each); a whole chunk
+    // claimed at once would hand back 37.
+    let handed_back = ids.iter().filter(|id| w.job(id).deferrals > 0).count();
+    assert_eq!(handed_back, orderly::consumer::FIRST_CHUNK as usize - 3);
+}
+
+#[test]
 fn a_dead_head_is_skipped_under_skip_and_blocks_under_block() {
     for (on_dead, expect) in [(OnDead::Skip, vec!["a", "b"]), (OnDead::Block, vec!["a"])] {
         let w = World::new(on_dead);

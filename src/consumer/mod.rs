@@ -13,6 +13,8 @@
 mod locked;
 mod strict;
 
+pub use strict::{CHAIN_CHUNK, FIRST_CHUNK};
+
 use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 

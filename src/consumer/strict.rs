@@ -36,6 +36,11 @@ use crate::producer::{self, OutMessage, QueueSender};
 /// 0.03 per job on a hot key, against 0.05 at 25, `npm run bench`), and
 /// more jobs to hand back (or for the reaper to free) when a chain stops early.
 pub const CHAIN_CHUNK: u32 = 50;
+/// A chain's first claim; each next one doubles, up to [`CHAIN_CHUNK`]. A failure stops the chain
+/// and hands back the rest of its chunk (each a row written twice: put back, claimed again), so
+/// a key that fails often hands back little, and one that does not reaches whole chunks within a
+/// few round trips.
+pub const FIRST_CHUNK: u32 = 16;
 
 /// A keyed message of the batch.
 pub(super) struct Member {
@@ -144,7 +149,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         };
         // The first wave's keys share the budget: each claims at most its share.
         let first = u32::try_from(first_wave.iter().filter(|&&c| c).count()).unwrap_or(u32::MAX).max(1);
-        let share = (budget.unclaimed.get() / first).clamp(1, CHAIN_CHUNK);
+        let share = (budget.unclaimed.get() / first).clamp(1, FIRST_CHUNK);
         let took = budget.take(share.saturating_mul(first));
         let claim = self.claim_spec(now, share);
         let parked = match ledger::park_and_claim(self.sql, &intake, claim).await {
@@ -233,11 +238,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
     /// Runs a key's claimed jobs in order, recording each chunk and claiming the next in one round
     /// trip. Returns the key's wake-up message when work is left for later.
     async fn chain(&self, key: &str, start: Start, budget: &Budget, leases: &Leases) -> Option<OutMessage> {
+        // This chain's next claim size: doubling from FIRST_CHUNK.
+        let mut chunk = FIRST_CHUNK;
         let mut claimed = match start {
             Start::Claimed(jobs) => jobs,
             Start::Later(head) => {
                 let now = self.clock.now_ms();
-                let took = if now < budget.deadline_ms { budget.take(CHAIN_CHUNK) } else { 0 };
+                let took = if now < budget.deadline_ms { budget.take(chunk) } else { 0 };
                 if took == 0 {
                     // Parked and acked here, and nothing runs the key: it needs its wake-up.
                     return producer::message_for(&head, 0);
@@ -301,7 +308,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     prev = Some(job.id.clone());
                 }
             }
-            let took = if stop.is_none() { budget.take(CHAIN_CHUNK) } else { 0 };
+            chunk = chunk.saturating_mul(2).min(CHAIN_CHUNK);
+            let took = if stop.is_none() { budget.take(chunk) } else { 0 };
             if stop.is_none() && took == 0 {
                 stop = Some(Stop::Budget);
             }
