@@ -148,6 +148,7 @@ fn every_index_serves_the_queries_that_need_it() {
         ("wake_waiting", stmt::wake_waiting("k", T0), &["job_lock_key", "job_key_open"]),
         ("redrive (the key's next seq)", stmt::redrive("a", T0), &["job_key_seq"]),
         ("activity_jobs", history::stmt::activity_jobs(T0), &["job_created", "job_finished"]),
+        ("counts", stmt::counts(), &["job_open", "job_key_open", "job_dead", "COVERING INDEX job_created"]),
     ];
     for (what, s, indexes) in cases {
         let plan = plan(&db, &s);
@@ -267,6 +268,43 @@ fn a_lock_deferral_counts_deferrals_never_attempts() {
     let running = get(&db, "a");
     assert_eq!(one(&db, stmt::note_deferral(&spec("a"), T0, T0)), None);
     assert_eq!(get(&db, "a"), running);
+}
+
+#[test]
+fn counts_read_through_the_indexes_match_the_table() {
+    use orderly::config::OnDead;
+    let (db, _) = Sqlite::temp();
+    let ledger = Ledger::new(&db);
+    let unkeyed = |id: &str| JobSpec { ordering_key: None, ..spec(id) };
+    let keyed = |id: &str, key: &str| JobSpec { ordering_key: Some(key.into()), ..spec(id) };
+    // Unkeyed: PENDING, RUNNING, DONE, DEAD; lock mode's keyed RUNNING; strict keys with a DONE
+    // job, a DEAD head blocking two PENDING ones, and a RUNNING one.
+    block_on(ledger.enqueue(&unkeyed("u-pending"), T0, T0)).unwrap();
+    claim(&db, &unkeyed("u-running"), "w", T0).unwrap();
+    claim(&db, &unkeyed("u-done"), "w", T0).unwrap();
+    one(&db, stmt::complete("u-done", "w", T0, None)).unwrap();
+    one(&db, stmt::record_dead(&unkeyed("u-dead"), T0, "bad body")).unwrap();
+    claim(&db, &keyed("l-running", "lk"), "w", T0).unwrap();
+    let specs = [keyed("s1", "s"), keyed("s2", "s"), keyed("b1", "b"), keyed("b2", "b"), keyed("b3", "b")];
+    block_on(ledger.enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+    let lease = orderly::ledger::Lease { now: T0, until: T0 + LEASE, due_before: T0 };
+    for key in ["s", "b"] {
+        block_on(db.query(stmt::claim_next(key, "w", lease, OnDead::Block, 1, None))).unwrap();
+    }
+    one(&db, stmt::complete("s1", "w", T0, None)).unwrap();
+    block_on(db.query(stmt::claim_next("s", "w", lease, OnDead::Block, 1, None))).unwrap();
+    one(&db, stmt::fail("b1", "w", T0, Status::Dead, T0, "HTTP 404")).unwrap();
+    let table: Vec<(String, i64)> = db
+        .conn
+        .prepare("SELECT status, count(*) FROM job GROUP BY status ORDER BY status")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(table, [("DEAD".into(), 2), ("DONE".into(), 2), ("PENDING".into(), 3), ("RUNNING".into(), 3)]);
+    let c = block_on(ledger.counts()).unwrap();
+    assert_eq!((c.pending, c.running, c.done, c.dead), (3, 3, 2, 2));
 }
 
 #[test]
