@@ -16,9 +16,18 @@ export class OrderlyMessageQueue implements MessageQueue {
   /** Always throws: orderly calls the Worker's `orderlyHandler` entrypoint. */
   listen(handler: (message: any) => Promise<void> | void, options?: { signal?: AbortSignal }): Promise<void>;
   getDepth(): Promise<MessageQueueDepth>;
-  /** Runs one task for orderly; the seconds to snooze it for, or null. */
-  runTask<T>(federation: Federation<T>, contextData: T, job: { id: string; payload: { message: unknown } }): Promise<number | null>;
+  /** Runs one task for orderly; the seconds to snooze it for and the message its next run gets, or null. */
+  runTask<T>(federation: Federation<T>, contextData: T, job: { id: string; payload: { message: unknown } }): Promise<{ seconds: number; message: unknown } | null>;
 }
+
+/** Most bytes of jobs in one request the adapter makes. */
+export const MAX_REQUEST_BYTES: number;
+/** Most jobs in one request the adapter makes. */
+export const MAX_REQUEST_JOBS: number;
+/** The job id of a message a task enqueues: the task's job id and a digest of the message. */
+export function childId(taskJobId: string, message: unknown): Promise<string>;
+/** Jobs split into requests within orderly's body and job-count limits, in order. */
+export function chunks<J>(jobs: readonly J[], limits?: { maxBytes?: number; maxJobs?: number }): J[][];
 
 /** The `WorkerEntrypoint` class to export for orderly's service handler (`SERVICE_HANDLERS = "fedify=..."`). */
 export function orderlyHandler<T, E = unknown>(

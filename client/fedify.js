@@ -7,21 +7,79 @@
 // - Jobs are of type "fedify", sensitive (their payloads carry private keys: orderly seals them
 //   under PAYLOAD_KEY and shows them "redacted"), keyed by Fedify's `orderingKey` as given.
 // - A message's job id is derived from its Fedify id, so enqueueing it twice is idempotent; a
-//   message enqueued while a task runs gets an id derived from the task's job and its place in
-//   the task, so a retried task (whose Fedify ids are new) enqueues the same jobs again.
-// - Retry in place: while a task runs, Fedify re-enqueues the very message it is processing
-//   (same id) to honour a `Retry-After` or an open circuit breaker. Appended as a new job it would
-//   land behind later messages of its key; instead the running job is snoozed for that delay and
-//   keeps its place.
-// - Fan-out: the messages a task enqueues are collected and submitted together when it ends (one
-//   request for up to 500: the free plan allows 50 subrequests per invocation); if that fails, the
-//   task fails and orderly retries it.
+//   message enqueued while a task runs gets an id derived from the task's job and the message
+//   itself (a digest of it without the fields Fedify makes anew each time: `id`, `started`,
+//   `traceContext`), so a retried task (whose Fedify ids are new) enqueues the same jobs again,
+//   whatever their order or number. An enqueue after its task has ended throws: it would be lost.
+// - Retry in place: while a task runs, Fedify re-enqueues the message it is processing (same id,
+//   its `attempt` counted up, its circuit-breaker state noted) to honour a `Retry-After` or an
+//   open circuit breaker. Appended as a new job it would land behind later messages of its key;
+//   instead the running job is snoozed for that delay, keeps its place, and its next run gets the
+//   re-enqueued message (orderly seals it again), so Fedify's own retry policy, `heldActivityTtl`
+//   and permanent-failure handler see every attempt and end it where they say. orderly's
+//   `MAX_SNOOZES` ends any job that snoozes for ever (DEAD, with the reason).
+// - Fan-out: the messages a task enqueues are collected and submitted together when it ends, in
+//   requests under orderly's body limit (1 MiB; a Fedify outbox message with its keys is about
+//   5 KB, so one request takes about 180) and its 500 jobs; if one fails, the task fails and
+//   orderly retries it (the jobs already in are duplicates then, by their ids).
 import { AsyncLocalStorage } from "node:async_hooks";
 import { WorkerEntrypoint } from "cloudflare:workers";
 import { OrderlyClient } from "./index.js";
 
-/** The task running in this async context: {jobId, messageId, pending: [], snooze: seconds|null}. */
+/** The task running in this async context: {jobId, messageId, pending: [], snooze, ended}. */
 const running = new AsyncLocalStorage();
+
+/** Most bytes of jobs in one `POST /jobs`: orderly's body limit is 1 MiB (1,048,576), less room for the wrapper. */
+export const MAX_REQUEST_BYTES = 1_000_000;
+/** Most jobs in one `POST /jobs` (orderly's limit). */
+export const MAX_REQUEST_JOBS = 500;
+/** Longest job id orderly takes, in bytes. */
+const MAX_ID_BYTES = 256;
+/** Fields Fedify sets anew each time it builds a message: not part of what the message is. */
+const VOLATILE = new Set(["id", "started", "traceContext"]);
+
+const encoder = new TextEncoder();
+
+/** JSON with object keys sorted, so the same message always has the same text. */
+function stable(value) {
+  if (Array.isArray(value)) return `[${value.map(stable).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const keys = Object.keys(value).filter((k) => value[k] !== undefined).sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${stable(value[k])}`).join(",")}}`;
+  }
+  return JSON.stringify(value) ?? "null";
+}
+
+/** The id of a message a task enqueues: its task's job id and a digest of what the message is. */
+export async function childId(taskJobId, message) {
+  const what = message !== null && typeof message === "object" && !Array.isArray(message)
+    ? Object.fromEntries(Object.entries(message).filter(([k]) => !VOLATILE.has(k)))
+    : message;
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(stable(what))));
+  const hex = Array.from(digest.slice(0, 16), (b) => b.toString(16).padStart(2, "0")).join("");
+  const id = `${taskJobId}/${hex}`;
+  return encoder.encode(id).length <= MAX_ID_BYTES ? id : `fedify-${hex}`;
+}
+
+/** Splits jobs into requests of at most `maxBytes` (as `{"jobs": [...]}`) and `maxJobs`, in order. */
+export function chunks(jobs, { maxBytes = MAX_REQUEST_BYTES, maxJobs = MAX_REQUEST_JOBS } = {}) {
+  const out = [];
+  let current = [];
+  let bytes = 0;
+  for (const job of jobs) {
+    // A job's own size as orderly reads it (its fields, as the client sends them), and a comma.
+    const size = encoder.encode(JSON.stringify(job)).length + 1;
+    if (current.length > 0 && (bytes + size > maxBytes || current.length >= maxJobs)) {
+      out.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(job);
+    bytes += size;
+  }
+  if (current.length > 0) out.push(current);
+  return out;
+}
 
 /** Seconds in a Fedify delay (a Temporal.Duration, or a number of milliseconds), rounded up. */
 function delaySeconds(delay) {
@@ -54,21 +112,23 @@ export class OrderlyMessageQueue {
   }
 
   async #submit(jobs) {
-    // Each job keeps its own options; one request carries up to 500 of them (POST /jobs' limit).
-    for (let i = 0; i < jobs.length; i += 500) {
-      await this.#client.enqueueJobs(jobs.slice(i, i + 500));
-    }
+    // Each job keeps its own options; a request carries as many as fit orderly's limits, in order.
+    for (const chunk of chunks(jobs)) await this.#client.enqueueJobs(chunk);
   }
 
   /** Enqueues one Fedify message (see the file's notes on retry in place and fan-out). */
   async enqueue(message, options) {
     const task = running.getStore();
+    if (task?.ended) {
+      throw new Error(`a message enqueued after its task (orderly job ${task.jobId}) ended would be lost; await it inside the task`);
+    }
     if (task && message?.id != null && message.id === task.messageId) {
-      task.snooze = Math.max(1, delaySeconds(options?.delay));
+      // Fedify's own retry state rides in the message: the job's next run gets this one.
+      task.snooze = { seconds: Math.max(1, delaySeconds(options?.delay)), message };
       return;
     }
     if (task) {
-      task.pending.push(this.#job(message, options, `${task.jobId}/${task.pending.length + 1}`));
+      task.pending.push(this.#job(message, options, await childId(task.jobId, message)));
       return;
     }
     await this.#submit([this.#job(message, options, message?.id != null ? `fedify-${message.id}` : undefined)]);
@@ -92,11 +152,16 @@ export class OrderlyMessageQueue {
 
   /**
    * Runs one Fedify task for orderly: its enqueues collected and submitted when it ends.
-   * Returns the seconds to snooze the job for (Fedify asked to retry it in place), or null.
+   * Returns `{seconds, message}` when Fedify asked to retry it in place (snooze the job that long,
+   * its next run gets `message`), or null.
    */
   async runTask(federation, contextData, job) {
-    const task = { jobId: job.id, messageId: job.payload?.message?.id, pending: [], snooze: null };
-    await running.run(task, () => federation.processQueuedTask(contextData, job.payload.message));
+    const task = { jobId: job.id, messageId: job.payload?.message?.id, pending: [], snooze: null, ended: false };
+    try {
+      await running.run(task, () => federation.processQueuedTask(contextData, job.payload.message));
+    } finally {
+      task.ended = true;
+    }
     if (task.pending.length > 0) await this.#submit(task.pending);
     return task.snooze;
   }
@@ -119,7 +184,13 @@ export function orderlyHandler(setup) {
       const { federation, queue, contextData } = await setup(this.env);
       try {
         const snooze = await queue.runTask(federation, contextData, job);
-        if (snooze != null) return new Response(null, { status: 202, headers: { "orderly-snooze": String(snooze) } });
+        if (snooze != null) {
+          // The snooze's body is the job's next payload: Fedify's re-enqueued message.
+          return Response.json(
+            { payload: { type: "fedify", message: snooze.message } },
+            { status: 202, headers: { "orderly-snooze": String(snooze.seconds) } },
+          );
+        }
         return Response.json({ done: true });
       } catch (e) {
         // Retried by orderly with backoff, its key held.

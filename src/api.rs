@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::app::JobTypes;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, OnDead, OrderingMode, MAX_DELAY_SECONDS};
-use crate::envelope::{checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
+use crate::envelope::{checked_id, checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
 use crate::ledger::history::{self, Kind};
 use crate::ledger::strict::Skip;
 use crate::ledger::{
@@ -679,7 +679,7 @@ fn parse_job(
         Some(id) if crate::envelope::RESERVED_IDS.contains(&id.as_str()) => {
             return Err(bad(format!("id {id:?} is reserved")))
         }
-        Some(id) => id,
+        Some(id) => checked_id("id", id).map_err(|e| bad(e.to_string()))?,
         None => new_id,
     };
     let flagged = match o.remove("sensitive") {

@@ -66,6 +66,10 @@ pub struct Config {
     pub lock_ttl_seconds: u32,
     /// Handler attempts before a job is DEAD, unless the job sets its own.
     pub max_attempts: u32,
+    /// Snoozes a job may take before it is DEAD (`MAX_SNOOZES`): a snooze spends no attempt, so
+    /// without an end a handler that snoozes for ever (an inbox answering 429 for ever) would hold
+    /// its key for ever.
+    pub max_snoozes: u32,
     /// Backoff of the first retry.
     pub backoff_base_seconds: u32,
     /// Longest backoff, <= 43200.
@@ -110,6 +114,7 @@ impl Default for Config {
             ordering_key_prefix: "__fedify_ordering_".to_string(),
             lock_ttl_seconds: 60,
             max_attempts: 8,
+            max_snoozes: 1000,
             backoff_base_seconds: 5,
             backoff_cap_seconds: 3600,
             lock_retry_delay_seconds: 2,
@@ -252,6 +257,7 @@ impl Config {
             ordering_key_prefix,
             lock_ttl_seconds,
             max_attempts: num("MAX_ATTEMPTS", d.max_attempts, 1, 1000)?,
+            max_snoozes: num("MAX_SNOOZES", d.max_snoozes, 1, 1_000_000)?,
             backoff_base_seconds,
             backoff_cap_seconds,
             lock_retry_delay_seconds: num(

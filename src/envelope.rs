@@ -129,7 +129,7 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
             Some(other) => Err(bad(format!("{JOB_FIELD}.{field} must be a string, got {}", kind(&other)))),
         }
     };
-    let id = text(&mut m, "id")?;
+    let id = text(&mut m, "id")?.map(|id| checked_id(&format!("{JOB_FIELD}.id"), id)).transpose()?;
     if let Some(id) = id.as_deref().filter(|id| RESERVED_IDS.contains(id)) {
         // `GET /jobs/counts` is a route, and URLs fold `.` and `..` away: such a job could never
         // be fetched or redriven.
@@ -177,6 +177,25 @@ pub fn checked_key(field: &str, s: String) -> Result<String, EnvelopeError> {
     Ok(s)
 }
 
+/// Checks a job id beyond [`checked_key`]: it travels in HTTP headers (`orderly-job-id`,
+/// `webhook-id`), so it may hold only what a header value can carry. Refused at submission, not
+/// found out at the first run.
+pub fn checked_id(field: &str, id: String) -> Result<String, EnvelopeError> {
+    if !is_header_value(&id) {
+        return Err(bad(format!(
+            "{field} has a character an HTTP header cannot carry (a control character, or one above U+00FF): \
+             it is sent in the orderly-job-id and webhook-id headers"
+        )));
+    }
+    Ok(id)
+}
+
+/// Whether `value` can be an HTTP header value as Workers' `Headers` take one: visible characters
+/// up to U+00FF, spaces and tabs; never CR, LF, NUL or another control character.
+pub fn is_header_value(value: &str) -> bool {
+    value.chars().all(|c| c == ' ' || c == '\t' || (!c.is_control() && c != '\u{7f}' && c <= '\u{ff}'))
+}
+
 fn bad(msg: String) -> EnvelopeError {
     EnvelopeError::BadField(msg)
 }
@@ -195,6 +214,20 @@ fn kind(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_a_header_cannot_carry_are_refused() {
+        for id in ["a\nb", "a\rb", "a\u{0}b", "\u{100}", "emoji-\u{1F600}", "del\u{7f}"] {
+            let err = Envelope::decode(serde_json::json!({"type": "t", JOB_FIELD: {"id": id}})).unwrap_err();
+            assert!(
+                err.to_string().contains("__orderly_job__.id has a character an HTTP header cannot carry"),
+                "{id:?}: {err}"
+            );
+        }
+        for id in ["job 1", "caf\u{e9}", "a/b:c"] {
+            assert!(Envelope::decode(serde_json::json!({"type": "t", JOB_FIELD: {"id": id}})).is_ok(), "{id:?}");
+        }
+    }
 
     #[test]
     fn ids_no_url_can_reach_are_refused() {

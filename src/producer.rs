@@ -20,6 +20,11 @@ pub const PER_MESSAGE_OVERHEAD: usize = 256;
 /// Most bytes in one message body: Cloudflare's 128,000 per message, less the metadata.
 pub const MAX_MESSAGE_BYTES: usize = 128_000 - PER_MESSAGE_OVERHEAD;
 
+/// Largest payload of any job, as JSON text: what one queue message could carry. A sensitive job's
+/// message carries no payload, but its payload is held to the same limit, so no job is larger in the
+/// ledger (and in memory when read) than a plain one; a snooze's replacement payload too.
+pub const MAX_PAYLOAD_BYTES: usize = MAX_MESSAGE_BYTES;
+
 /// A message to send. The body is serialized once, here: its size is checked against the limits
 /// and the same text is what the edge sends.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,7 +24,17 @@ const OLD_COLUMNS: &str = "id, type, status, ordering_key, dedupe_key, payload, 
      priority, result";
 
 /// One old-layout row: (id, status, key, seq, lease owner, finished_at, skipped_at, deferrals, attempts).
-type OldRow = (&'static str, &'static str, Option<&'static str>, Option<i64>, Option<&'static str>, Option<i64>, Option<i64>, i64, i64);
+type OldRow = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<i64>,
+    Option<&'static str>,
+    Option<i64>,
+    Option<i64>,
+    i64,
+    i64,
+);
 
 const ROWS: &[OldRow] = &[
     // Lock mode (no seq): a running unkeyed job, a keyed job put off behind its key, a DONE one
@@ -105,7 +115,8 @@ fn get(db: &Sqlite, id: &str) -> Job {
 
 fn claim_next(db: &Sqlite, key: &str, now: i64, on_dead: OnDead) -> Vec<String> {
     let lease = Lease { now, until: now + LEASE_MS, due_before: now };
-    let mut got = Job::all(&block_on(db.query(stmt::claim_next(key, "inv-3", lease, on_dead, 50, None))).unwrap()).unwrap();
+    let mut got =
+        Job::all(&block_on(db.query(stmt::claim_next(key, "inv-3", lease, on_dead, 50, None))).unwrap()).unwrap();
     got.sort_by_key(|j| j.seq);
     got.into_iter().map(|j| j.id).collect()
 }
@@ -153,7 +164,16 @@ fn the_migration_keeps_every_job_and_fills_in_the_new_columns() {
         .collect();
     assert_eq!(
         indexes,
-        ["job_created", "job_dead", "job_dedupe_active", "job_finished", "job_key_open", "job_key_seq", "job_lock_key", "job_open"]
+        [
+            "job_created",
+            "job_dead",
+            "job_dedupe_active",
+            "job_finished",
+            "job_key_open",
+            "job_key_seq",
+            "job_lock_key",
+            "job_open"
+        ]
     );
     let without_rowid: String =
         db.conn.query_row("SELECT sql FROM sqlite_master WHERE name = 'job'", [], |r| r.get(0)).unwrap();
@@ -179,7 +199,10 @@ fn jobs_in_flight_carry_on_after_the_migration() {
     // Key `b` stays blocked by its DEAD head until an operator skips it.
     assert!(claim_next(&db, "b", now, OnDead::Block).is_empty());
     let blocked = block_on(ledger.blocked_keys(10)).unwrap();
-    assert_eq!(blocked.iter().map(|b| (b.key.as_str(), b.head.id.as_str(), b.waiting)).collect::<Vec<_>>(), [("b", "b1", 1)]);
+    assert_eq!(
+        blocked.iter().map(|b| (b.key.as_str(), b.head.id.as_str(), b.waiting)).collect::<Vec<_>>(),
+        [("b", "b1", 1)]
+    );
     assert!(matches!(block_on(ledger.skip("b", now)).unwrap(), Skip::Skipped { .. }));
     assert_eq!(claim_next(&db, "b", now + 1, OnDead::Block), ["b2"]);
     // The lock-mode job put off behind its key is woken and claimed.

@@ -118,19 +118,70 @@ fn a_sealed_job_without_its_key_waits_instead_of_running() {
         body: Ok(serde_json::from_str(w.queue.batches.borrow()[0][0].json()).unwrap()),
     };
     let keeper = Keeper::default();
-    // No PAYLOAD_KEY, or one that rotated the old key away: not run, retried.
+    // No PAYLOAD_KEY, or one that rotated the old key away: not run, put off without spending an
+    // attempt, however often it comes back (MAX_ATTEMPTS is 2 here).
+    w.cfg.max_attempts = 2;
     let rotated = AesSealer::new(&format!("new:{}", key(4)));
-    for sealer in [None, Some(&rotated as &dyn Sealer)] {
+    for sealer in [None, Some(&rotated as &dyn Sealer), None, Some(&rotated as &dyn Sealer)] {
         let out = run(&w, sealer, &keeper, std::slice::from_ref(&msg));
-        assert!(matches!(out[0], Outcome::Retry { .. }), "{out:?}");
+        assert_eq!(out, vec![Outcome::Defer { delay_seconds: orderly::consumer::SEAL_WAIT_SECONDS }]);
         assert!(keeper.0.borrow().is_empty(), "nothing ran");
+        assert_eq!((column(&w, &id, "status"), column(&w, &id, "attempts")), ("PENDING".into(), "Integer(0)".into()));
         w.clock.advance_ms(3_600_000);
     }
-    assert!(column(&w, &id, "last_error").contains("sealed"), "{}", column(&w, &id, "last_error"));
+    let shown = w.call("GET", &format!("/jobs/{id}"), None).json_body();
+    let last = shown["history"].as_array().and_then(|h| h.last()).cloned().unwrap_or_default();
+    assert_eq!(last["outcome"], "snooze", "{shown}");
+    assert!(last["error"].as_str().unwrap_or_default().contains("waiting for PAYLOAD_KEY"), "{last}");
     // Rotation: the new key first, the old one still listed, opens it.
     let both = AesSealer::new(&format!("new:{},old:{}", key(4), key(3)));
     assert_eq!(run(&w, Some(&both), &keeper, &[msg]), vec![Outcome::Ack]);
     assert_eq!(keeper.0.borrow()[0], payload);
+}
+
+#[test]
+fn in_strict_mode_a_sealed_head_without_its_key_holds_its_key_and_never_dies() {
+    let mut w = ApiWorld::new();
+    w.cfg = Config {
+        ordering_mode: orderly::config::OrderingMode::Strict,
+        on_dead: orderly::config::OnDead::Skip,
+        max_attempts: 2,
+        ..Config::default()
+    };
+    w.sealer = Some(AesSealer::new(&format!("k1:{}", key(1))));
+    let create = json!({"type": "webhook", "url": "https://example.test/", "body": {"key": SECRET, "n": 1}});
+    let update = json!({"type": "webhook", "url": "https://example.test/", "body": {"key": "plain", "n": 2}});
+    let r = w.call(
+        "POST",
+        "/jobs",
+        Some(json!({"jobs": [
+            {"payload": create, "sensitive": true, "ordering_key": "note"},
+            {"payload": update, "ordering_key": "note"},
+        ]})),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let ids: Vec<String> =
+        r.json_body()["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().into()).collect();
+    let msgs: Vec<Incoming> = w.queue.batches.borrow()[0]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Incoming {
+            id: format!("m{i}"),
+            timestamp_ms: T0,
+            body: Ok(serde_json::from_str(m.json()).unwrap()),
+        })
+        .collect();
+    let keeper = Keeper::default();
+    for _ in 0..4 {
+        run(&w, None, &keeper, &msgs);
+        assert!(keeper.0.borrow().is_empty(), "neither the sealed head nor the job behind it ran");
+        assert_eq!(column(&w, &ids[0], "status"), "PENDING", "never DEAD, so the key never moves past it");
+        w.clock.advance_ms(3_600_000);
+    }
+    // The key is back: the head runs, then the job behind it.
+    run(&w, w.sealer.as_ref().map(|s| s as &dyn Sealer), &keeper, &msgs);
+    let ran: Vec<Value> = keeper.0.borrow().iter().map(|p| p["body"]["n"].clone()).collect();
+    assert_eq!(ran, vec![json!(1), json!(2)]);
 }
 
 #[test]

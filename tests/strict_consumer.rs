@@ -42,6 +42,16 @@ impl Runner for Script {
         if runs_so_far <= job.payload.get("snooze").and_then(Value::as_u64).unwrap_or(0) {
             return Err(JobError::snooze(30, "rate limited"));
         }
+        // `{"again": n, "step": k}`: snoozes for 2 s while k < n, the next run getting k + 1 (the
+        // handler's own retry state, carried by the snooze); `{"again": "forever"}` never stops.
+        if let Some(again) = job.payload.get("again") {
+            let step = job.payload.get("step").and_then(Value::as_u64).unwrap_or(0);
+            if again.as_u64().is_none_or(|n| step < n) {
+                let mut next = job.payload.clone();
+                next["step"] = json!(step + 1);
+                return Err(JobError::snooze_with(2, "HTTP 429", next));
+            }
+        }
         if u64::from(job.attempt) <= job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0) {
             return Err(JobError::retry("HTTP 503"));
         }
@@ -215,6 +225,64 @@ fn a_snoozing_head_keeps_its_key_spends_no_attempt_and_wakes_when_its_snooze_end
 }
 
 #[test]
+fn a_snooze_carries_the_next_runs_payload_and_the_job_keeps_its_place() {
+    let w = World::new(OnDead::Skip);
+    let retrying = json!({"type": "t", "again": 2, "v": "a"});
+    w.submit(&[("a", retrying.clone()), ("b", json!({"type": "t", "v": "b"}))]);
+    w.run(&[keyed("a", T0 + 1, retrying.clone()), keyed("b", T0 + 2, ok())]);
+    for _ in 0..2 {
+        w.clock.advance_ms(2_000);
+        w.run(&[keyed("a", T0 + 1, retrying.clone())]);
+    }
+    let runs: Vec<(String, u32, Value)> = w.script.runs.borrow().clone();
+    let steps: Vec<Value> = runs.iter().filter(|(id, _, _)| id == "a").map(|(_, _, v)| v.clone()).collect();
+    assert_eq!(steps, vec![json!("a"); 3]);
+    assert_eq!(w.runs(), vec!["a", "a", "a", "b"], "b waits for a's snoozes");
+    let a = w.job("a");
+    assert_eq!((a.status, a.attempts, a.snoozes), (Status::Done, 1, 2));
+    let stored: Value = serde_json::from_str(a.payload.as_deref().unwrap()).unwrap();
+    assert_eq!(stored["step"], 2, "each run got the payload the snooze before it gave");
+}
+
+#[test]
+fn snoozing_for_ever_ends_dead_at_max_snoozes_and_the_key_moves_on() {
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.max_snoozes = 3;
+    let forever = json!({"type": "t", "again": "forever"});
+    w.submit(&[("a", forever.clone()), ("b", ok())]);
+    w.run(&[keyed("a", T0 + 1, forever.clone()), keyed("b", T0 + 2, ok())]);
+    for _ in 0..3 {
+        w.clock.advance_ms(2_000);
+        w.run(&[keyed("a", T0 + 1, forever.clone())]);
+    }
+    let a = w.job("a");
+    assert_eq!((a.status, a.attempts, a.snoozes), (Status::Dead, 1, 3));
+    assert_eq!(
+        a.last_error.as_deref(),
+        Some("HTTP 429: snoozed 3 times already, MAX_SNOOZES (3) allows no more"),
+        "the reason says which limit ended it"
+    );
+    assert_eq!(w.runs(), vec!["a", "a", "a", "a", "b"], "ON_DEAD = skip: the key moves on");
+}
+
+#[test]
+fn a_delay_is_kept_in_full_whatever_delivery_finds_the_head() {
+    // Any delivery for a key can find its head; one a second before the head's snooze ends must
+    // not run it (Retry-After: 2 means two seconds).
+    let w = World::new(OnDead::Skip);
+    let twice = json!({"type": "t", "again": 1});
+    w.submit(&[("a", twice.clone()), ("b", ok()), ("c", ok())]);
+    w.run(&[keyed("a", T0 + 1, twice.clone())]);
+    assert_eq!(w.runs(), vec!["a"]);
+    w.clock.advance_ms(1_000);
+    w.run(&[keyed("b", T0 + 2, ok())]);
+    assert_eq!(w.runs(), vec!["a"], "a's 2 s snooze is not cut short by b's delivery");
+    w.clock.advance_ms(1_000);
+    w.run(&[keyed("c", T0 + 3, ok())]);
+    assert_eq!(w.runs(), vec!["a", "a", "b", "c"]);
+}
+
+#[test]
 fn the_run_budget_leaves_the_rest_to_one_wake_up() {
     let mut w = World::new(OnDead::Skip);
     w.cfg.strict_run_budget = 2;
@@ -253,8 +321,11 @@ fn keys_claim_within_the_run_budget_so_no_claimed_job_is_handed_back() {
 fn a_chain_starts_with_a_small_claim_so_a_failure_hands_back_little() {
     let w = World::new(OnDead::Skip);
     let ids: Vec<String> = (0..40).map(|i| format!("j{i:02}")).collect();
-    let jobs: Vec<(&str, Value)> =
-        ids.iter().enumerate().map(|(i, id)| (id.as_str(), if i == 2 { json!({"type": "t", "fail": 1}) } else { ok() })).collect();
+    let jobs: Vec<(&str, Value)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), if i == 2 { json!({"type": "t", "fail": 1}) } else { ok() }))
+        .collect();
     w.submit(&jobs);
     w.run(&[keyed("j00", T0, ok())]);
     assert_eq!(w.runs(), vec!["j00", "j01", "j02"], "the chain stops at the failure");

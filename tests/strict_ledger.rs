@@ -176,7 +176,11 @@ fn skip_passes_only_the_current_dead_head_and_names_the_next() {
 fn a_redriven_head_runs_before_the_jobs_behind_it_again() {
     let (db, _) = Sqlite::temp();
     enqueue(&db, &["a", "b"]);
-    set(&db, "a", &format!("status = 'DEAD', finished_at = {T0}, last_error = 'x', skipped_at = {T0}, passed_at = {T0}"));
+    set(
+        &db,
+        "a",
+        &format!("status = 'DEAD', finished_at = {T0}, last_error = 'x', skipped_at = {T0}, passed_at = {T0}"),
+    );
     let ledger = Ledger::new(&db);
     assert!(matches!(block_on(ledger.redrive("a", T0 + 1)).unwrap(), orderly::ledger::Redrive::Redriven(_)));
     assert_eq!(get(&db, "a").skipped_at, None, "redrive undoes the skip");
@@ -324,7 +328,11 @@ fn a_redriven_job_below_a_running_one_waits_for_it() {
 fn a_running_job_blocks_its_key_even_with_a_due_job_before_it() {
     let (db, _) = Sqlite::temp();
     enqueue(&db, &["a", "b", "c"]);
-    set(&db, "a", &format!("status = 'DEAD', finished_at = {T0}, last_error = 'x', skipped_at = {T0}, passed_at = {T0}"));
+    set(
+        &db,
+        "a",
+        &format!("status = 'DEAD', finished_at = {T0}, last_error = 'x', skipped_at = {T0}, passed_at = {T0}"),
+    );
     assert_eq!(claim(&db, "k", "w1", T0, OnDead::Block, 1, None), vec!["b"]);
     // A job below the running one back in the key's way without a new seq (a redrive and
     // migration 0007 never leave one so; lock mode's runs of API jobs, before a switch to strict

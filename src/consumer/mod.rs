@@ -29,13 +29,19 @@ use crate::ledger::history::{self, RunOutcome};
 use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt, DEFAULT_PRIORITY};
 use crate::lock::Kv;
 use crate::log::Event;
-use crate::producer::QueueSender;
+use crate::producer::{QueueSender, MAX_PAYLOAD_BYTES};
 use crate::seal::{is_sealed, Sealer};
 
 /// Delay before a message deferred for an outage (KV, D1, bad config) comes back.
 pub const INFRA_RETRY_DELAY_SECONDS: u32 = 30;
-/// A PENDING job may be claimed this long before its `next_run_at`: Queues' delays are not exact.
-pub const EARLY_DELIVERY_ALLOWANCE_MS: i64 = 2_000;
+/// How long before its `next_run_at` a PENDING job may be claimed: none. A delay is what a remote
+/// server (`Retry-After`), a handler (a snooze) or the backoff asked for, and any delivery for a key
+/// (not only the job's own wake-up) can find its head, so an allowance would cut every such delay
+/// short by that much. A delivery that comes early (clock skew between isolates) finds the job not
+/// due and is put off until it is: a re-delivery, never a shortened delay.
+pub const EARLY_DELIVERY_ALLOWANCE_MS: i64 = 0;
+/// How long a sealed job whose payload cannot be opened waits before it is tried again.
+pub const SEAL_WAIT_SECONDS: u32 = 300;
 /// Key groups (and unkeyed messages) run at once; Workers allow six open connections.
 pub const GROUP_CONCURRENCY: usize = 6;
 /// The error recorded for messages Queues gave up on.
@@ -110,10 +116,22 @@ pub enum FailureDecision {
     },
 }
 
-/// Decides a failed run: permanent errors and the last allowed attempt are DEAD; otherwise retry
-/// after the handler's requested delay, or jittered backoff of the attempt number.
-pub fn decide_failure(attempts: i64, max_attempts: i64, err: &JobError, cfg: &Config, random: f64) -> FailureDecision {
+/// Decides a failed run: permanent errors, the last allowed attempt and a snooze past
+/// `MAX_SNOOZES` (`snoozes` is how many the job took before) are DEAD; otherwise retry after the
+/// handler's requested delay, or jittered backoff of the attempt number.
+pub fn decide_failure(
+    attempts: i64,
+    max_attempts: i64,
+    snoozes: i64,
+    err: &JobError,
+    cfg: &Config,
+    random: f64,
+) -> FailureDecision {
     match err {
+        JobError::Snooze { reason, .. } if snoozes >= i64::from(cfg.max_snoozes) => FailureDecision::Dead(format!(
+            "{reason}: snoozed {snoozes} times already, MAX_SNOOZES ({}) allows no more",
+            cfg.max_snoozes
+        )),
         JobError::Snooze { seconds, .. } => {
             FailureDecision::Snooze { delay_seconds: (*seconds).clamp(1, MAX_DELAY_SECONDS) }
         }
@@ -383,10 +401,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let sealed = job.payload.as_deref().is_some_and(is_sealed);
         let payload = match self.payload_of(job).await {
             Ok(p) => p,
-            Err(e) => Some(Err(e)),
+            Err(why) => return self.wait_for_key(job, started_at, why),
         };
-        let result = match payload.map(|p| p.map(|v| serde_json::from_str::<Value>(&v).ok())) {
-            Some(Ok(Some(payload))) => {
+        let result = match payload.map(|v| serde_json::from_str::<Value>(&v).ok()) {
+            Some(Some(payload)) => {
                 let cx = JobContext {
                     id: &job.id,
                     attempt,
@@ -396,8 +414,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 };
                 self.runner.run(&cx).await
             }
-            Some(Err(e)) => Err(e),
-            Some(Ok(None)) | None => Err(JobError::permanent("the ledger row has no readable payload")),
+            Some(None) | None => Err(JobError::permanent("the ledger row has no readable payload")),
         };
         let now = self.clock.now_ms();
         let (transition, end, error, http_status) = match result {
@@ -416,35 +433,38 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     done.http_status,
                 )
             }
-            Err(e) => match decide_failure(job.attempts, job.max_attempts, &e, self.cfg, (self.random)()) {
-                FailureDecision::Dead(why) => {
-                    (self.log)(&Event::JobDead {
-                        job_id: &job.id,
-                        job_type: job.job_type.as_deref(),
-                        ordering_key: job.ordering_key.as_deref(),
-                        attempts: job.attempts,
-                        error: &why,
-                    });
-                    (
-                        stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why),
-                        RunEnd::Dead,
-                        Some(why),
-                        e.http_status(),
-                    )
+            Err(e) => {
+                let (e, next_payload) = self.next_payload(job, sealed, e).await;
+                match decide_failure(job.attempts, job.max_attempts, job.snoozes, &e, self.cfg, (self.random)()) {
+                    FailureDecision::Dead(why) => {
+                        (self.log)(&Event::JobDead {
+                            job_id: &job.id,
+                            job_type: job.job_type.as_deref(),
+                            ordering_key: job.ordering_key.as_deref(),
+                            attempts: job.attempts,
+                            error: &why,
+                        });
+                        (
+                            stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why),
+                            RunEnd::Dead,
+                            Some(why),
+                            e.http_status(),
+                        )
+                    }
+                    FailureDecision::Retry { delay_seconds } => {
+                        let at = now + i64::from(delay_seconds) * 1000;
+                        let why = e.to_string();
+                        let fail = stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &why);
+                        (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
+                    }
+                    FailureDecision::Snooze { delay_seconds } => {
+                        // Handed back like a job never run: PENDING, its attempt returned.
+                        let at = now + i64::from(delay_seconds) * 1000;
+                        let snooze = stmt::snooze(&job.id, &self.owner, now, at, next_payload.as_deref());
+                        (snooze, RunEnd::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
+                    }
                 }
-                FailureDecision::Retry { delay_seconds } => {
-                    let at = now + i64::from(delay_seconds) * 1000;
-                    let why = e.to_string();
-                    let fail = stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &why);
-                    (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
-                }
-                FailureDecision::Snooze { delay_seconds } => {
-                    // Handed back like a job never run: PENDING, its attempt returned.
-                    let at = now + i64::from(delay_seconds) * 1000;
-                    let snooze = stmt::defer(&job.id, &self.owner, now, at);
-                    (snooze, RunEnd::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
-                }
-            },
+            }
         };
         let outcome = match end {
             RunEnd::Done => RunOutcome::Done,
@@ -455,31 +475,90 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         // A success is described by the job's DONE row (complete.sql), not by a history row:
         // one row written less per job. (A success whose completion is refused, our lease lost,
         // is still counted in the job's attempts; the reaper records the expired lease.)
-        let history = (outcome != RunOutcome::Done).then(|| history::stmt::run(&history::Run {
+        let history = (outcome != RunOutcome::Done).then(|| {
+            history::stmt::run(&history::Run {
+                job_id: &job.id,
+                attempt: job.attempts,
+                started_at,
+                finished_at: now,
+                outcome,
+                error: error.as_deref(),
+                http_status,
+                actor: &self.owner,
+            })
+        });
+        Ran { transition, history, end }
+    }
+
+    /// A sealed job whose payload cannot be opened (no `PAYLOAD_KEY`, its key rotated away): not
+    /// run and not failed. It waits [`SEAL_WAIT_SECONDS`] without spending an attempt or a snooze,
+    /// its key held (a job of its key must not overtake it), and says why in its history and the
+    /// log: fixing `PAYLOAD_KEY` lets it run. Spending attempts on it would end it DEAD, and under
+    /// `ON_DEAD = "skip"` its key would move past a job that was never run.
+    fn wait_for_key(&self, job: &Job, started_at: i64, why: String) -> Ran {
+        let now = self.clock.now_ms();
+        let error = format!("{why}; waiting for PAYLOAD_KEY to hold its key, no attempt spent");
+        self.outage(format!("job {} not run: {error}", job.id));
+        let history = history::stmt::run(&history::Run {
             job_id: &job.id,
             attempt: job.attempts,
             started_at,
             finished_at: now,
-            outcome,
-            error: error.as_deref(),
-            http_status,
+            outcome: RunOutcome::Snooze,
+            error: Some(&error),
+            http_status: None,
             actor: &self.owner,
-        }));
-        Ran { transition, history, end }
+        });
+        let delay_seconds = SEAL_WAIT_SECONDS;
+        Ran {
+            transition: stmt::defer(&job.id, &self.owner, now, now + i64::from(delay_seconds) * 1000),
+            history: Some(history),
+            end: RunEnd::Snooze { delay_seconds },
+        }
+    }
+
+    /// A snooze's replacement payload as it is stored (sealed when the job is), or the error that
+    /// makes the run a retryable failure instead: a replacement must keep the job's `type` and
+    /// fit [`MAX_PAYLOAD_BYTES`], and a sealed job's must be sealed.
+    async fn next_payload(&self, job: &Job, sealed: bool, e: JobError) -> (JobError, Option<String>) {
+        let JobError::Snooze { payload: Some(next), http_status, .. } = &e else { return (e, None) };
+        let refuse = |why: String| JobError::Retryable {
+            reason: format!("the snooze's replacement payload is refused: {why}"),
+            retry_after: None,
+            http_status: *http_status,
+        };
+        let next_type = next.get("type").and_then(Value::as_str);
+        if next_type != job.job_type.as_deref() {
+            return (refuse(format!("its type {next_type:?} is not the job's {:?}", job.job_type)), None);
+        }
+        let text = next.to_string();
+        if text.len() > MAX_PAYLOAD_BYTES {
+            return (refuse(format!("{} bytes as JSON, over {MAX_PAYLOAD_BYTES}", text.len())), None);
+        }
+        if !sealed {
+            return (e, Some(text));
+        }
+        let Some(sealer) = self.sealer else {
+            return (refuse("it cannot be sealed: PAYLOAD_KEY is not set".into()), None);
+        };
+        match sealer.seal(&job.id, &text).await {
+            Ok(kept) => (e, Some(kept)),
+            Err(err) => (refuse(format!("it cannot be sealed: {err}")), None),
+        }
     }
 
     /// The job's payload as JSON text: a sealed one opened with `PAYLOAD_KEY`. `None`: the row has
-    /// none. A sealed payload that cannot be opened (no `PAYLOAD_KEY`, a key rotated away) is a
-    /// retryable error: fixing the key lets the job run.
-    async fn payload_of(&self, job: &Job) -> Result<Option<Result<String, JobError>>, JobError> {
+    /// none. Why a sealed payload cannot be opened (no `PAYLOAD_KEY`, a key rotated away) is the
+    /// error: the job waits for the key ([`Self::wait_for_key`]).
+    async fn payload_of(&self, job: &Job) -> Result<Option<String>, String> {
         let Some(text) = job.payload.as_deref() else { return Ok(None) };
         if !is_sealed(text) {
-            return Ok(Some(Ok(text.to_string())));
+            return Ok(Some(text.to_string()));
         }
         let Some(sealer) = self.sealer else {
-            return Err(JobError::retry("the payload is sealed and PAYLOAD_KEY is not set"));
+            return Err("the payload is sealed and PAYLOAD_KEY is not set".into());
         };
-        Ok(Some(sealer.open(&job.id, text).await.map_err(|e| JobError::retry(format!("the sealed payload: {e}")))))
+        sealer.open(&job.id, text).await.map(Some).map_err(|e| format!("the sealed payload: {e}"))
     }
 
     /// Before a handler run: extends this invocation's leases when what is left of them might not
@@ -553,25 +632,28 @@ mod tests {
     #[test]
     fn a_retryable_failure_backs_off_by_attempt() {
         let cfg = Config::default();
-        assert_eq!(decide_failure(1, 8, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_seconds: 5 });
-        assert_eq!(decide_failure(3, 8, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_seconds: 20 });
-        assert_eq!(decide_failure(3, 8, &retry(None), &cfg, 0.0), FailureDecision::Retry { delay_seconds: 10 });
+        assert_eq!(decide_failure(1, 8, 0, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_seconds: 5 });
+        assert_eq!(decide_failure(3, 8, 0, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_seconds: 20 });
+        assert_eq!(decide_failure(3, 8, 0, &retry(None), &cfg, 0.0), FailureDecision::Retry { delay_seconds: 10 });
     }
 
     #[test]
     fn retry_after_overrides_the_backoff() {
         let cfg = Config::default();
-        assert_eq!(decide_failure(1, 8, &retry(Some(120)), &cfg, 0.5), FailureDecision::Retry { delay_seconds: 120 });
+        assert_eq!(
+            decide_failure(1, 8, 0, &retry(Some(120)), &cfg, 0.5),
+            FailureDecision::Retry { delay_seconds: 120 }
+        );
     }
 
     #[test]
     fn the_last_attempt_and_permanent_errors_are_dead() {
         let cfg = Config::default();
         assert!(
-            matches!(decide_failure(8, 8, &retry(None), &cfg, 0.5), FailureDecision::Dead(w) if w.contains("attempt 8 of 8"))
+            matches!(decide_failure(8, 8, 0, &retry(None), &cfg, 0.5), FailureDecision::Dead(w) if w.contains("attempt 8 of 8"))
         );
         assert_eq!(
-            decide_failure(1, 8, &JobError::permanent("HTTP 404"), &cfg, 0.5),
+            decide_failure(1, 8, 0, &JobError::permanent("HTTP 404"), &cfg, 0.5),
             FailureDecision::Dead("HTTP 404".into())
         );
     }
@@ -580,11 +662,22 @@ mod tests {
     fn a_snooze_is_never_dead_and_stays_in_range() {
         let cfg = Config::default();
         let snooze = |s| JobError::snooze(s, "rate limited");
-        assert_eq!(decide_failure(8, 8, &snooze(30), &cfg, 0.5), FailureDecision::Snooze { delay_seconds: 30 });
-        assert_eq!(decide_failure(1, 8, &snooze(0), &cfg, 0.5), FailureDecision::Snooze { delay_seconds: 1 });
+        assert_eq!(decide_failure(8, 8, 0, &snooze(30), &cfg, 0.5), FailureDecision::Snooze { delay_seconds: 30 });
+        assert_eq!(decide_failure(1, 8, 0, &snooze(0), &cfg, 0.5), FailureDecision::Snooze { delay_seconds: 1 });
         assert_eq!(
-            decide_failure(1, 8, &snooze(u32::MAX), &cfg, 0.5),
+            decide_failure(1, 8, 0, &snooze(u32::MAX), &cfg, 0.5),
             FailureDecision::Snooze { delay_seconds: MAX_DELAY_SECONDS }
+        );
+    }
+
+    #[test]
+    fn snoozes_end_dead_past_max_snoozes() {
+        let cfg = Config { max_snoozes: 3, ..Config::default() };
+        let snooze = JobError::snooze(1, "HTTP 429");
+        assert_eq!(decide_failure(1, 8, 2, &snooze, &cfg, 0.5), FailureDecision::Snooze { delay_seconds: 1 });
+        assert_eq!(
+            decide_failure(1, 8, 3, &snooze, &cfg, 0.5),
+            FailureDecision::Dead("HTTP 429: snoozed 3 times already, MAX_SNOOZES (3) allows no more".into())
         );
     }
 

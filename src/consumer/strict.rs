@@ -251,7 +251,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     return producer::message_for(&head, 0);
                 }
                 let claim = self.claim_spec(now, took);
-                let step = ledger::step(self.sql, key, Vec::new(), Vec::new(), Some((claim, None)), self.cfg.on_dead).await;
+                let step =
+                    ledger::step(self.sql, key, Vec::new(), Vec::new(), Some((claim, None)), self.cfg.on_dead).await;
                 budget.settle(took, step.as_ref().map_or(0, |s| s.state.claimed.len()));
                 match step {
                     Ok(step) if step.state.claimed.is_empty() => return None,

@@ -40,7 +40,8 @@ pub enum JobError {
         http_status: Option<u16>,
     },
     /// Not a failure: run the job again after `seconds` (1..43,200) without spending an attempt,
-    /// its ordering key held meanwhile (a rate limit to wait out, a resource not ready yet).
+    /// its ordering key held meanwhile (a rate limit to wait out, a resource not ready yet). A job
+    /// snoozes at most `MAX_SNOOZES` times; the next snooze is DEAD.
     #[error("snoozed for {seconds} s: {reason}")]
     Snooze {
         /// How long to wait.
@@ -49,6 +50,10 @@ pub enum JobError {
         reason: String,
         /// The HTTP status that said so, if any.
         http_status: Option<u16>,
+        /// The payload the next run gets instead of this one's (the handler's own retry state,
+        /// e.g. Fedify's attempt count), if any; it keeps the job's `type` and is sealed again
+        /// when the job is sealed.
+        payload: Option<Value>,
     },
 }
 
@@ -63,7 +68,12 @@ impl JobError {
     }
     /// Run again after `seconds` without spending an attempt.
     pub fn snooze(seconds: u32, reason: impl Into<String>) -> Self {
-        JobError::Snooze { seconds, reason: reason.into(), http_status: None }
+        JobError::Snooze { seconds, reason: reason.into(), http_status: None, payload: None }
+    }
+    /// Run again after `seconds` without spending an attempt, with `payload` instead of this
+    /// run's (same `type`).
+    pub fn snooze_with(seconds: u32, reason: impl Into<String>, payload: Value) -> Self {
+        JobError::Snooze { seconds, reason: reason.into(), http_status: None, payload: Some(payload) }
     }
     /// The HTTP status behind the error, if any.
     pub fn http_status(&self) -> Option<u16> {

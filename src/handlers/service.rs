@@ -5,7 +5,9 @@
 //! The request: `POST /orderly/run`, JSON `{"id", "type", "attempt", "ordering_key", "priority",
 //! "payload"}`, headers `orderly-job-id` and `orderly-attempt`, and, with `WEBHOOK_SECRET`, the
 //! Standard Webhooks signature headers (a handler on a public fetch handler verifies them). The
-//! answer: a header `orderly-snooze: SECONDS` (1..43,200) on any answer is a snooze; 2xx is done
+//! answer: a header `orderly-snooze: SECONDS` (1..43,200) on any answer is a snooze, and its JSON
+//! body `{"payload": ...}`, if given, is the payload of the job's next run (a handler's own retry
+//! state, such as Fedify's attempt count: same `type`, at most `MAX_PAYLOAD_BYTES`); 2xx is done
 //! (a JSON body is the result, else its text); 429 and 503 with `Retry-After` retry then (capped);
 //! 408, 425, 429, 5xx, a thrown error or the timeout retry with backoff; any other status is
 //! permanent. Pure but for the transport ([`HttpClient`]), so the contract is tested natively.
@@ -16,6 +18,7 @@ use super::webhook::{retry_after_seconds, sign};
 use super::{Done, HttpClient, HttpRequest, HttpResponse, JobContext, JobError, SendError, Services, MAX_RESULT_BYTES};
 use crate::clock::Clock;
 use crate::config::MAX_DELAY_SECONDS;
+use crate::producer::MAX_PAYLOAD_BYTES;
 
 /// The path a service handler is called at.
 pub const RUN_PATH: &str = "/orderly/run";
@@ -51,7 +54,8 @@ pub fn request(job: &JobContext<'_>, job_type: &str, binding: &str, key: Option<
         headers,
         body,
         via: Some(binding.to_string()),
-        read_limit: 2 * MAX_RESULT_BYTES,
+        // Enough for a snooze's replacement payload (one byte more shows it was over the limit).
+        read_limit: MAX_PAYLOAD_BYTES.max(2 * MAX_RESULT_BYTES) + 64,
     }
 }
 
@@ -60,11 +64,15 @@ pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobErr
     let s = resp.status;
     if let Some(v) = resp.snooze.as_deref() {
         return match v.trim().parse::<u32>() {
-            Ok(n) if (1..=MAX_DELAY_SECONDS).contains(&n) => Err(JobError::Snooze {
-                seconds: n,
-                reason: format!("the handler asked (HTTP {s})"),
-                http_status: Some(s),
-            }),
+            Ok(n) if (1..=MAX_DELAY_SECONDS).contains(&n) => match replacement(resp) {
+                Ok(payload) => Err(JobError::Snooze {
+                    seconds: n,
+                    reason: format!("the handler asked (HTTP {s})"),
+                    http_status: Some(s),
+                    payload,
+                }),
+                Err(why) => Err(JobError::Retryable { reason: why, retry_after: None, http_status: Some(s) }),
+            },
             // A broken contract is the handler's bug: retried (with backoff) until it is fixed.
             _ => Err(JobError::Retryable {
                 reason: format!("HTTP {s} with {SNOOZE_HEADER}: {v:?}, not 1 to {MAX_DELAY_SECONDS} seconds"),
@@ -85,6 +93,18 @@ pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobErr
         }
         _ => Err(JobError::Permanent { reason: format!("HTTP {s}{}", said(resp)), http_status: Some(s) }),
     }
+}
+
+/// A snooze answer's replacement payload: `payload` of its JSON object body, if any. A body that
+/// says `payload` but is cut off (over the limit) is the handler's bug, never a silent keep.
+fn replacement(resp: &HttpResponse) -> Result<Option<Value>, String> {
+    let Ok(Value::Object(mut body)) = serde_json::from_str::<Value>(&resp.body_start) else {
+        if resp.body_start.len() > MAX_PAYLOAD_BYTES && resp.body_start.trim_start().starts_with('{') {
+            return Err(format!("the snooze's payload is over {MAX_PAYLOAD_BYTES} bytes"));
+        }
+        return Ok(None);
+    };
+    Ok(body.remove("payload"))
 }
 
 /// A done answer's result: its JSON body, or its text; nothing for an empty body.
@@ -189,5 +209,20 @@ mod tests {
         for bad in ["0", "43201", "soon", "-5"] {
             assert!(matches!(outcome(&resp(200, "", None, Some(bad)), 3600), Err(JobError::Retryable { .. })), "{bad}");
         }
+        assert!(matches!(outcome(&resp(202, "", None, Some("30")), 3600), Err(JobError::Snooze { payload: None, .. })));
+    }
+
+    #[test]
+    fn a_snooze_answer_may_carry_the_next_runs_payload() {
+        let body = json!({"payload": {"type": "fedify", "message": {"attempt": 1}}}).to_string();
+        assert!(matches!(
+            outcome(&resp(202, &body, None, Some("5")), 3600),
+            Err(JobError::Snooze { seconds: 5, payload: Some(p), .. }) if p == json!({"type": "fedify", "message": {"attempt": 1}})
+        ));
+        let cut = format!("{{\"payload\": \"{}", "x".repeat(MAX_PAYLOAD_BYTES + 10));
+        assert!(matches!(
+            outcome(&resp(202, &cut, None, Some("5")), 3600),
+            Err(JobError::Retryable { reason, .. }) if reason.contains("over")
+        ));
     }
 }

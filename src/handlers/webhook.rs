@@ -60,8 +60,8 @@ fn with_url(e: JobError, url: &str) -> JobError {
         JobError::Permanent { reason, http_status } => {
             JobError::Permanent { reason: format!("{url}: {reason}"), http_status }
         }
-        JobError::Snooze { seconds, reason, http_status } => {
-            JobError::Snooze { seconds, reason: format!("{url}: {reason}"), http_status }
+        JobError::Snooze { seconds, reason, http_status, payload } => {
+            JobError::Snooze { seconds, reason: format!("{url}: {reason}"), http_status, payload }
         }
     }
 }
@@ -115,11 +115,6 @@ fn is_token(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-/// A header value: visible characters, spaces and tabs; never CR, LF or NUL.
-fn is_field_value(value: &str) -> bool {
-    value.chars().all(|c| c == ' ' || c == '\t' || (!c.is_control() && c != '\u{7f}'))
-}
-
 /// Builds the request from a payload, or says (permanently) what is wrong with it.
 pub fn request(payload: &Value, allow_private: bool) -> Result<HttpRequest, JobError> {
     let bad = |m: String| JobError::permanent(format!("bad webhook payload: {m}"));
@@ -151,7 +146,7 @@ pub fn request(payload: &Value, allow_private: bool) -> Result<HttpRequest, JobE
                 let Value::String(value) = value else {
                     return Err(bad(format!("header {name:?} must be a string")));
                 };
-                if !is_token(name) || !is_field_value(value) {
+                if !is_token(name) || !crate::envelope::is_header_value(value) {
                     return Err(bad(format!("header {name:?} is not a valid HTTP header")));
                 }
                 headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
@@ -332,6 +327,7 @@ mod tests {
             (json!({"type": "webhook", "url": "https://h", "method": "GET"}), "method"),
             (json!({"type": "webhook", "url": "https://h", "headers": {"a": 1}}), "must be a string"),
             (json!({"type": "webhook", "url": "https://h", "headers": {"a": "x\r\ny: z"}}), "not a valid"),
+            (json!({"type": "webhook", "url": "https://h", "headers": {"a": "\u{263a}"}}), "not a valid"),
             (json!({"type": "webhook", "url": "https://h", "headers": {"a b": "x"}}), "not a valid"),
             (json!({"type": "webhook", "url": "https://h", "headers": ["a"]}), "object"),
         ] {

@@ -99,6 +99,8 @@ pub struct Job {
     pub max_attempts: i64,
     /// Deliveries put off without running (key busy).
     pub deferrals: i64,
+    /// Runs that snoozed (no attempt spent); past `MAX_SNOOZES` the job is DEAD.
+    pub snoozes: i64,
     /// Invocation holding the lease.
     pub lease_owner: Option<String>,
     /// Lease expiry, ms.
@@ -169,6 +171,8 @@ impl Job {
             attempts: need_int("attempts")?,
             max_attempts: need_int("max_attempts")?,
             deferrals: need_int("deferrals")?,
+            // Before migration 0008 there is no such column: no snoozes counted.
+            snoozes: int("snoozes").unwrap_or(0),
             lease_owner: text("lease_owner"),
             lease_until: int("lease_until"),
             next_run_at: need_int("next_run_at")?,
@@ -294,6 +298,11 @@ pub mod stmt {
     /// A claimed job not run: back to PENDING, attempt given back, deferral counted.
     pub fn defer(id: &str, owner: &str, now: i64, next_run_at: i64) -> Stmt {
         with(sql!("defer"), vec![id.into(), owner.into(), now.into(), next_run_at.into()])
+    }
+    /// A run that snoozed: back to PENDING at `next_run_at`, attempt given back, snooze counted,
+    /// its payload replaced by `payload` if given (sealed already when the job is).
+    pub fn snooze(id: &str, owner: &str, now: i64, next_run_at: i64, payload: Option<&str>) -> Stmt {
+        with(sql!("snooze"), vec![id.into(), owner.into(), now.into(), next_run_at.into(), payload.into()])
     }
     /// A message put off because its key is locked: recorded PENDING, deferral counted.
     pub fn note_deferral(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {

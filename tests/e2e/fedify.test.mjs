@@ -228,3 +228,99 @@ for (const concurrency of [4, 16]) {
     }
   });
 }
+
+/** orderly and the Fedify app beside it, the app's inboxes answered by `handle`. */
+async function fedifyPair(handle, { vars = {}, appBindings = {} } = {}) {
+  return start({
+    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY, ...vars },
+    extraWorkers: () => [{
+      name: "fedify", modules: true, scriptPath: join(root, "build/fedify-worker.mjs"), compatibilityDate: "2026-08-01",
+      compatibilityFlags: ["nodejs_compat"], serviceBindings: { ORDERLY: "orderly" },
+      bindings: { ORDERLY_TOKEN: TOKEN, ...appBindings },
+      outboundService: handle,
+    }],
+    serviceBindings: { FEDIFY: { name: "fedify", entrypoint: "OrderlyFedifyHandler" } },
+  });
+}
+
+test("a fan-out to 1,000 inboxes is submitted under the body limit and delivers to each, in order", async () => {
+  // Each outbox job carries the actor's keys (about 5 KB): 1,000 of them are 5 MB, five times
+  // POST /jobs' 1 MiB limit, so the adapter submits them in several requests.
+  await bundle();
+  const got = new Map();
+  const handle = async (request) => {
+    const url = new URL(request.url);
+    if (request.method !== "POST" || url.pathname !== "/inbox") return new Response("not found", { status: 404 });
+    const activity = await request.json();
+    if (!got.has(url.host)) got.set(url.host, []);
+    got.get(url.host).push(activity.id);
+    return new Response(null, { status: 202 });
+  };
+  const w = await fedifyPair(handle, { vars: { STRICT_RUN_BUDGET: "1000" } });
+  try {
+    const app = await w.mf.getWorker("fedify");
+    const hosts = Array.from({ length: 1000 }, (_, i) => `s${i}.test`);
+    const recipients = hosts.map((h) => ({ id: `https://${h}/users/bob`, inbox: `https://${h}/inbox` }));
+    const object = "https://fedify.test/notes/1000";
+    for (const [kind, n] of [["Create", 31], ["Delete", 32]]) {
+      const r = await app.fetch("https://fedify.test/send", { method: "POST", body: JSON.stringify({ kind, n, object, recipients }) });
+      assert.equal(r.status, 202, await r.text());
+    }
+    const delivered = () => [...got.values()].reduce((n, ids) => n + ids.length, 0);
+    await waitFor(() => delivered() >= 2000, "2,000 deliveries", 170_000);
+    const want = [31, 32].map((n) => `https://fedify.test/activities/${n}`);
+    assert.equal(got.size, 1000, "every server got the note");
+    for (const h of hosts) assert.deepEqual(got.get(h), want, `${h}: Create then Delete, once each`);
+    const counts = (await w.api("GET", "/jobs/counts")).json;
+    assert.equal(counts.DEAD, 0, JSON.stringify(counts));
+  } finally {
+    await w.dispose();
+  }
+});
+
+for (const [limit, vars, appBindings] of [
+  ["Fedify's retry policy", {}, { OUTBOX_MAX_ATTEMPTS: "3" }],
+  ["orderly's MAX_SNOOZES", { MAX_SNOOZES: "2" }, {}],
+]) {
+  test(`an inbox answering 429 for ever: ${limit} ends the retries, the reason in the job`, async () => {
+    // Fedify re-enqueues the message it runs (attempt + 1, Retry-After: 1); orderly snoozes the job
+    // with that message as its next payload, so Fedify's count goes up and its policy can end it.
+    await bundle();
+    const calls = [];
+    const handle = async (request) => {
+      const url = new URL(request.url);
+      if (request.method !== "POST" || url.pathname !== "/inbox") return new Response("not found", { status: 404 });
+      calls.push(Date.now());
+      return new Response("slow down", { status: 429, headers: { "retry-after": "1" } });
+    };
+    const w = await fedifyPair(handle, { vars, appBindings });
+    try {
+      const app = await w.mf.getWorker("fedify");
+      const recipients = [{ id: "https://busy.test/users/bob", inbox: "https://busy.test/inbox" }];
+      const r = await app.fetch("https://fedify.test/send", {
+        method: "POST", body: JSON.stringify({ kind: "Create", n: 41, object: "https://fedify.test/notes/41", recipients }),
+      });
+      assert.equal(r.status, 202, await r.text());
+      const finished = async () => (await w.db.prepare("SELECT id, status, snoozes, last_error FROM job WHERE status IN ('DONE', 'DEAD')").all()).results;
+      await waitFor(async () => (await finished()).length === 1, "the job ends", 90_000);
+      const [job] = await finished();
+      const history = (await w.api("GET", `/jobs/${encodeURIComponent(job.id)}`)).json.history.map((e) => e.outcome);
+      if (appBindings.OUTBOX_MAX_ATTEMPTS) {
+        // Attempts 0, 1 and 2 of Fedify's policy; after the third failure it gives up (its log and
+        // its permanent-failure handler say so) and the task ends.
+        assert.equal(job.status, "DONE", JSON.stringify(job));
+        assert.deepEqual(history, ["snooze", "snooze", "done"], "Fedify saw its attempts count up");
+        assert.equal(job.snoozes, 2);
+      } else {
+        assert.equal(job.status, "DEAD", JSON.stringify(job));
+        assert.match(job.last_error, /snoozed 2 times already, MAX_SNOOZES \(2\) allows no more/);
+        assert.deepEqual(history, ["snooze", "snooze", "dead"]);
+      }
+      const n = calls.length;
+      await new Promise((r) => setTimeout(r, 3000));
+      assert.equal(calls.length, n, "no more requests once it ended");
+    } finally {
+      await w.dispose();
+    }
+  });
+}

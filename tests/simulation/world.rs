@@ -337,8 +337,9 @@ pub struct SimRunner {
     pub backoff: (u32, u32),
 }
 
-/// How early a PENDING job may be claimed (Queues' delays are not exact); the oracle allows it.
-pub const EARLY_ALLOWANCE_MS: i64 = 2_000;
+/// How early a PENDING job may be claimed: never (the consumer's `EARLY_DELIVERY_ALLOWANCE_MS`); the
+/// oracle checks every delay is kept in full.
+pub const EARLY_ALLOWANCE_MS: i64 = 0;
 
 /// The shortest wait after failed attempt `attempt`: half of `base * 2^(attempt-1)` capped.
 fn min_backoff_ms(attempt: u32, (base, cap): (u32, u32)) -> i64 {

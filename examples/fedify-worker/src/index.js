@@ -2,18 +2,28 @@
 // order"): `OrderlyMessageQueue` instead of `WorkersMessageQueue`, and the `WorkerEntrypoint`
 // orderly calls to run each task. Bundled as wrangler bundles it (nodejs_compat); run beside
 // orderly by tests/e2e/fedify.test.mjs, which delivers to in-process inboxes.
-import { createFederation, generateCryptoKeyPair, MemoryKvStore } from "@fedify/fedify";
+import { createExponentialBackoffPolicy, createFederation, generateCryptoKeyPair, MemoryKvStore } from "@fedify/fedify";
 import { Create, Delete, Note, Person, Update } from "@fedify/vocab";
 import { OrderlyMessageQueue, orderlyHandler } from "../../../client/fedify.js";
 
 let app;
 let keyPair;
 
-/** The federation, built once per isolate: orderly as its queue, one actor with a key pair. */
+/**
+ * The federation, built once per isolate: orderly as its queue, one actor with a key pair.
+ * `OUTBOX_MAX_ATTEMPTS`, if set, is Fedify's outbox retry policy's limit (Fedify's default is 10):
+ * orderly carries each attempt's count into the next run, so Fedify's policy ends the retries.
+ */
 function setup(env) {
   if (app) return app;
   const queue = new OrderlyMessageQueue({ token: env.ORDERLY_TOKEN, service: env.ORDERLY });
-  const federation = createFederation({ kv: new MemoryKvStore(), queue, allowPrivateAddress: true });
+  const maxAttempts = Number(env.OUTBOX_MAX_ATTEMPTS);
+  const federation = createFederation({
+    kv: new MemoryKvStore(),
+    queue,
+    allowPrivateAddress: true,
+    ...(maxAttempts > 0 ? { outboxRetryPolicy: createExponentialBackoffPolicy({ maxAttempts, initialDelay: { seconds: 1 } }) } : {}),
+  });
   federation
     .setActorDispatcher("/users/{identifier}", async (ctx, identifier) => {
       const keys = await ctx.getActorKeyPairs(identifier);

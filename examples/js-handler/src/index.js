@@ -4,7 +4,9 @@
 //
 // orderly calls `POST /orderly/run` with {"id", "type", "attempt", "ordering_key", "priority",
 // "payload"} and reads the answer: 2xx done (a JSON body is kept as the job's result); a header
-// `orderly-snooze: SECONDS` snoozes the job (it runs again then, no attempt spent, its key held);
+// `orderly-snooze: SECONDS` snoozes the job (it runs again then, no attempt spent, its key held;
+// a JSON body `{"payload": ...}` is the payload of that next run, same type; past orderly's
+// MAX_SNOOZES the job is DEAD);
 // 429/503 with Retry-After, 408, 425, 5xx, a thrown error or the timeout retry with backoff; any
 // other status is permanent (the job is DEAD with this answer's text as its error).
 import { WorkerEntrypoint } from "cloudflare:workers";
@@ -25,10 +27,15 @@ export class Handler extends WorkerEntrypoint {
   }
 }
 
+/** How long a job may keep waiting out 429s before it gives up (from its first 429). */
+const RATE_LIMIT_PATIENCE_MS = 24 * 60 * 60 * 1000;
+
 /**
  * Delivers `payload.message` to `payload.endpoint`, an API that rate-limits its callers: a 429
- * is waited out with a snooze (never a spent attempt), a 5xx is retried, any other refusal is
- * permanent. The job id is the idempotency key, so a repeated delivery is recognised.
+ * is waited out with a snooze (never a spent attempt), for a day at most: the snooze carries when
+ * the waiting began in the job's next payload, and past that the job is DEAD saying so (an
+ * endpoint that answers 429 for ever must not hold its key for ever). A 5xx is retried, any other
+ * refusal is permanent. The job id is the idempotency key, so a repeated delivery is recognised.
  */
 async function notify(job) {
   const { endpoint, message } = job.payload;
@@ -42,8 +49,15 @@ async function notify(job) {
   });
   await res.body?.cancel();
   if (res.status === 429) {
+    const since = Number.isFinite(job.payload.rateLimitedSince) ? job.payload.rateLimitedSince : Date.now();
+    if (Date.now() - since > RATE_LIMIT_PATIENCE_MS) {
+      return new Response(`the endpoint has answered 429 since ${new Date(since).toISOString()}: giving up`, { status: 422 });
+    }
     const wait = Math.min(Math.max(Number.parseInt(res.headers.get("retry-after") ?? "", 10) || 30, 1), 43200);
-    return new Response(null, { status: 202, headers: { "orderly-snooze": String(wait) } });
+    return Response.json(
+      { payload: { ...job.payload, rateLimitedSince: since } },
+      { status: 202, headers: { "orderly-snooze": String(wait) } },
+    );
   }
   if (res.ok) return Response.json({ delivered: true, status: res.status });
   if (res.status >= 500) return new Response(`the endpoint answered ${res.status}`, { status: 503 });

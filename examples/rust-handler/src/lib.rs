@@ -29,7 +29,12 @@ mod worker_app {
             200..=299 => {}
             429 => {
                 let wait = resp.headers().get("retry-after").ok().flatten().and_then(|v| v.parse().ok()).unwrap_or(30);
-                return Err(JobError::Snooze { seconds: wait, reason: "rate limited".into(), http_status: Some(429) });
+                return Err(JobError::Snooze {
+                    seconds: wait,
+                    reason: "rate limited".into(),
+                    http_status: Some(429),
+                    payload: None,
+                });
             }
             500..=599 => {
                 return Err(JobError::Retryable {
