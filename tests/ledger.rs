@@ -352,10 +352,15 @@ fn renew_extends_only_the_owners_leases() {
     let (db, _) = Sqlite::temp();
     claim(&db, &spec("a"), "w1", T0).unwrap();
     claim(&db, &spec("b"), "w2", T0).unwrap();
-    let renewed = block_on(db.query(stmt::renew("w1", T0 + 10, T0 + 999_999))).unwrap();
+    claim(&db, &spec("c"), "w1", T0).unwrap();
+    one(&db, stmt::complete("c", "w1", T0 + 5, None)).unwrap();
+    // w1 names every job it claimed, and b too: only its own RUNNING ones are extended.
+    let ids: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+    let renewed = block_on(db.query(stmt::renew("w1", T0 + 10, T0 + 999_999, &ids))).unwrap();
     assert_eq!(renewed.len(), 1);
     assert_eq!(get(&db, "a").lease_until, Some(T0 + 999_999));
     assert_eq!(get(&db, "b").lease_until, Some(T0 + LEASE));
+    assert_eq!((get(&db, "c").status, get(&db, "c").lease_until), (Status::Done, None));
 }
 
 #[test]
@@ -565,4 +570,34 @@ fn eight_connections_racing_to_claim_twelve_jobs_give_eight_distinct_winners() {
     }
     let c = block_on(Ledger::new(&db).counts()).unwrap();
     assert_eq!((c.running, c.pending), (8, 4));
+}
+
+/// The statements that may read every job, each with why. Any other SQL file of the ledger that
+/// reads the whole table fails [`no_statement_reads_the_whole_table`].
+const WHOLE_TABLE_READS: &[(&str, &str)] = &[];
+
+/// Every SQL file of `src/ledger/sql/` (found in the folder, so a new one cannot be left out),
+/// planned by SQLite: none reads the whole job table, DONE rows and payloads included, but the
+/// ones [`WHOLE_TABLE_READS`] names.
+#[test]
+fn no_statement_reads_the_whole_table() {
+    let (db, _) = Sqlite::temp();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/ledger/sql");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert!(files.len() > 30, "the SQL files are found: {files:?}");
+    let mut offenders = Vec::new();
+    for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "sql")) {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let sql: &'static str = Box::leak(std::fs::read_to_string(path).unwrap().into_boxed_str());
+        // Bound NULL, each parameter: SQLite plans a statement once, whatever its values.
+        let count = (1..=20).filter(|n| sql.contains(&format!("?{n}"))).max().unwrap_or(0);
+        let s = orderly::ledger::Stmt { sql, params: vec![orderly::ledger::Param::Null; count] };
+        let plan = plan(&db, &s);
+        let whole = plan.iter().any(|p| reads_every_job(p));
+        if whole != WHOLE_TABLE_READS.iter().any(|(n, _)| *n == name) {
+            offenders.push(format!("{name}: {plan:?}"));
+        }
+    }
+    assert!(offenders.is_empty(), "reads the whole job table (or no longer does, and is still listed): {offenders:#?}");
 }

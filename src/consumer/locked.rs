@@ -263,7 +263,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         decoded: &[Result<Decoded, String>],
         now: i64,
     ) -> Vec<LockEnd> {
-        let leases = Leases::new(now);
+        let leases = Leases::new(
+            now,
+            claims.values().filter_map(|c| if let Claim::Won(job) = c { Some(job.id.as_str()) } else { None }),
+        );
         // No job starts unless it can finish, and its result be recorded, within the invocation's
         // wall-clock limit: past it the runtime kills the invocation and every result unrecorded.
         let deadline = now + INVOCATION_WALL_MS - i64::from(self.cfg.webhook_timeout_seconds) * 1000 - 60_000;

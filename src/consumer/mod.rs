@@ -568,7 +568,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let lease_ms = i64::from(self.cfg.lease_seconds) * 1000;
         if now - leases.renewed_at.get() > self.cfg.refresh_after_ms(self.cfg.lease_seconds) {
             leases.renewed_at.set(now);
-            match self.sql.query(stmt::renew(&self.owner, now, now + lease_ms)).await {
+            let ids = leases.ids.borrow().clone();
+            match self.sql.query(stmt::renew(&self.owner, now, now + lease_ms, &ids)).await {
                 Ok(rows) => {
                     let held = rows.iter().filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string));
                     *leases.held.borrow_mut() = Some(held.collect());
@@ -584,12 +585,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 /// given it to another invocation): it must not run here.
 struct Leases {
     renewed_at: Cell<i64>,
+    /// Every job this invocation claimed: a renewal extends these (by id, never a table scan).
+    ids: RefCell<Vec<String>>,
     held: RefCell<Option<HashSet<String>>>,
 }
 
 impl Leases {
-    fn new(now: i64) -> Leases {
-        Leases { renewed_at: Cell::new(now), held: RefCell::new(None) }
+    /// The leases of the jobs claimed so far (`ids`), taken at `now`.
+    fn new<'a>(now: i64, ids: impl IntoIterator<Item = &'a str>) -> Leases {
+        let ids = ids.into_iter().map(str::to_string).collect();
+        Leases { renewed_at: Cell::new(now), ids: RefCell::new(ids), held: RefCell::new(None) }
     }
 
     /// Whether `job`'s lease is known to be lost.
@@ -599,9 +604,11 @@ impl Leases {
 
     /// Jobs claimed since the last renewal are ours too.
     fn claimed<'a>(&self, jobs: impl IntoIterator<Item = &'a str>) {
+        let jobs: Vec<String> = jobs.into_iter().map(str::to_string).collect();
         if let Some(held) = self.held.borrow_mut().as_mut() {
-            held.extend(jobs.into_iter().map(str::to_string));
+            held.extend(jobs.iter().cloned());
         }
+        self.ids.borrow_mut().extend(jobs);
     }
 }
 

@@ -190,7 +190,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         }
         budget.settle(took, claimed_first);
 
-        let leases = Leases::new(now);
+        let leases = Leases::new(
+            now,
+            chains.iter().flatten().flat_map(|(_, start)| match start {
+                Start::Claimed(jobs) => jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+                Start::Later(_) => Vec::new(),
+            }),
+        );
         let wakes: Vec<OutMessage> = stream::iter(order.into_iter().filter_map(|g| chains[g].take()))
             .map(|(key, start)| self.chain(key, start, &budget, &leases))
             .buffer_unordered(GROUP_CONCURRENCY)

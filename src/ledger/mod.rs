@@ -320,9 +320,10 @@ pub mod stmt {
         p.extend([now.into(), error.into(), job.priority_param()]);
         with(sql!("record_dead"), p)
     }
-    /// Extends all of `owner`'s leases.
-    pub fn renew(owner: &str, now: i64, lease_until: i64) -> Stmt {
-        with(sql!("renew"), vec![owner.into(), now.into(), lease_until.into()])
+    /// Extends `owner`'s leases on `ids` (the jobs it claimed), each read by its id.
+    pub fn renew(owner: &str, now: i64, lease_until: i64, ids: &[String]) -> Stmt {
+        let ids = Value::from(ids.to_vec()).to_string();
+        with(sql!("renew"), vec![owner.into(), now.into(), lease_until.into(), ids.into()])
     }
     /// Expired leases back to PENDING (or DEAD when out of attempts).
     pub fn reap(now: i64, limit: u32) -> Stmt {
