@@ -22,7 +22,7 @@ use crate::ledger::strict::Skip;
 use crate::ledger::{
     Cancel, DeadFilter, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, DEFAULT_PRIORITY, MAX_PRIORITY,
 };
-use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES};
+use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES, MAX_PAYLOAD_BYTES};
 use crate::seal::{Sealer, FEDIFY_TYPE};
 
 /// Largest request body accepted.
@@ -714,6 +714,14 @@ fn parse_job(
             .into()));
     }
     let plain = payload.to_string();
+    // One limit for every job, sealed or not: a sensitive job's message is a stub, but its row is
+    // read whole by claims, lists and redrives, so it may be no larger than a plain job's.
+    if plain.len() > MAX_PAYLOAD_BYTES {
+        return Err((
+            413,
+            format!("payload is {} bytes as JSON; a job's payload is at most {MAX_PAYLOAD_BYTES}", plain.len()),
+        ));
+    }
     let env = Envelope {
         ordering_key: ordering_key.clone(),
         // A sensitive job's message names its type only: the ledger row is what runs.
@@ -883,6 +891,12 @@ mod tests {
             (json!({"payload": {"type": "fax"}}), "unknown job type \"fax\" (known: webhook)"),
             (json!({"payload": [1]}), "no \"type\""),
             (json!({"payload": {"type": "webhook", "url": "ftp://x"}}), "not http"),
+            (json!({"payload": 1, "id": "line\nbreak"}), "id has a character an HTTP header cannot carry"),
+            (json!({"payload": 1, "id": "\u{2603}"}), "id has a character an HTTP header cannot carry"),
+            (
+                json!({"payload": {"type": "webhook", "url": "https://h.test/", "headers": {"x-a": "\u{2603}"}}}),
+                "not a valid HTTP header",
+            ),
         ] {
             let Err((status, msg)) = parse_job(job.clone(), &cfg, &crate::app::BuiltIn, false, "x".into()) else {
                 panic!("{job} was accepted")
@@ -893,5 +907,10 @@ mod tests {
         let big =
             json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(MAX_MESSAGE_BYTES)}});
         assert!(matches!(parse_job(big, &cfg, &crate::app::BuiltIn, false, "x".into()), Err((413, _))));
+        // A sensitive job's message is a stub, but its payload is held to the same limit.
+        let big = json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(900_000)},
+                         "sensitive": true});
+        let refused = parse_job(big, &cfg, &crate::app::BuiltIn, true, "x".into());
+        assert!(matches!(&refused, Err((413, m)) if m.contains("a job's payload is at most")), "{:?}", refused.err());
     }
 }

@@ -197,6 +197,14 @@ impl HttpClient for WorkerFetch {
             Request::new_with_init(&req.url, &init).map_err(|e| SendError::Invalid(format!("bad request: {e}")))?;
         let controller = AbortController::default();
         let signal = controller.signal();
+        // The signal rides in the request itself, so the timeout aborts a service binding's call
+        // too (`Fetcher::fetch_request` takes no signal): a handler orderly has given up on must
+        // not go on running beside the retry.
+        let with_signal = web_sys::RequestInit::new();
+        with_signal.set_signal(Some(&signal));
+        let request: Request = web_sys::Request::new_with_request_and_init(request.inner(), &with_signal)
+            .map_err(|e| SendError::Invalid(format!("bad request: {e:?}")))?
+            .into();
         // The timeout covers the answer and the start of its body.
         // A service binding is a Worker of the user's, looked up by name (a missing one was
         // refused as a configuration error before any job ran).

@@ -80,3 +80,41 @@ test("a SERVICE_HANDLERS binding the worker does not have is a configuration err
     await w.dispose();
   }
 });
+
+test("a service handler past the timeout is aborted, so its run never overlaps the retry", async () => {
+  // A handler that sleeps `ms`, then reports "finished" to the target. With
+  // WEBHOOK_TIMEOUT_SECONDS = 1, orderly records a retry of the 3 s job after 1 s; four 0.9 s jobs
+  // of another key keep the invocation alive past 3 s, so an unaborted call would finish then.
+  const slow = (target) => [{
+    name: "slow-handler", modules: true, compatibilityDate: "2026-08-01",
+    script: `import { WorkerEntrypoint } from "cloudflare:workers";
+      export class Handler extends WorkerEntrypoint {
+        async fetch(request) {
+          const job = await request.json();
+          const ms = job.attempt === 1 ? job.payload.ms : 0;
+          await new Promise((r) => setTimeout(r, ms));
+          await fetch("${TARGET}/ok/finished-" + job.payload.name + "-" + job.attempt);
+          return Response.json({ attempt: job.attempt });
+        }
+      }
+      export default { fetch() { return new Response("no", { status: 404 }); } };`,
+    outboundService: (request) => target.handle(request),
+  }];
+  const w = await start({
+    vars: { SERVICE_HANDLERS: "slow=SLOW", WEBHOOK_TIMEOUT_SECONDS: "1" },
+    extraWorkers: slow,
+    serviceBindings: { SLOW: { name: "slow-handler", entrypoint: "Handler" } },
+  });
+  try {
+    const keep = [1, 2, 3, 4].map((n) => ({ payload: { type: "slow", ms: 900, name: `keep${n}` }, ordering_key: "keep" }));
+    const r = await w.api("POST", "/jobs", { jobs: [{ payload: { type: "slow", ms: 3000, name: "slow" } }, ...keep] });
+    assert.equal(r.status, 202, r.text);
+    for (const j of r.json.jobs) await waitFor(async () => (await w.job(j.id))?.status === "DONE", `${j.id} done`, 30_000);
+    await new Promise((r) => setTimeout(r, 3500));
+    const slowRuns = w.target.requests.map((q) => q.path).filter((p) => p.includes("finished-slow"));
+    assert.deepEqual(slowRuns, ["/ok/finished-slow-2"], "the timed-out run was stopped; only the retry finished");
+    assert.equal(w.target.requests.filter((q) => q.path.includes("finished-keep")).length, 4);
+  } finally {
+    await w.dispose();
+  }
+});
