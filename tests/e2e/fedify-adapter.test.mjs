@@ -1,0 +1,91 @@
+// client/fedify.js's own rules, in Node: child ids from the message (not its place), requests
+// within orderly's body limit, and an enqueue after its task ended refused. The adapter's
+// `cloudflare:workers` import is resolved to a bare WorkerEntrypoint here; the real Fedify on
+// workerd is tests/e2e/fedify.test.mjs's.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { register } from "node:module";
+
+register(
+  "data:text/javascript," +
+    encodeURIComponent(`
+      export async function resolve(specifier, context, next) {
+        if (specifier === "cloudflare:workers") return { url: "data:text/javascript,export class WorkerEntrypoint {}", shortCircuit: true };
+        return next(specifier, context);
+      }`),
+);
+const { OrderlyMessageQueue, chunks, MAX_REQUEST_BYTES } = await import("../../client/fedify.js");
+
+/** A client that keeps each request's jobs. */
+function recorder() {
+  const requests = [];
+  return { requests, client: { enqueueJobs: async (jobs) => { requests.push(jobs); return jobs.map(() => ({})); } } };
+}
+
+/** A federation whose fan-out task enqueues one outbox message per inbox, as Fedify builds them. */
+function fanOut(queue, inboxes, late) {
+  return {
+    async processQueuedTask(_data, message) {
+      for (const inbox of inboxes) {
+        await queue.enqueue(
+          { type: "outbox", id: crypto.randomUUID(), started: new Date().toISOString(), traceContext: { t: String(Math.random()) },
+            inbox, activity: message.activity, attempt: 0 },
+          { orderingKey: `${message.activity}\n${new URL(inbox).origin}` },
+        );
+      }
+      // Started inside the task and not awaited by it: it enqueues after the task has ended.
+      if (late) {
+        late.push(new Promise((r) => setTimeout(r, 20)).then(() => queue.enqueue({ type: "outbox", id: crypto.randomUUID(), inbox: "https://late.test/inbox" })));
+      }
+    },
+  };
+}
+
+const job = { id: "fedify-task-1", payload: { type: "fedify", message: { type: "fanout", id: "f1", activity: "https://a.test/activities/1" } } };
+
+test("a re-run of a fan-out task enqueues the same jobs, whatever the order of its recipients", async () => {
+  const inboxes = ["https://s1.test/inbox", "https://s2.test/inbox", "https://s3.test/inbox"];
+  const ids = async (order) => {
+    const r = recorder();
+    const queue = new OrderlyMessageQueue({ client: r.client });
+    await queue.runTask(fanOut(queue, order), undefined, job);
+    return Object.fromEntries(r.requests.flat().map((j) => [j.payload.message.inbox, j.options.id]));
+  };
+  const first = await ids(inboxes);
+  const again = await ids([...inboxes].reverse());
+  assert.deepEqual(again, first, "each inbox's job has one id, from the message");
+  assert.equal(new Set(Object.values(first)).size, 3);
+  assert.ok(Object.values(first).every((id) => id.startsWith(`${job.id}/`)), JSON.stringify(first));
+});
+
+test("a fan-out's jobs are submitted in requests under orderly's body limit, in order", async () => {
+  const r = recorder();
+  const queue = new OrderlyMessageQueue({ client: r.client });
+  const inboxes = Array.from({ length: 1000 }, (_, i) => `https://s${i}.test/inbox`);
+  // Each message carries about 5 KB of keys, as Fedify's do.
+  const keys = "k".repeat(5000);
+  const federation = {
+    async processQueuedTask() {
+      for (const inbox of inboxes) await queue.enqueue({ type: "outbox", id: crypto.randomUUID(), inbox, keys }, {});
+    },
+  };
+  await queue.runTask(federation, undefined, job);
+  assert.ok(r.requests.length >= 5, `${r.requests.length} requests`);
+  for (const jobs of r.requests) {
+    assert.ok(Buffer.byteLength(JSON.stringify({ jobs })) < 1024 * 1024, "under POST /jobs' 1 MiB");
+    assert.ok(jobs.length <= 500);
+  }
+  assert.deepEqual(r.requests.flat().map((j) => j.payload.message.inbox), inboxes, "every job, in order");
+  assert.deepEqual(chunks([1, 2, 3], { maxJobs: 2 }), [[1, 2], [3]]);
+  assert.equal(chunks([], {}).length, 0);
+  assert.ok(MAX_REQUEST_BYTES < 1024 * 1024);
+});
+
+test("an enqueue after its task ended throws instead of being lost", async () => {
+  const r = recorder();
+  const queue = new OrderlyMessageQueue({ client: r.client });
+  const late = [];
+  await queue.runTask(fanOut(queue, ["https://s1.test/inbox"], late), undefined, job);
+  await assert.rejects(late[0], /after its task \(orderly job fedify-task-1\) ended would be lost/);
+  assert.equal(r.requests.flat().length, 1);
+});
