@@ -63,7 +63,9 @@ pub fn request(job: &JobContext<'_>, job_type: &str, binding: &str, key: Option<
 pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobError> {
     let s = resp.status;
     if let Some(v) = resp.snooze.as_deref() {
-        return match v.trim().parse::<u32>() {
+        // Digits only: `+30` or ` 30 s` is a broken contract, not a guess.
+        let seconds = Some(v.trim()).filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()));
+        return match seconds.map(str::parse::<u32>).unwrap_or(Ok(0)) {
             Ok(n) if (1..=MAX_DELAY_SECONDS).contains(&n) => match replacement(resp) {
                 Ok(payload) => Err(JobError::Snooze {
                     seconds: n,
@@ -206,7 +208,7 @@ mod tests {
         for s in [200, 429, 503] {
             assert!(matches!(outcome(&resp(s, "", None, Some("30")), 3600), Err(JobError::Snooze { seconds: 30, .. })));
         }
-        for bad in ["0", "43201", "soon", "-5"] {
+        for bad in ["0", "43201", "soon", "-5", "+30", "", "99999999999"] {
             assert!(matches!(outcome(&resp(200, "", None, Some(bad)), 3600), Err(JobError::Retryable { .. })), "{bad}");
         }
         assert!(matches!(outcome(&resp(202, "", None, Some("30")), 3600), Err(JobError::Snooze { payload: None, .. })));

@@ -21,6 +21,8 @@ function setup(env) {
   const federation = createFederation({
     kv: new MemoryKvStore(),
     queue,
+    // orderly calls the entrypoint below for each task; nothing may call queue.listen().
+    manuallyStartQueue: true,
     allowPrivateAddress: true,
     ...(maxAttempts > 0 ? { outboxRetryPolicy: createExponentialBackoffPolicy({ maxAttempts, initialDelay: { seconds: 1 } }) } : {}),
   });
