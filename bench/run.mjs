@@ -1,4 +1,4 @@
-// The benchmark (SPEC 10): orderly in lock mode and in strict mode, a consumer following Fedify's
+// The benchmark (design §10): orderly in lock mode and in strict mode, a consumer following Fedify's
 // documented algorithm, and an ack-only floor, side by side in one run, under miniflare.
 //
 // Queues itself is modelled here so that consumer concurrency is a setting (Cloudflare runs up to
@@ -9,7 +9,7 @@
 // goes back into the model and counts as deliveries. KV and D1 are miniflare's; the webhook
 // target is in-process, answers after a short latency and counts per-key order inversions.
 //
-// The `urgent` workload (SPEC 12) submits the job count as a normal backlog, then 10 jobs of
+// The `urgent` workload (design §12) submits the job count as a normal backlog, then 10 jobs of
 // priority 0, and counts how many backlog jobs finish before each urgent one (median): consumers
 // ending in `-lane` have the urgent lane (`JOBS_URGENT`, its own queue and C invocations, as
 // Cloudflare runs each queue's consumer independently), the others send everything to one queue.

@@ -1,4 +1,4 @@
-// Fedify on orderly (SPEC 14): `OrderlyMessageQueue` is a Fedify 2.x `MessageQueue` that hands
+// Fedify on orderly (design §14): `OrderlyMessageQueue` is a Fedify 2.x `MessageQueue` that hands
 // Fedify's tasks to orderly, which runs them in strict per-key order through a service handler:
 // the Fedify worker exports `orderlyHandler(...)`'s `WorkerEntrypoint`, which calls
 // `federation.processQueuedTask` for each job. Types: fedify.d.ts. Needs `nodejs_compat` (for

@@ -1,4 +1,4 @@
--- Strict mode (SPEC 3b): a per-key sequence number decides each key's order, and an operator's
+-- Strict mode (design §3b): a per-key sequence number decides each key's order, and an operator's
 -- skip lets a key blocked by a DEAD head (ON_DEAD = "block") move on. Existing rows keep working:
 -- both columns start NULL (a keyed PENDING row recorded before strict mode gets its seq when
 -- strict mode first parks it).

@@ -1,5 +1,5 @@
 -- Attempt history and operator audit (what each run did, who cancelled or redrove a job),
--- job priority (SPEC 12) and job results.
+-- job priority (design §12) and job results.
 --
 -- job_event keeps the last 20 events of each job in a ring: event n of a job lives in slot
 -- n % 20, and `INSERT OR REPLACE` on (job_id, slot) overwrites the oldest, so a job retried or

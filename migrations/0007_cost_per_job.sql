@@ -1,4 +1,4 @@
--- Cost per job (SPEC 15): the job table rebuilt in place so that a job's life writes as few rows
+-- Cost per job (design §15): the job table rebuilt in place so that a job's life writes as few rows
 -- as D1 bills. D1 counts a row written for every table row an INSERT, UPDATE or DELETE touches
 -- and for every index entry it inserts; an UPDATE re-inserts an index's entry whenever it sets a
 -- column the index holds or its WHERE reads (measured under miniflare, whose D1 counts as D1

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm run mutants` (SPEC 16): proves the tests can fail. Each mutant of tests/mutants.json (one
+// `npm run mutants` (design §16): proves the tests can fail. Each mutant of tests/mutants.json (one
 // text, found exactly once in one file, replaced) is applied alone to a scratch copy of the
 // project; the native suite and the simulation's fixed seeds run on it (for a mutant with a `test`
 // command, that command), and the table says which tests killed it, the simulation's verdict in a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The simulation's soak (SPEC 8b): SOAK_SEEDS seeds (default 1000, from SOAK_FROM, default 1000)
+# The simulation's soak (design §8b): SOAK_SEEDS seeds (default 1000, from SOAK_FROM, default 1000)
 # of every setup, release build, and a summary table. A failing seed prints its replay command.
 set -euo pipefail
 cd "$(dirname "$0")/.."

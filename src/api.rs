@@ -1,4 +1,4 @@
-//! The operator HTTP API (SPEC 5): submit, count, list, inspect, cancel and redrive jobs (one or
+//! The operator HTTP API (design §5): submit, count, list, inspect, cancel and redrive jobs (one or
 //! in bulk by filter), per-minute activity, strict mode's blocked keys and skip; the dashboard and
 //! the API's OpenAPI document. [`ROUTES`] is the one list of routes: the router matches only
 //! these, and a test checks `openapi.json` against it.

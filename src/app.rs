@@ -1,5 +1,5 @@
 //! Your own job types: typed handlers registered by name, beside the built-in `webhook` and the
-//! service handlers of `SERVICE_HANDLERS` (SPEC 13).
+//! service handlers of `SERVICE_HANDLERS` (design §13).
 //!
 //! A handler is an `async fn(Job<T>, Cx<E>) -> Result<Done, JobError>` where `T` is the payload
 //! (any `serde::Deserialize`) and [`Cx`] says which job runs (id, attempt, ordering key, priority)
@@ -168,7 +168,7 @@ impl<E: 'static> Handlers<E> {
         self
     }
 
-    /// Adds the built-in `webhook` job type (SPEC 7).
+    /// Adds the built-in `webhook` job type (design §7).
     pub fn webhook(mut self) -> Self {
         self.webhook = true;
         self

@@ -2,7 +2,7 @@
 //!
 //! Pure. Messages of one ordering key form one group, ordered by send timestamp then batch position;
 //! every unkeyed message is a group of its own. Groups run concurrently, a group's members in order;
-//! when more groups are ready than run at once, the most urgent start first (SPEC 12). A group's
+//! when more groups are ready than run at once, the most urgent start first (design §12). A group's
 //! urgency is its most urgent member's: per-key order always wins over priority.
 
 use std::collections::BTreeMap;

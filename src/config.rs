@@ -22,9 +22,9 @@ pub const KEEPALIVE_MARGIN_SECONDS: u32 = 15;
 /// How keyed jobs are ordered (`ORDERING_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OrderingMode {
-    /// SPEC 3: Fedify's best-effort KV lock. Order holds with one consumer invocation at a time.
+    /// design §3: Fedify's best-effort KV lock. Order holds with one consumer invocation at a time.
     Lock,
-    /// SPEC 3b: the ledger sequences every key; order holds at any consumer concurrency.
+    /// design §3b: the ledger sequences every key; order holds at any consumer concurrency.
     Strict,
 }
 
@@ -92,7 +92,7 @@ pub struct Config {
     pub jobs_queue: String,
     /// The dead-letter queue's name: its batches are recorded DEAD.
     pub dead_letter_queue: String,
-    /// The urgent lane's queue name (SPEC 12): its batches are run like the main queue's. Used
+    /// The urgent lane's queue name (design §12): its batches are run like the main queue's. Used
     /// when the `JOBS_URGENT` producer binding exists.
     pub urgent_queue: String,
     /// Jobs at or below this priority go to the urgent lane, when there is one.
@@ -103,7 +103,7 @@ pub struct Config {
     /// Most DEAD jobs one bulk redrive takes: three D1 statements each plus one, within Workers'
     /// D1 queries per invocation (1,000 on paid plans: 250; 50 on free: at most 16).
     pub bulk_redrive_limit: u32,
-    /// Job types run by other Workers through service bindings (SPEC 13b): (type, binding),
+    /// Job types run by other Workers through service bindings (design §13b): (type, binding),
     /// from `SERVICE_HANDLERS = "email=APP,fedify=FEDIFY"`.
     pub service_handlers: Vec<(String, String)>,
 }

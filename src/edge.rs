@@ -28,7 +28,7 @@ pub const KV_BINDING: &str = "ORDERING_KV";
 pub const DB_BINDING: &str = "DB";
 /// The job queue producer.
 pub const QUEUE_BINDING: &str = "JOBS";
-/// The urgent lane's producer (optional, SPEC 12).
+/// The urgent lane's producer (optional, design §12).
 pub const URGENT_BINDING: &str = "JOBS_URGENT";
 
 /// The queues jobs are sent to: the main queue, and the urgent lane when `JOBS_URGENT` is bound.

@@ -1,4 +1,4 @@
-//! Enqueueing from Rust (SPEC 13a): a worker built on orderly submits jobs with `POST /jobs`'
+//! Enqueueing from Rust (design §13a): a worker built on orderly submits jobs with `POST /jobs`'
 //! options and limits, without an HTTP round trip: [`Producer::enqueue`] records the jobs in the
 //! ledger and sends them, exactly as the API does (it runs the API's own submission).
 //!

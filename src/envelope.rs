@@ -46,7 +46,7 @@ pub struct JobMeta {
     pub dedupe_key: Option<String>,
     /// Overrides the `MAX_ATTEMPTS` var for this job.
     pub max_attempts: Option<u32>,
-    /// 0 most urgent .. 9; 5 when absent (SPEC 12).
+    /// 0 most urgent .. 9; 5 when absent (design §12).
     pub priority: Option<u8>,
 }
 

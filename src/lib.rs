@@ -48,11 +48,11 @@
 //! - `envelope.rs`: what a message body means (Fedify's envelope, raw bodies, `__orderly_job__`).
 //! - `batch.rs`: grouping a batch by ordering key, in send order.
 //! - `consumer/`: the batch algorithm; an ack/retry/defer outcome per message. `locked.rs` is
-//!   lock mode (SPEC 3), `strict.rs` strict mode (SPEC 3b), `mod.rs` what both share.
+//!   lock mode (design §3), `strict.rs` strict mode (design §3b), `mod.rs` what both share.
 //! - `lock.rs`: the KV ordering lock, and an in-memory KV with real expiry.
 //! - `ledger/`: job states, the guarded SQL (`ledger/sql/*.sql`), strict mode's operations
 //!   (`ledger/strict.rs`; its run rule is `ledger/sql/claim_next.sql`), the D1 backend.
-//! - `handlers/`: the built-in `webhook` job type and the service handler contract (SPEC 13b).
+//! - `handlers/`: the built-in `webhook` job type and the service handler contract (design §13b).
 //! - `api.rs` (+ `dashboard.html`): the operator HTTP API. `producer.rs`: sending to the queue.
 //! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge. `backoff.rs`,
 //!   `config.rs`, `clock.rs`. `log.rs`: the structured log lines.

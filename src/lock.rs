@@ -3,7 +3,7 @@
 //! Best-effort, and honest about it: KV has no compare-and-swap and is eventually consistent, so
 //! get-then-put narrows races but cannot close them. The lock's value is an owner token naming the
 //! job holding it; release deletes only a lock whose value is still ours (Fedify deletes
-//! unconditionally). Strict ordering under concurrent consumers belongs to the ledger (SPEC 3b).
+//! unconditionally). Strict ordering under concurrent consumers belongs to the ledger (design §3b).
 //! Must not: decide ack/retry (the consumer does), or touch D1.
 
 use std::cell::{Cell, RefCell};

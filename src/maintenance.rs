@@ -1,4 +1,4 @@
-//! Scheduled maintenance (SPEC 6), run by the cron trigger. Every step is idempotent.
+//! Scheduled maintenance (design §6), run by the cron trigger. Every step is idempotent.
 //!
 //! 1. Reap RUNNING jobs whose lease expired (their invocation died): PENDING and re-sent, or DEAD
 //!    when out of attempts. 2. Re-send PENDING jobs overdue by more than a grace period (their

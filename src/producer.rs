@@ -72,7 +72,7 @@ pub trait QueueSender {
     async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError>;
 }
 
-/// Priority lanes (SPEC 12): Queues has no message priority, so urgent jobs travel on a queue of
+/// Priority lanes (design §12): Queues has no message priority, so urgent jobs travel on a queue of
 /// their own, which Cloudflare consumes independently of the main queue's backlog. Jobs at or
 /// below `urgent_priority` go to `urgent` when it is bound; everything else, and everything when
 /// it is not, to `main`.

@@ -1,4 +1,4 @@
-//! Secrets at rest (SPEC 14): the payloads and results of sensitive jobs (`"sensitive": true`,
+//! Secrets at rest (design §14): the payloads and results of sensitive jobs (`"sensitive": true`,
 //! and every `fedify` job: its messages carry the actor's private keys) are sealed with
 //! AES-256-GCM before they reach D1, under the secret `PAYLOAD_KEY`, and never shown by the API,
 //! the dashboard or the logs ("redacted"). Their queue messages carry no payload either: the

@@ -1,4 +1,4 @@
-//! Secrets at rest (SPEC 14) over the real ledger SQL: a sensitive job's payload and result reach
+//! Secrets at rest (design §14) over the real ledger SQL: a sensitive job's payload and result reach
 //! the ledger sealed (AES-256-GCM, the job id bound in), its queue message carries no payload,
 //! the API shows "redacted", the handler gets the plain payload; without `PAYLOAD_KEY` sensitive
 //! and `fedify` jobs are refused, and a sealed job waits (retries) instead of running wrongly.

@@ -1,4 +1,4 @@
-//! Strict mode's consumer (SPEC 3b) on the host: the real algorithm over real SQLite and a
+//! Strict mode's consumer (design §3b) on the host: the real algorithm over real SQLite and a
 //! recording queue. Parking acks, chaining in seq order across invocations, failures holding the
 //! head with one delayed wake-up, the run budget's wake-up, `ON_DEAD`, and the ledger's payload
 //! being the one that runs.

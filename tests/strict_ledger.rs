@@ -1,4 +1,4 @@
-//! Conformance of strict mode's statements (SPEC 3b) on real SQLite: sequence numbers, parking,
+//! Conformance of strict mode's statements (design §3b) on real SQLite: sequence numbers, parking,
 //! the run rule (`claim_next.sql`) from every losing situation, chain steps, blocked keys and skip,
 //! the stalled-key scan, and real connections racing for one key (exactly one chains).
 

@@ -1,4 +1,4 @@
-//! Lock mode (SPEC 3): group by key, take Fedify's best-effort KV lock per key group, claim the
+//! Lock mode (design §3): group by key, take Fedify's best-effort KV lock per key group, claim the
 //! group's jobs in one D1 round trip, run them in order (groups concurrently), record every result
 //! in one more round trip, settle. Round trips per batch: two to D1; KV get+put per key group to
 //! take the lock, get+delete to release it (all lock operations are `lock.rs`'s).
@@ -121,7 +121,7 @@ impl Plan<'_> {
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
-    /// Lock mode's batch (SPEC 3), in four phases: lock each key group, claim every runnable
+    /// Lock mode's batch (design §3), in four phases: lock each key group, claim every runnable
     /// message (one D1 round trip), run the groups, settle (one D1 round trip records every
     /// result, then locks are released or held for a failed job).
     pub(super) async fn run_locked(&self, msgs: &[Incoming], decoded: &[Result<Decoded, String>]) -> Vec<Outcome> {

@@ -6,8 +6,8 @@
 //!
 //! Phases shared by both modes live here: decoding every message on its own, the failure decision,
 //! the dead-letter queue, lease renewal. Each ordering mode owns its own module:
-//! - `locked.rs`: SPEC 3, Fedify's best-effort KV lock (`ORDERING_MODE = "lock"`, the default).
-//! - `strict.rs`: SPEC 3b, the ledger sequences every key (`ORDERING_MODE = "strict"`); unkeyed
+//! - `locked.rs`: design §3, Fedify's best-effort KV lock (`ORDERING_MODE = "lock"`, the default).
+//! - `strict.rs`: design §3b, the ledger sequences every key (`ORDERING_MODE = "strict"`); unkeyed
 //!   messages in a strict batch take the lock-mode path, which needs no lock for them.
 
 mod locked;

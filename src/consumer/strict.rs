@@ -1,4 +1,4 @@
-//! Strict mode (SPEC 3b): the ledger, not a lock, decides each key's order, at any number of
+//! Strict mode (design §3b): the ledger, not a lock, decides each key's order, at any number of
 //! concurrent invocations.
 //!
 //! 1. Park: every keyed message's job is recorded (new jobs take their key's next `seq`, in send
@@ -127,7 +127,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             let j = (((self.random)() * (i + 1) as f64) as usize).min(i);
             order.swap(i, j);
         }
-        // The most urgent keys first (SPEC 12); random among equals.
+        // The most urgent keys first (design §12); random among equals.
         order.sort_by_key(|&g| groups[g].priority);
         let mut first_wave = vec![false; groups.len()];
         for &g in order.iter().take(GROUP_CONCURRENCY) {

@@ -154,7 +154,7 @@ pub struct HttpRequest {
     pub headers: Vec<(String, String)>,
     /// Body text.
     pub body: String,
-    /// The service binding to send it through (SPEC 13b); `None`: the internet.
+    /// The service binding to send it through (design §13b); `None`: the internet.
     pub via: Option<String>,
     /// How much of the answer's body to read.
     pub read_limit: usize,

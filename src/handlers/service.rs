@@ -1,4 +1,4 @@
-//! Service handlers (SPEC 13b): job types run by another Worker, in any language, reached through a
+//! Service handlers (design §13b): job types run by another Worker, in any language, reached through a
 //! service binding (`SERVICE_HANDLERS = "email=APP,..."`), best bound to a `WorkerEntrypoint` with
 //! `entrypoint = "..."`, which the internet cannot reach.
 //!
@@ -59,7 +59,7 @@ pub fn request(job: &JobContext<'_>, job_type: &str, binding: &str, key: Option<
     }
 }
 
-/// What an answer means (SPEC 13b), `Retry-After` capped at `retry_after_cap` seconds.
+/// What an answer means (design §13b), `Retry-After` capped at `retry_after_cap` seconds.
 pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobError> {
     let s = resp.status;
     if let Some(v) = resp.snooze.as_deref() {

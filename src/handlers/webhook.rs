@@ -189,7 +189,7 @@ pub fn sign(key: &[u8], id: &str, timestamp_s: i64, body: &str) -> String {
     format!("v1,{}", B64.encode(mac.finalize().into_bytes()))
 }
 
-/// A delivered webhook's result (SPEC 12): the receiver's status, content type and the start of
+/// A delivered webhook's result (design §12): the receiver's status, content type and the start of
 /// its body.
 pub fn result_of(resp: &HttpResponse) -> Value {
     serde_json::json!({

@@ -119,7 +119,7 @@ pub struct Job {
     pub seq: Option<i64>,
     /// ms, when an operator let its key move past this DEAD job.
     pub skipped_at: Option<i64>,
-    /// 0 most urgent .. 9 (SPEC 12).
+    /// 0 most urgent .. 9 (design §12).
     pub priority: u8,
     /// What the successful run returned (JSON text, bounded; parsed when shown).
     #[serde(serialize_with = "payload_as_json")]

@@ -1,4 +1,4 @@
-//! Strict mode's ledger operations (SPEC 3b): park delivered jobs, claim a key's next jobs under
+//! Strict mode's ledger operations (design §3b): park delivered jobs, claim a key's next jobs under
 //! the run rule (`sql/claim_next.sql`), record a chain's step and claim on in the same round trip,
 //! and the operator's view of blocked keys. Each operation is one D1 `batch()` and returns verdicts
 //! (parked, claimed, recorded, the key's head), never raw rows. Must not: run handlers or decide

@@ -1,4 +1,4 @@
-// The benchmark's cost counter (SPEC 15) checked against one job worked out by hand: an unkeyed
+// The benchmark's cost counter (design §15) checked against one job worked out by hand: an unkeyed
 // job sent straight to the queue, run once by lock mode, then purged, is exactly these five D1
 // statements (a success writes no history row: its DONE row describes it), one queue message (a write, a read, a delete) and no KV operation. Each statement's
 // billed rows are taken from D1 itself, run alone on a fresh ledger; the benchmark's figure for

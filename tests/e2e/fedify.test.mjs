@@ -1,4 +1,4 @@
-// Fedify on orderly (SPEC 14), with the real @fedify/fedify from npm: a Fedify app (examples/
+// Fedify on orderly (design §14), with the real @fedify/fedify from npm: a Fedify app (examples/
 // fedify-worker, bundled as wrangler bundles it, nodejs_compat) whose queue is orderly's
 // OrderlyMessageQueue sends Create, Update, Update, Delete of one note to followers on three
 // servers; orderly (strict mode, PAYLOAD_KEY set) runs each outbox task through the app's

@@ -1,4 +1,4 @@
-// Priority lanes (SPEC 12) under miniflare: urgent jobs travel on orderly-jobs-urgent, consumed
+// Priority lanes (design §12) under miniflare: urgent jobs travel on orderly-jobs-urgent, consumed
 // independently of the main queue's backlog; a key's order holds across mixed priorities.
 import { test } from "node:test";
 import assert from "node:assert/strict";

@@ -1,4 +1,4 @@
-// Service handlers (SPEC 13b) through the real worker under miniflare: orderly runs "notify" jobs
+// Service handlers (design §13b) through the real worker under miniflare: orderly runs "notify" jobs
 // through the JavaScript Worker of examples/js-handler, bound with a service binding to its
 // `Handler` entrypoint; the handler calls the in-process target, which rate-limits and fails.
 import { test } from "node:test";

@@ -1,4 +1,4 @@
-// Strict mode (SPEC 3b) through real (simulated) Queues, KV and D1: order with failures, parking,
+// Strict mode (design §3b) through real (simulated) Queues, KV and D1: order with failures, parking,
 // ON_DEAD = block then skip, redrive of a blocked head, and the cron waking a key whose wake-up
 // was lost.
 import { test } from "node:test";

@@ -1,9 +1,9 @@
-//! The deterministic simulation (SPEC 8b): the real consumer (both ordering modes), the real API,
+//! The deterministic simulation (design §8b): the real consumer (both ordering modes), the real API,
 //! the real maintenance and the ledger's real SQL (SQLite), driven through their ports by a seeded
 //! scheduler that interleaves concurrent invocations at every await point, under a simulated
 //! Cloudflare that reorders, duplicates and delays deliveries, loses acks, crashes invocations,
 //! fails D1, KV and queue calls, and runs handlers that fail, die or hang. After each run it checks
-//! the invariants of SPEC 8b. A failing seed prints the command that replays it exactly.
+//! the invariants of design §8b. A failing seed prints the command that replays it exactly.
 //!
 //!   cargo test --test simulation                          the fixed seeds CI runs
 //!   SOAK_SEEDS=2000 npm run soak                          thousands of seeds, a summary table
@@ -730,7 +730,7 @@ impl Sim {
             }
             last.insert(key.clone(), (order, r.job.clone()));
         }
-        // Strict mode orders API submissions exactly as submitted (SPEC 3b.1): their first
+        // Strict mode orders API submissions exactly as submitted (design §3b.1): their first
         // successes follow the producer's own order, not only the seq the code gave them.
         if self.setup.mode == OrderingMode::Strict {
             let submitted: BTreeMap<&str, &Planned> =

@@ -1,4 +1,4 @@
-// orderly's service handler contract (SPEC 13b) in JavaScript: a Worker that runs orderly jobs of
+// orderly's service handler contract (design §13b) in JavaScript: a Worker that runs orderly jobs of
 // type "notify", bound to orderly with a service binding to its `Handler` entrypoint (which the
 // internet cannot reach: only Workers bound to it can call it).
 //

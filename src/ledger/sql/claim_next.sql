@@ -1,4 +1,4 @@
--- THE STRICT-MODE RUN RULE (SPEC 3b.2), in one statement, so it holds under any number of
+-- THE STRICT-MODE RUN RULE (design §3b.2), in one statement, so it holds under any number of
 -- concurrent invocations (D1 runs statements one at a time):
 --   a keyed job may start only when every lower seq of its key is finished (DONE, or DEAD when
 --   ON_DEAD is 'skip' or an operator skipped it) and no job of its key is RUNNING.

@@ -1,6 +1,6 @@
 -- A job submitted through the API: recorded PENDING before it is sent. Nothing is written when the
 -- id exists or the dedupe key is active (the caller then reads the existing job). A keyed job takes
--- its key's next sequence number (SPEC 3b.1): a batch of these runs in order in one transaction, so
+-- its key's next sequence number (design §3b.1): a batch of these runs in order in one transaction, so
 -- request order is seq order.
 -- ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts, ?7 now, ?8 next_run_at,
 -- ?9 priority

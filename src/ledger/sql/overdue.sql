@@ -1,6 +1,6 @@
 -- PENDING jobs due before ?1 (now minus a grace period): their message was probably lost. With
 -- ?3 = 'strict', jobs in a key's sequence are left to the stalled-head scan (only a key's head
--- needs a message). Most urgent first (SPEC 12): when more are overdue than one run re-sends,
+-- needs a message). Most urgent first (design §12): when more are overdue than one run re-sends,
 -- the urgent ones go first. Unsequenced jobs are read through job_open, sequenced ones (lock mode
 -- after strict mode) through job_key_open. ?1 due_before, ?2 limit, ?3 ordering mode
 SELECT * FROM job

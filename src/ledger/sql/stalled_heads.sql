@@ -1,4 +1,4 @@
--- Strict mode's liveness scan (SPEC 3b.6): heads that are PENDING and due since before ?1 while
+-- Strict mode's liveness scan (design §3b.6): heads that are PENDING and due since before ?1 while
 -- no job of their key runs: their wake-up was lost (or never sent). Reads the open jobs of every
 -- key (job_key_open); a job's key-mates before it are one index probe each.
 -- ?1 due_before, ?2 on_dead, ?3 limit
