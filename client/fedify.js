@@ -95,7 +95,7 @@ export class OrderlyMessageQueue {
 
   /**
    * @param {{ client?: OrderlyClient, token?: string, service?: { fetch: typeof fetch }, baseUrl?: string, fetch?: typeof fetch }} options
-   *   an `OrderlyClient`, or what one takes: orderly's ADMIN_TOKEN and a service binding to orderly.
+   *   an `OrderlyClient`, or what one takes: orderly's PRODUCER_TOKEN (it only submits and counts) and a service binding to orderly.
    */
   constructor(options = {}) {
     this.#client = options.client ?? new OrderlyClient(options);

@@ -70,7 +70,7 @@ export interface Counts {
 }
 
 export interface ClientOptions {
-  /** orderly's ADMIN_TOKEN. */
+  /** orderly's PRODUCER_TOKEN (submit, get and counts only) or ADMIN_TOKEN (everything). */
   token: string;
   /** A service binding to orderly. */
   service?: { fetch(request: Request): Promise<Response> };

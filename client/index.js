@@ -42,7 +42,8 @@ function jobBody(payload, options) {
 }
 
 export class OrderlyClient {
-  /** orderly's ADMIN_TOKEN: private, so it never shows in `JSON.stringify(client)` or a log. */
+  /** orderly's PRODUCER_TOKEN (submit and read) or ADMIN_TOKEN: private, so it never shows in
+   * `JSON.stringify(client)` or a log. */
   #token;
 
   /**
@@ -51,7 +52,7 @@ export class OrderlyClient {
    *   with `fetch` (the global one by default).
    */
   constructor({ token, service, baseUrl = "https://orderly.internal", fetch: fetchFn } = {}) {
-    if (!token) throw new TypeError("OrderlyClient needs orderly's ADMIN_TOKEN");
+    if (!token) throw new TypeError("OrderlyClient needs orderly's PRODUCER_TOKEN or ADMIN_TOKEN");
     this.#token = token;
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.fetchFn = service ? service.fetch.bind(service) : (fetchFn ?? globalThis.fetch.bind(globalThis));

@@ -5,7 +5,8 @@
 //!
 //! Plain requests in, plain responses out, over the ledger and queue ports, so every route is
 //! tested natively. Every route but the dashboard shell needs `Authorization: Bearer <ADMIN_TOKEN>`
-//! (compared in constant time); the shell carries no data and asks for the token itself, because
+//! (compared in constant time), or, for a producer, `PRODUCER_TOKEN`, which may only submit jobs
+//! and read a job's state and the counts ([`PRODUCER_ROUTES`]); the shell carries no data and asks for the token itself, because
 //! a browser cannot attach a bearer token to a page load. Errors are `{"error": ...}` JSON.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
@@ -72,6 +73,20 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/keys"),
     ("POST", "/keys/{key}/skip"),
 ];
+
+/// The routes `PRODUCER_TOKEN` opens: submit jobs, read one job's state (never its payload,
+/// result, errors or history) and the counts (Fedify's `getDepth`). Cancel, redrive, skip, lists
+/// and the charts need `ADMIN_TOKEN`.
+pub const PRODUCER_ROUTES: &[(&str, &str)] = &[("POST", "/jobs"), ("GET", "/jobs/{id}"), ("GET", "/jobs/counts")];
+
+/// Who a request's bearer token says it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// `ADMIN_TOKEN`: every route.
+    Admin,
+    /// `PRODUCER_TOKEN`: [`PRODUCER_ROUTES`] only.
+    Producer,
+}
 
 /// What a path matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,6 +249,8 @@ pub struct Api<'a, S: Sql, Q, C> {
     pub cfg: Result<&'a Config, &'a ConfigError>,
     /// `ADMIN_TOKEN`, if configured.
     pub admin_token: Option<&'a str>,
+    /// `PRODUCER_TOKEN`, if configured: submit and read only.
+    pub producer_token: Option<&'a str>,
     /// New job ids.
     pub new_id: &'a dyn Fn() -> String,
     /// The job types there are handlers for: a submitted payload must fit one.
@@ -284,15 +301,48 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 format!("ADMIN_TOKEN is shorter than {MIN_TOKEN_BYTES} characters; set a longer one"),
             ));
         }
+        let producer = self.producer_token.map(str::trim).filter(|t| !t.is_empty());
+        if let Some(p) = producer {
+            if p.len() < MIN_TOKEN_BYTES || constant_time_eq(p, token) {
+                return Some(ApiResponse::error(
+                    500,
+                    format!("PRODUCER_TOKEN must be at least {MIN_TOKEN_BYTES} characters and not ADMIN_TOKEN"),
+                ));
+            }
+        }
+        match self.caller(authorization) {
+            None => Some(ApiResponse::error(401, "missing or wrong bearer token")),
+            Some(Caller::Admin) => None,
+            Some(Caller::Producer) => match match_route(method, path) {
+                Matched::Route(pattern, _) if PRODUCER_ROUTES.contains(&(method, pattern)) => None,
+                Matched::Route(..) => Some(ApiResponse::error(
+                    403,
+                    "PRODUCER_TOKEN may only submit jobs (POST /jobs) and read their state (GET /jobs/{id}, \
+                     GET /jobs/counts); this needs ADMIN_TOKEN",
+                )),
+                // Unknown paths and methods are answered by the router, as for the admin.
+                _ => None,
+            },
+        }
+    }
+
+    /// Whose token the `Authorization` header presents, if either.
+    pub fn caller(&self, authorization: Option<&str>) -> Option<Caller> {
         // RFC 9110: the scheme is case-insensitive.
         let presented = authorization.and_then(|h| {
             let (scheme, credentials) = h.trim().split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| credentials.trim())
-        });
-        if !presented.is_some_and(|p| constant_time_eq(p, token)) {
-            return Some(ApiResponse::error(401, "missing or wrong bearer token"));
+        })?;
+        let is = |t: Option<&str>| {
+            t.map(str::trim).filter(|t| !t.is_empty()).is_some_and(|t| constant_time_eq(presented, t))
+        };
+        if is(self.admin_token) {
+            Some(Caller::Admin)
+        } else if is(self.producer_token) {
+            Some(Caller::Producer)
+        } else {
+            None
         }
-        None
     }
 
     /// Answers one request. Never fails: errors are responses.
@@ -323,6 +373,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 .await
                 .map(|minutes| ApiResponse::json(200, json!({ "minutes": minutes }))),
             "/jobs/redrive" => self.redrive_matching(cfg, &req.body).await,
+            "/jobs/{id}" if self.caller(req.authorization.as_deref()) == Some(Caller::Producer) => {
+                self.state(param).await
+            }
             "/jobs/{id}" => self.get(param).await,
             "/jobs/{id}/redrive" => self.redrive(param).await,
             "/jobs/{id}/cancel" => self.cancel(cfg, param).await,
@@ -476,6 +529,21 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             return Ok(ApiResponse::error(404, format!("no job {id:?}")));
         };
         Ok(ApiResponse::json(200, json!({ "job": job, "history": history })))
+    }
+
+    /// `GET /jobs/{id}` for a producer: the job's state alone, never its payload, result, errors
+    /// or history (a producer's token travels in more places than an operator's).
+    async fn state(&self, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
+        let Some(j) = self.ledger.get(id).await? else {
+            return Ok(ApiResponse::error(404, format!("no job {id:?}")));
+        };
+        let job = json!({
+            "id": j.id, "type": j.job_type, "status": j.status, "ordering_key": j.ordering_key,
+            "attempts": j.attempts, "max_attempts": j.max_attempts, "snoozes": j.snoozes, "priority": j.priority,
+            "next_run_at": j.next_run_at, "created_at": j.created_at, "updated_at": j.updated_at,
+            "finished_at": j.finished_at,
+        });
+        Ok(ApiResponse::json(200, json!({ "job": job })))
     }
 
     /// `POST /jobs/{id}/cancel`: a PENDING job becomes DEAD "cancelled"; a running or finished
@@ -719,7 +787,11 @@ fn parse_job(
     if plain.len() > MAX_PAYLOAD_BYTES {
         return Err((
             413,
-            format!("payload is {} bytes as JSON; a job's payload is at most {MAX_PAYLOAD_BYTES}", plain.len()),
+            format!(
+                "payload is {} bytes as JSON; a job's payload is at most {MAX_PAYLOAD_BYTES} (what one Cloudflare \
+                 Queues message of 128,000 bytes carries), sealed or not",
+                plain.len()
+            ),
         ));
     }
     let env = Envelope {

@@ -94,7 +94,8 @@ impl<'a, S: Sql, Q: QueueSender, C: Clock> Producer<'a, S, Q, C> {
         new_id: &'a dyn Fn() -> String,
         sealer: Option<&'a dyn Sealer>,
     ) -> Self {
-        let api = Api { ledger, queue, clock, cfg: Ok(cfg), admin_token: None, new_id, types, sealer };
+        let api =
+            Api { ledger, queue, clock, cfg: Ok(cfg), admin_token: None, producer_token: None, new_id, types, sealer };
         Producer { api, cfg }
     }
 

@@ -252,6 +252,7 @@ impl App {
             None => Ok(c),
         });
         let admin_token = edge::secret(&env, "ADMIN_TOKEN");
+        let producer_token = edge::secret(&env, "PRODUCER_TOKEN");
         let fallback = crate::config::Config::default();
         let lanes = edge::lanes(&env, cfg.as_ref().unwrap_or(&fallback));
         let (db, queue) = match (env.d1(edge::DB_BINDING), lanes) {
@@ -272,6 +273,7 @@ impl App {
             clock: &SystemClock,
             cfg: cfg.as_ref(),
             admin_token: admin_token.as_deref(),
+            producer_token: producer_token.as_deref(),
             new_id: &edge::random_id,
             types: &self.handlers,
             sealer: sealer.as_ref().map(|s| s as &dyn Sealer),

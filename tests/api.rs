@@ -9,7 +9,7 @@ use orderly::config::Config;
 use orderly::ledger::{stmt, JobSpec, Sql, Status};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
 use serde_json::{json, Value};
-use support::api::{ApiWorld, T0, TOKEN};
+use support::api::{ApiWorld, PRODUCER_TOKEN, T0, TOKEN};
 
 type World = ApiWorld;
 
@@ -369,4 +369,48 @@ fn a_dead_job_without_a_readable_payload_is_not_redriven() {
     assert_eq!(r.status, 409);
     let j = block_on(w.ledger.get("bytes")).unwrap().unwrap();
     assert_eq!((j.status, j.last_error.as_deref()), (Status::Dead, Some("body is bytes")), "left as it was");
+}
+
+#[test]
+fn the_producer_token_submits_and_reads_state_and_nothing_else() {
+    let w = World::new();
+    let p = |method: &str, path: &str, body: Option<Value>| {
+        w.call_with(Some(PRODUCER_TOKEN), Ok(&w.cfg), method, path, body)
+    };
+    let r = p("POST", "/jobs", Some(json!({"payload": webhook(1), "ordering_key": "k"})));
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
+    let state = p("GET", &format!("/jobs/{id}"), None);
+    assert_eq!(state.status, 200, "{}", state.body);
+    let job = &state.json_body()["job"];
+    assert_eq!((job["status"].as_str(), job["ordering_key"].as_str()), (Some("PENDING"), Some("k")));
+    for hidden in ["payload", "result", "last_error"] {
+        assert!(job.get(hidden).is_none(), "{hidden} is not a producer's to read: {}", state.body);
+    }
+    assert!(state.json_body().get("history").is_none());
+    assert_eq!(p("GET", "/jobs/counts", None).status, 200);
+    for (method, path) in [
+        ("GET", "/jobs".to_string()),
+        ("POST", format!("/jobs/{id}/cancel")),
+        ("POST", format!("/jobs/{id}/redrive")),
+        ("POST", "/jobs/redrive".to_string()),
+        ("GET", "/keys".to_string()),
+        ("POST", "/keys/k/skip".to_string()),
+        ("GET", "/jobs/activity".to_string()),
+    ] {
+        let r = p(method, &path, Some(json!({})));
+        assert_eq!(r.status, 403, "{method} {path}: {}", r.body);
+        assert!(r.json_body()["error"].as_str().unwrap().contains("ADMIN_TOKEN"));
+    }
+    assert_eq!(
+        w.call("GET", &format!("/jobs/{id}"), None).json_body()["job"]["payload"],
+        webhook(1),
+        "the admin reads all"
+    );
+    // The producer's token cannot be the admin's, nor short.
+    let mut api = w.api(Ok(&w.cfg), Some(TOKEN), &|| "x".into());
+    api.producer_token = Some(TOKEN);
+    assert_eq!(api.gate("GET", "/jobs", Some(&format!("Bearer {TOKEN}"))).map(|r| r.status), Some(500));
+    api.producer_token = Some("short");
+    assert_eq!(api.gate("POST", "/jobs", Some("Bearer short")).map(|r| r.status), Some(500));
 }

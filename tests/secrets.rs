@@ -206,3 +206,44 @@ fn a_submission_with_its_own_id_is_idempotent() {
     );
     assert_eq!(reserved.status, 400);
 }
+
+/// Fails as a webhook to a secret URL would: its error names the URL, path and query.
+struct Leaky;
+impl Runner for Leaky {
+    async fn run(&self, _job: &JobContext<'_>) -> Result<Done, JobError> {
+        Err(JobError::Retryable {
+            reason: "https://example.test/hooks/s3cret-path?token=t0k: HTTP 503".into(),
+            retry_after: None,
+            http_status: Some(503),
+        })
+    }
+}
+
+#[test]
+fn a_sealed_jobs_errors_keep_no_detail_in_the_ledger_the_api_or_the_log() {
+    let mut w = ApiWorld::new();
+    w.sealer = Some(AesSealer::new(&format!("k1:{}", key(1))));
+    let payload = json!({"type": "webhook", "url": "https://example.test/hooks/s3cret-path?token=t0k", "body": {}});
+    let r = w.call("POST", "/jobs", Some(json!({"payload": payload, "sensitive": true})));
+    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
+    let msg = Incoming {
+        id: "m1".into(),
+        timestamp_ms: T0,
+        body: Ok(serde_json::from_str(w.queue.batches.borrow()[0][0].json()).unwrap()),
+    };
+    let logged = RefCell::new(String::new());
+    let log = |e: &orderly::log::Event<'_>| logged.borrow_mut().push_str(&e.json());
+    let kv = MemoryKv::new(orderly::clock::ManualClock::new(T0));
+    let sealer = w.sealer.as_ref().map(|s| s as &dyn Sealer);
+    let consumer = Consumer::new(&w.cfg, &kv, &w.ledger.sql, &Leaky, &w.clock, &w.queue, "inv-1")
+        .with_sealer(sealer)
+        .with_log(&log);
+    assert!(matches!(block_on(consumer.process(Role::Main, &[msg]))[0], Outcome::Retry { .. }));
+    let shown = w.call("GET", &format!("/jobs/{id}"), None).body;
+    let stored = column(&w, &id, "last_error");
+    assert_eq!(stored, "HTTP 503 (details withheld: the job is sealed)");
+    for (what, text) in [("the API", &shown), ("the log", &*logged.borrow())] {
+        assert!(!text.contains("s3cret") && !text.contains("t0k"), "{what}: {text}");
+    }
+    assert!(shown.contains("details withheld"), "{shown}");
+}

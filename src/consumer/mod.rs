@@ -148,6 +148,26 @@ pub fn decide_failure(
     }
 }
 
+/// What is kept of a sealed job's error: its kind and HTTP status, never its text (a webhook's
+/// error names its URL, path and query included; a service handler's quotes its answer; either
+/// may carry what the job sealed). A snooze keeps its delay and its next payload.
+pub fn withheld(e: JobError) -> JobError {
+    let reason = match e.http_status() {
+        Some(s) => format!("HTTP {s} (details withheld: the job is sealed)"),
+        None => "the handler failed (details withheld: the job is sealed)".to_string(),
+    };
+    match e {
+        JobError::Retryable { retry_after, http_status, .. } => {
+            JobError::Retryable { reason, retry_after, http_status }
+        }
+        JobError::Permanent { http_status, .. } => JobError::Permanent { reason, http_status },
+        JobError::Snooze { seconds, http_status, payload, .. } => {
+            let reason = reason.replace("the handler failed", "the handler asked");
+            JobError::Snooze { seconds, reason, http_status, payload }
+        }
+    }
+}
+
 /// A claimed job's handler run, as both modes record it.
 struct Ran {
     /// The transition, guarded by our lease: complete, or fail to PENDING or DEAD.
@@ -434,6 +454,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 )
             }
             Err(e) => {
+                // A sealed job's error never reaches D1, the API or the logs in plain: a webhook's
+                // names its URL, a service handler's quotes its answer.
+                let e = if sealed { withheld(e) } else { e };
                 let (e, next_payload) = self.next_payload(job, sealed, e).await;
                 match decide_failure(job.attempts, job.max_attempts, job.snoozes, &e, self.cfg, (self.random)()) {
                     FailureDecision::Dead(why) => {
@@ -675,6 +698,28 @@ mod tests {
             decide_failure(1, 8, 0, &snooze(u32::MAX), &cfg, 0.5),
             FailureDecision::Snooze { delay_seconds: MAX_DELAY_SECONDS }
         );
+    }
+
+    #[test]
+    fn a_sealed_jobs_error_keeps_its_kind_and_status_not_its_text() {
+        let e = JobError::Retryable {
+            reason: "https://h.test/hook/s3cret?token=t: HTTP 503".into(),
+            retry_after: Some(9),
+            http_status: Some(503),
+        };
+        assert_eq!(
+            withheld(e),
+            JobError::Retryable {
+                reason: "HTTP 503 (details withheld: the job is sealed)".into(),
+                retry_after: Some(9),
+                http_status: Some(503)
+            }
+        );
+        let e = withheld(JobError::permanent("service APP: private key -----BEGIN"));
+        assert_eq!(e.to_string(), "the handler failed (details withheld: the job is sealed)");
+        let e = withheld(JobError::snooze_with(5, "said the key", serde_json::json!({"type": "t"})));
+        assert!(matches!(&e, JobError::Snooze { seconds: 5, payload: Some(_), .. }), "{e:?}");
+        assert!(!e.to_string().contains("key"), "{e}");
     }
 
     #[test]

@@ -17,6 +17,8 @@ import { start, waitFor, migrate, MODULES_RULES } from "./harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const TOKEN = "test-admin-token";
+/** The Fedify app holds orderly's producer token: submit and read only. */
+const PRODUCER = "test-producer-token-0123";
 const PAYLOAD_KEY = `k1:${Buffer.alloc(32, 9).toString("base64")}`;
 
 async function bundle() {
@@ -58,11 +60,11 @@ test("a Fedify app's deliveries run through orderly in each inbox's order, once 
     compatibilityDate: "2026-08-01",
     compatibilityFlags: ["nodejs_compat"],
     serviceBindings: { ORDERLY: "orderly" },
-    bindings: { ORDERLY_TOKEN: TOKEN },
+    bindings: { ORDERLY_TOKEN: PRODUCER },
     outboundService: (request) => inbox.handle(request),
   }];
   const w = await start({
-    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY },
+    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY, PRODUCER_TOKEN: PRODUCER },
     extraWorkers: fedify,
     serviceBindings: { FEDIFY: { name: "fedify", entrypoint: "OrderlyFedifyHandler" } },
   });
@@ -144,10 +146,10 @@ test("a fan-out task's deliveries are submitted when it ends, with ids from the 
   await bundle();
   const inbox = inboxes();
   const w = await start({
-    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY },
+    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY, PRODUCER_TOKEN: PRODUCER },
     extraWorkers: () => [{
       name: "fedify", modules: true, scriptPath: join(root, "build/fedify-worker.mjs"), compatibilityDate: "2026-08-01",
-      compatibilityFlags: ["nodejs_compat"], serviceBindings: { ORDERLY: "orderly" }, bindings: { ORDERLY_TOKEN: TOKEN },
+      compatibilityFlags: ["nodejs_compat"], serviceBindings: { ORDERLY: "orderly" }, bindings: { ORDERLY_TOKEN: PRODUCER },
       outboundService: (request) => inbox.handle(request),
     }],
     serviceBindings: { FEDIFY: { name: "fedify", entrypoint: "OrderlyFedifyHandler" } },
@@ -191,12 +193,12 @@ for (const concurrency of [4, 16]) {
           name: "orderly", modules: true, modulesRules: MODULES_RULES, compatibilityDate: "2026-08-01", cf: false,
           scriptPath: join(root, "build/bench-orderly.mjs"), modulesRoot: join(root, "build"),
           kvNamespaces: ["ORDERING_KV"], d1Databases: ["DB"], queueProducers: { JOBS: { queueName: "orderly-jobs" } },
-          bindings: { ADMIN_TOKEN: TOKEN, ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY, BACKOFF_BASE_SECONDS: "1", BACKOFF_CAP_SECONDS: "2", BENCH_LANE: "0" },
+          bindings: { ADMIN_TOKEN: TOKEN, PRODUCER_TOKEN: PRODUCER, ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY, BACKOFF_BASE_SECONDS: "1", BACKOFF_CAP_SECONDS: "2", BENCH_LANE: "0" },
           serviceBindings: { FEDIFY: { name: "fedify", entrypoint: "OrderlyFedifyHandler" } },
         },
         {
           name: "fedify", modules: true, scriptPath: join(root, "build/fedify-worker.mjs"), compatibilityDate: "2026-08-01",
-          compatibilityFlags: ["nodejs_compat"], serviceBindings: { ORDERLY: "orderly" }, bindings: { ORDERLY_TOKEN: TOKEN },
+          compatibilityFlags: ["nodejs_compat"], serviceBindings: { ORDERLY: "orderly" }, bindings: { ORDERLY_TOKEN: PRODUCER },
           outboundService: (request) => inbox.handle(request),
         },
       ],
@@ -232,11 +234,11 @@ for (const concurrency of [4, 16]) {
 /** orderly and the Fedify app beside it, the app's inboxes answered by `handle`. */
 async function fedifyPair(handle, { vars = {}, appBindings = {} } = {}) {
   return start({
-    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY, ...vars },
+    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PAYLOAD_KEY, PRODUCER_TOKEN: PRODUCER, ...vars },
     extraWorkers: () => [{
       name: "fedify", modules: true, scriptPath: join(root, "build/fedify-worker.mjs"), compatibilityDate: "2026-08-01",
       compatibilityFlags: ["nodejs_compat"], serviceBindings: { ORDERLY: "orderly" },
-      bindings: { ORDERLY_TOKEN: TOKEN, ...appBindings },
+      bindings: { ORDERLY_TOKEN: PRODUCER, ...appBindings },
       outboundService: handle,
     }],
     serviceBindings: { FEDIFY: { name: "fedify", entrypoint: "OrderlyFedifyHandler" } },

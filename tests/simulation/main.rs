@@ -810,6 +810,7 @@ fn sim_api<'a>(
         clock: &sched.clock,
         cfg: Ok(cfg),
         admin_token: Some(SIM_TOKEN),
+        producer_token: None,
         new_id,
         types: &orderly::app::BuiltIn,
         sealer: None,

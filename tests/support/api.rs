@@ -16,6 +16,8 @@ use super::{MemoryQueue, Sqlite};
 pub const T0: i64 = 1_700_000_000_000;
 /// The configured admin token.
 pub const TOKEN: &str = "s3cret-token-0123456789";
+/// The producer's token: submit and read only.
+pub const PRODUCER_TOKEN: &str = "producer-token-0123456789";
 
 /// One API with its ports.
 pub struct ApiWorld {
@@ -53,6 +55,7 @@ impl ApiWorld {
             clock: &self.clock,
             cfg,
             admin_token,
+            producer_token: Some(PRODUCER_TOKEN),
             new_id,
             types: &orderly::app::BuiltIn,
             sealer: self.sealer.as_ref().map(|s| s as &dyn orderly::seal::Sealer),
