@@ -520,7 +520,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// `ON_DEAD = "skip"` its key would move past a job that was never run.
     fn wait_for_key(&self, job: &Job, started_at: i64, why: String) -> Ran {
         let now = self.clock.now_ms();
-        let error = format!("{why}; waiting for PAYLOAD_KEY to hold its key, no attempt spent");
+        let error = format!("{why}; waiting for PAYLOAD_KEY to open it, its key held, no attempt spent");
         self.outage(format!("job {} not run: {error}", job.id));
         let history = history::stmt::run(&history::Run {
             job_id: &job.id,
