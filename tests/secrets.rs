@@ -40,6 +40,15 @@ fn run(w: &ApiWorld, sealer: Option<&dyn Sealer>, runner: &Keeper, msgs: &[Incom
     block_on(consumer.process(Role::Main, msgs))
 }
 
+/// Submits `payload` as a sensitive job: its id and its queue message as the consumer gets it.
+fn submit_sensitive(w: &ApiWorld, payload: &Value) -> (String, Incoming) {
+    let r = w.call("POST", "/jobs", Some(json!({"payload": payload, "sensitive": true})));
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
+    let sent = w.queue.batches.borrow().last().and_then(|b| b.last()).map(|m| m.json().to_string()).unwrap();
+    (id, Incoming { id: "m1".into(), timestamp_ms: T0, body: Ok(serde_json::from_str(&sent).unwrap()) })
+}
+
 fn column(w: &ApiWorld, id: &str, col: &str) -> String {
     match w.ledger.sql.column(id, col) {
         rusqlite::types::Value::Text(t) => t,
@@ -110,13 +119,7 @@ fn a_sealed_job_without_its_key_waits_instead_of_running() {
     let mut w = ApiWorld::new();
     w.sealer = Some(AesSealer::new(&format!("old:{}", key(3))));
     let payload = json!({"type": "webhook", "url": "https://example.test/", "body": {"key": SECRET}});
-    let r = w.call("POST", "/jobs", Some(json!({"payload": payload, "sensitive": true})));
-    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
-    let msg = Incoming {
-        id: "m1".into(),
-        timestamp_ms: T0,
-        body: Ok(serde_json::from_str(w.queue.batches.borrow()[0][0].json()).unwrap()),
-    };
+    let (id, msg) = submit_sensitive(&w, &payload);
     let keeper = Keeper::default();
     // No PAYLOAD_KEY, or one that rotated the old key away: not run, put off without spending an
     // attempt, however often it comes back (MAX_ATTEMPTS is 2 here).
@@ -224,13 +227,7 @@ fn a_sealed_jobs_errors_keep_no_detail_in_the_ledger_the_api_or_the_log() {
     let mut w = ApiWorld::new();
     w.sealer = Some(AesSealer::new(&format!("k1:{}", key(1))));
     let payload = json!({"type": "webhook", "url": "https://example.test/hooks/s3cret-path?token=t0k", "body": {}});
-    let r = w.call("POST", "/jobs", Some(json!({"payload": payload, "sensitive": true})));
-    let id = r.json_body()["jobs"][0]["id"].as_str().unwrap().to_string();
-    let msg = Incoming {
-        id: "m1".into(),
-        timestamp_ms: T0,
-        body: Ok(serde_json::from_str(w.queue.batches.borrow()[0][0].json()).unwrap()),
-    };
+    let (id, msg) = submit_sensitive(&w, &payload);
     let logged = RefCell::new(String::new());
     let log = |e: &orderly::log::Event<'_>| logged.borrow_mut().push_str(&e.json());
     let kv = MemoryKv::new(orderly::clock::ManualClock::new(T0));
