@@ -798,7 +798,7 @@ fn parse_job(
         ordering_key: ordering_key.clone(),
         // A sensitive job's message names its type only: the ledger row is what runs.
         payload: if sensitive { producer::sealed_stub(job_type.as_deref()) } else { payload },
-        meta: JobMeta { id: Some(id.clone()), dedupe_key: dedupe_key.clone(), max_attempts, priority },
+        meta: JobMeta { id: Some(id.clone()), dedupe_key: dedupe_key.clone(), max_attempts, priority, queued_at: None },
     };
     let msg = OutMessage::of(&env, delay);
     if !msg.fits() {

@@ -48,6 +48,10 @@ pub struct JobMeta {
     pub max_attempts: Option<u32>,
     /// 0 most urgent .. 9; 5 when absent (design §12).
     pub priority: Option<u8>,
+    /// When the job's first message was sent (ms), written by orderly when it sends a waiting
+    /// job's message again (design §3): a key's messages keep their order in a batch, whose
+    /// members are planned by send time, though a re-sent one has a new one.
+    pub queued_at: Option<i64>,
 }
 
 /// Why a body cannot be read. Permanent: the same bytes will never decode, so the job is DEAD.
@@ -111,6 +115,9 @@ impl Envelope {
         if let Some(p) = self.meta.priority {
             meta.insert("priority".into(), Value::from(p));
         }
+        if let Some(at) = self.meta.queued_at {
+            meta.insert("queued_at".into(), Value::from(at));
+        }
         if !meta.is_empty() {
             obj.insert(JOB_FIELD.into(), Value::Object(meta));
         }
@@ -144,7 +151,14 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
         None | Some(Value::Null) => None,
         Some(v) => Some(checked_priority(&v).map_err(|e| bad(format!("{JOB_FIELD}.{e}")))?),
     };
-    Ok(JobMeta { id, dedupe_key, max_attempts, priority })
+    let queued_at =
+        match m.remove("queued_at") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_i64().filter(|&ms| ms >= 0).ok_or_else(|| {
+                bad(format!("{JOB_FIELD}.queued_at must be a whole number of milliseconds, got {v}"))
+            })?),
+        };
+    Ok(JobMeta { id, dedupe_key, max_attempts, priority, queued_at })
 }
 
 /// Checks a `priority` value: a whole number in 0..=9. Shared with the HTTP API.
@@ -291,7 +305,13 @@ mod tests {
         assert_eq!(e.payload, json!({"type": "t"}));
         assert_eq!(
             e.meta,
-            JobMeta { id: Some("j1".into()), dedupe_key: Some("d".into()), max_attempts: Some(3), priority: None }
+            JobMeta {
+                id: Some("j1".into()),
+                dedupe_key: Some("d".into()),
+                max_attempts: Some(3),
+                priority: None,
+                queued_at: None
+            }
         );
         let e = Envelope::decode(json!({"__fedify_payload__": {"a": 1}, "__orderly_job__": {"id": "j2"}})).unwrap();
         assert_eq!(e.payload, json!({"a": 1}));
@@ -303,9 +323,19 @@ mod tests {
         let e = Envelope {
             ordering_key: Some("k".into()),
             payload: json!({"type": "webhook", "__fedify_payload__": "inner keys survive"}),
-            meta: JobMeta { id: Some("id".into()), dedupe_key: None, max_attempts: Some(2), priority: None },
+            meta: JobMeta {
+                id: Some("id".into()),
+                dedupe_key: None,
+                max_attempts: Some(2),
+                priority: None,
+                queued_at: Some(1_764_600_000_000),
+            },
         };
         assert_eq!(Envelope::decode(e.encode()).unwrap(), e);
+        for bad in [json!(-1), json!(1.5), json!("soon")] {
+            let err = Envelope::decode(json!({"__orderly_job__": {"queued_at": bad}})).unwrap_err();
+            assert!(err.to_string().contains("queued_at must be a whole number"), "{err}");
+        }
         let plain = Envelope { ordering_key: None, payload: json!(null), meta: JobMeta::default() };
         assert_eq!(Envelope::decode(plain.encode()).unwrap(), plain);
     }

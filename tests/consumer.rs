@@ -9,7 +9,9 @@ use std::rc::Rc;
 use futures::executor::block_on;
 use orderly::clock::{Clock, ManualClock};
 use orderly::config::Config;
-use orderly::consumer::{Consumer, Incoming, Outcome, Role, DELIVERY_EXHAUSTED, INFRA_RETRY_DELAY_SECONDS};
+use orderly::consumer::{
+    Consumer, Incoming, Outcome, Role, DELIVERY_EXHAUSTED, INFRA_RETRY_DELAY_SECONDS, RESEND_WAITING_AFTER_MS,
+};
 use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{stmt, Job, JobSpec, Sql, Status};
 use orderly::lock::{owner_token, Kv, MemoryKv};
@@ -93,6 +95,8 @@ struct World {
     /// What the consumer reported.
     log: RefCell<Vec<String>>,
     queue: MemoryQueue,
+    /// Outcomes as the consumer gave them, a re-sent message's `Ack` included.
+    raw: std::cell::Cell<bool>,
     /// The database file (for a second connection that acts behind the consumer's back).
     path: std::path::PathBuf,
 }
@@ -114,7 +118,17 @@ impl World {
             watch_lock: watch_lock.map(str::to_string),
         };
         let (db, path) = Sqlite::temp();
-        World { clock, kv, db, path, script, cfg, log: RefCell::default(), queue: MemoryQueue::default() }
+        World {
+            clock,
+            kv,
+            db,
+            path,
+            script,
+            cfg,
+            log: RefCell::default(),
+            queue: MemoryQueue::default(),
+            raw: Default::default(),
+        }
     }
     fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
         let log = |event: &orderly::log::Event<'_>| self.log.borrow_mut().push(event.to_string());
@@ -129,7 +143,20 @@ impl World {
         )
         .with_random(&|| 1.0)
         .with_log(&log);
-        block_on(consumer.process(role, msgs))
+        let before = self.queue.sent_with_delay().len();
+        let mut out = block_on(consumer.process(role, msgs));
+        if self.raw.get() {
+            return out;
+        }
+        // A message that waits is acked and sent again with its delay: seen here as deferred by
+        // that delay (how the wait is carried is `a_waiting_message_is_sent_again_not_retried`'s).
+        for (env, delay) in self.queue.sent_with_delay().split_off(before) {
+            let id = env.meta.id.unwrap_or_default();
+            let i = msgs.iter().position(|m| m.id == id).expect("a re-sent message is one of the batch");
+            assert_eq!(out[i], Outcome::Ack, "a re-sent message is acked");
+            out[i] = Outcome::Defer { delay_seconds: delay };
+        }
+        out
     }
     fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
         self.process(Role::Main, msgs)
@@ -284,6 +311,83 @@ fn a_snooze_holds_the_key_spends_no_attempt_and_runs_when_it_ends() {
     assert_eq!(w.run(&[a, b]), vec![Outcome::Ack, Outcome::Ack]);
     assert_eq!(w.script.runs.borrow().clone(), vec![("a".into(), 1), ("a".into(), 1), ("b".into(), 1)]);
     assert_eq!((w.job("a").attempts, w.job("b").status), (1, Status::Done));
+}
+
+#[test]
+fn a_waiting_message_is_sent_again_not_retried() {
+    let w = World::new();
+    w.raw.set(true);
+    let sent_at = T0 - RESEND_WAITING_AFTER_MS - 1;
+    let a = keyed("a", sent_at, "k", json!({"type": "t", "snooze": 1}));
+    let b = keyed("b", sent_at + 1, "k", ok());
+    // Every retry() spends one of Queues' max_retries deliveries: a snooze and the job waiting
+    // behind it, once their messages are a minute old, are acked and come back as new messages.
+    assert_eq!(w.run(&[a.clone(), b.clone()]), vec![Outcome::Ack, Outcome::Ack]);
+    let sent = w.queue.sent_with_delay();
+    let seen: Vec<_> =
+        sent.iter().map(|(e, d)| (e.meta.id.clone(), e.meta.queued_at, e.ordering_key.clone(), *d)).collect();
+    let k = Some("k".to_string());
+    assert_eq!(
+        seen,
+        vec![(Some("a".into()), Some(sent_at), k.clone(), 30), (Some("b".into()), Some(sent_at + 1), k, 30)]
+    );
+    assert_eq!((w.job("a").attempts, w.job("b").attempts), (0, 0));
+    // Delivered again (new messages, new ids, one send time, any order): the key's order holds.
+    w.clock.advance_ms(30_000);
+    let again: Vec<Incoming> = w.queue.batches.borrow()[0]
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(n, m)| msg(&format!("new-{n}"), T0 + 30_000, serde_json::from_str(m.json()).unwrap()))
+        .collect();
+    assert_eq!(w.run(&again), vec![Outcome::Ack, Outcome::Ack], "{:?} {:?}", w.runs(), w.log.borrow());
+    assert_eq!(w.runs(), vec!["a", "a", "b"]);
+    assert_eq!((w.job("a").status, w.job("b").status), (Status::Done, Status::Done));
+    // A younger message is retried (a re-send costs more), and so is one the queue cannot take.
+    let young = keyed("y", T0 + 30_000 - RESEND_WAITING_AFTER_MS + 1_000, "k3", json!({"type": "t", "snooze": 1}));
+    assert_eq!(w.run(&[young]), vec![Outcome::Defer { delay_seconds: 30 }]);
+    let c = keyed("c", sent_at, "k2", json!({"type": "t", "snooze": 1}));
+    w.queue.down.set(true);
+    assert_eq!(w.run(&[c]), vec![Outcome::Defer { delay_seconds: 30 }]);
+    assert!(w.log.borrow().iter().any(|l| l.contains("not sent again")), "{:?}", w.log.borrow());
+}
+
+#[test]
+fn a_job_that_snoozes_for_hours_never_runs_out_of_queue_deliveries() {
+    // Queues dead-letters a message after `max_retries` (100) retries; a job snoozing every 30 s
+    // for 150 runs, with the job behind it waiting, must not be dead-lettered though it never failed.
+    let w = World::new();
+    w.raw.set(true);
+    let mut waiting =
+        vec![(keyed("a", T0, "k", json!({"type": "t", "snooze": 150})), 1), (keyed("b", T0 + 1, "k", ok()), 1)];
+    let mut most = 0;
+    for round in 0..200 {
+        let batch: Vec<Incoming> = waiting.iter().map(|(m, _)| m.clone()).collect();
+        let out = w.run(&batch);
+        let sent = w.queue.batches.borrow_mut().drain(..).flatten().collect::<Vec<_>>();
+        let mut next = Vec::new();
+        for ((m, deliveries), o) in waiting.into_iter().zip(out) {
+            match o {
+                Outcome::Defer { .. } | Outcome::Retry { .. } => next.push((m, deliveries + 1)),
+                Outcome::Ack => {}
+            }
+        }
+        for (n, s) in sent.iter().enumerate() {
+            let body = serde_json::from_str(s.json()).unwrap();
+            next.push((msg(&format!("m{round}-{n}"), w.clock.now_ms(), body), 1));
+        }
+        next.sort_by_key(|(m, _)| m.timestamp_ms);
+        most = next.iter().map(|(_, d)| *d).max().unwrap_or(0).max(most);
+        waiting = next;
+        if waiting.is_empty() {
+            break;
+        }
+        w.clock.advance_ms(30_000);
+    }
+    assert!(waiting.is_empty(), "both jobs finished");
+    assert_eq!((w.job("a").status, w.job("a").snoozes, w.job("b").status), (Status::Done, 150, Status::Done));
+    assert!(most <= 4, "a message was delivered {most} times");
+    assert_eq!(w.runs().last().map(String::as_str), Some("b"));
 }
 
 #[test]

@@ -19,11 +19,19 @@ use crate::error::InfraError;
 use crate::handlers::Runner;
 use crate::ledger::{stmt, Claimed, Job, JobSpec, Lease, Ledger, Sql, Status, Stmt};
 use crate::lock::{self, Acquired, Kv};
-use crate::producer::QueueSender;
+use crate::producer::{self, OutMessage, QueueSender};
 
 /// How far a job polling a held key lets its `next_run_at` fall behind before it is written
 /// again: half the grace after which maintenance re-sends a PENDING job as lost.
 const DUE_SLACK_MS: i64 = crate::maintenance::RESEND_GRACE_MS / 2;
+
+/// How old a waiting message must be (since it was sent) before its wait is a new message rather
+/// than a `retry()`. A message is retried for at most this long, so with waits of a second or
+/// more it spends at most about 60 of Queues' `max_retries` deliveries (wrangler.toml sets 100)
+/// however long its job waits in all. Younger messages are retried: a re-send costs two more
+/// Queues operations than a retry, and every copy of a message (a duplicate delivery, a lost
+/// ack) that is re-sent lives on, so re-sending every short wait would multiply copies.
+pub const RESEND_WAITING_AFTER_MS: i64 = 60_000;
 
 /// The claim's verdict on one message.
 enum Claim {
@@ -76,17 +84,24 @@ struct Settle {
     /// A statement that rides with the transition, its result not looked at: a run's history
     /// line, or a deferred job's due time kept.
     rides: Option<Stmt>,
+    /// The message waits (a snooze, a held key), spending no attempt: once its wait is recorded
+    /// it comes back as a new message, not by `retry()` (see `Consumer::resent`).
+    waits: bool,
 }
 
 impl Settle {
     fn plain(index: usize, outcome: Outcome) -> Self {
-        Settle { index, record: None, outcome, guarded: None, rides: None }
+        Settle { index, record: None, outcome, guarded: None, rides: None, waits: false }
     }
     fn recorded(index: usize, record: Stmt, outcome: Outcome) -> Self {
-        Settle { index, record: Some(record), outcome, guarded: None, rides: None }
+        Settle { record: Some(record), ..Settle::plain(index, outcome) }
     }
     fn guarded(index: usize, job: &str, record: Stmt, outcome: Outcome) -> Self {
-        Settle { index, record: Some(record), outcome, guarded: Some(job.to_string()), rides: None }
+        Settle { guarded: Some(job.to_string()), ..Settle::recorded(index, record, outcome) }
+    }
+    /// This settlement, for a message that waits.
+    fn waiting(self) -> Self {
+        Settle { waits: true, ..self }
     }
     /// A handler run: its guarded transition and its history line.
     fn ran(index: usize, job: &str, ran: Ran, outcome: Outcome) -> Self {
@@ -140,7 +155,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
         };
         let lock_ends = self.run_groups(&mut plan, &locks, claims, decoded, now).await;
-        self.settle(plan.settled, lock_ends, msgs.len()).await
+        self.settle(plan.settled, lock_ends, msgs, decoded).await
     }
 
     /// Plans a batch: unreadable bodies are recorded DEAD; a job delivered twice in one batch runs
@@ -161,7 +176,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 }
                 Ok(d) => items.push(Item {
                     position: i,
-                    timestamp_ms: msgs[i].timestamp_ms,
+                    timestamp_ms: d.queued_at,
                     key: d.spec.ordering_key.as_deref(),
                     priority: d.spec.priority,
                 }),
@@ -220,7 +235,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         let note = stmt::note_deferral(spec, now, due);
                         let keep = stmt::keep_due(&spec.id, due, now, DUE_SLACK_MS);
                         let settle = Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay });
-                        plan.settled.push(Settle { rides: Some(keep), ..settle });
+                        plan.settled.push(Settle { rides: Some(keep), ..settle }.waiting());
                     }
                 }
                 GroupLock::Down => plan.settled.extend(
@@ -308,12 +323,23 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// its outcome is not applied; the message comes back shortly and the ledger decides (DONE:
     /// acked; PENDING: run again; RUNNING elsewhere: deferred). Then the locks end: released, or
     /// held in the name of a failure that was recorded.
-    async fn settle(&self, settled: Vec<Settle>, mut lock_ends: Vec<LockEnd>, n: usize) -> Vec<Outcome> {
+    async fn settle(
+        &self,
+        settled: Vec<Settle>,
+        mut lock_ends: Vec<LockEnd>,
+        msgs: &[Incoming],
+        decoded: &[Result<Decoded, String>],
+    ) -> Vec<Outcome> {
+        let n = msgs.len();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
         let mut records = Vec::new();
         let mut decided = Vec::with_capacity(settled.len());
+        let mut waiting = Vec::new();
         for s in settled {
             let at = s.record.as_ref().map(|_| records.len());
+            if s.waits {
+                waiting.push(s.index);
+            }
             decided.push((s.index, s.outcome, at, s.guarded));
             if let Some(record) = s.record {
                 records.push((record, s.rides));
@@ -348,7 +374,43 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
         }
         self.release_all(lock_ends).await;
+        if applied.is_some() {
+            self.resend_waiting(&mut outcomes, &waiting, msgs, decoded).await;
+        }
         outcomes
+    }
+
+    /// Sends each waiting message older than [`RESEND_WAITING_AFTER_MS`] again with its delay and
+    /// acks the old one (a batch that cannot be sent leaves its messages to `retry()`). Only waits
+    /// already recorded come here.
+    async fn resend_waiting(
+        &self,
+        outcomes: &mut [Outcome],
+        waiting: &[usize],
+        msgs: &[Incoming],
+        decoded: &[Result<Decoded, String>],
+    ) {
+        let now = self.clock.now_ms();
+        let mut sends: Vec<(usize, OutMessage)> = Vec::new();
+        for &i in waiting {
+            if now - msgs[i].timestamp_ms < RESEND_WAITING_AFTER_MS {
+                continue;
+            }
+            let (Outcome::Defer { delay_seconds }, Ok(d)) = (outcomes[i], &decoded[i]) else { continue };
+            if let Some(msg) = self.resent(&msgs[i], d, delay_seconds) {
+                sends.push((i, msg));
+            }
+        }
+        let (at, out): (Vec<usize>, Vec<OutMessage>) = sends.into_iter().unzip();
+        let mut next = 0;
+        for batch in producer::split(out) {
+            let sent = at[next..next + batch.len()].to_vec();
+            next += batch.len();
+            match self.queue.send_batch(&batch).await {
+                Ok(()) => sent.into_iter().for_each(|i| outcomes[i] = Outcome::Ack),
+                Err(e) => self.outage(format!("{} waiting messages not sent again, retried instead: {e}", batch.len())),
+            }
+        }
     }
 
     /// Reads the holders of held keys (one D1 round trip, only when a key is held) and takes over
@@ -450,12 +512,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     }
                     if let Some(delay) = stopped {
                         let at = now + i64::from(delay) * 1000;
-                        settled.push(Settle::guarded(
-                            i,
-                            &job.id,
-                            stmt::defer(&job.id, &self.owner, now, at),
-                            Outcome::Defer { delay_seconds: delay },
-                        ));
+                        let defer = stmt::defer(&job.id, &self.owner, now, at);
+                        let settle = Settle::guarded(i, &job.id, defer, Outcome::Defer { delay_seconds: delay });
+                        // Behind a job of its key that waits: it waits as long.
+                        settled.push(if keyed { settle.waiting() } else { settle });
                         continue;
                     }
                     self.keep_alive(held, leases).await;
@@ -475,13 +535,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         stopped = Some(delay_seconds);
                         hold_for = Some((job.id.clone(), delay_seconds));
                     }
-                    let outcome = match ran.end {
-                        RunEnd::Done | RunEnd::Dead => Outcome::Ack,
-                        RunEnd::Retry { delay_seconds } => Outcome::Retry { delay_seconds },
+                    let (outcome, waits) = match ran.end {
+                        RunEnd::Done | RunEnd::Dead => (Outcome::Ack, false),
+                        RunEnd::Retry { delay_seconds } => (Outcome::Retry { delay_seconds }, false),
                         // Not a failed attempt: the message is put off like a busy key's.
-                        RunEnd::Snooze { delay_seconds } => Outcome::Defer { delay_seconds },
+                        RunEnd::Snooze { delay_seconds } => (Outcome::Defer { delay_seconds }, true),
                     };
-                    settled.push(Settle::ran(i, &job.id, ran, outcome));
+                    let settle = Settle::ran(i, &job.id, ran, outcome);
+                    settled.push(if waits { settle.waiting() } else { settle });
                 }
             }
         }

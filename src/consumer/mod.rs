@@ -13,6 +13,7 @@
 mod locked;
 mod strict;
 
+pub use locked::RESEND_WAITING_AFTER_MS;
 pub use strict::{CHAIN_CHUNK, FIRST_CHUNK};
 
 use std::cell::{Cell, RefCell};
@@ -29,7 +30,7 @@ use crate::ledger::history::{self, RunOutcome};
 use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt, DEFAULT_PRIORITY};
 use crate::lock::Kv;
 use crate::log::Event;
-use crate::producer::{QueueSender, MAX_PAYLOAD_BYTES};
+use crate::producer::{OutMessage, QueueSender, MAX_PAYLOAD_BYTES};
 use crate::seal::{is_sealed, Sealer};
 
 /// Delay before a message deferred for an outage (KV, D1, bad config) comes back.
@@ -282,6 +283,8 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
 #[derive(Debug, Clone)]
 struct Decoded {
     spec: JobSpec,
+    /// When the job's first message was sent (ms): what a batch plans a key's messages by.
+    queued_at: i64,
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
@@ -303,7 +306,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         for (i, (m, d)) in msgs.iter().zip(decoded).enumerate() {
             match d {
                 Ok(d) if d.spec.ordering_key.is_some() => {
-                    keyed.push(strict::Member { index: i, timestamp_ms: m.timestamp_ms, decoded: d })
+                    keyed.push(strict::Member { index: i, timestamp_ms: d.queued_at, decoded: d })
                 }
                 other => {
                     rest_at.push(i);
@@ -351,7 +354,23 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             max_attempts: env.meta.max_attempts.unwrap_or(self.cfg.max_attempts),
             priority: env.meta.priority.unwrap_or(DEFAULT_PRIORITY),
         };
-        Ok(Decoded { spec })
+        let queued_at = env.meta.queued_at.map_or(m.timestamp_ms, |at| at.min(m.timestamp_ms));
+        Ok(Decoded { spec, queued_at })
+    }
+
+    /// The message that brings back a job that waits (a snooze, a held key) in place of
+    /// `retry()`: every `retry()` spends one of Queues' `max_retries` deliveries, and a wait
+    /// spends no attempt, so a job that waits long enough would be dead-lettered though it never
+    /// failed (design §3). The new message names the job (its id, which may have been the old
+    /// message's) and when it was first sent, so it keeps its place in its key's order. `None`
+    /// when it cannot be rebuilt within Queues' limits: then it is retried.
+    fn resent(&self, m: &Incoming, d: &Decoded, delay_seconds: u32) -> Option<OutMessage> {
+        let body = m.body.as_ref().ok()?;
+        let mut env = Envelope::decode(body.clone()).ok()?;
+        env.meta.id = Some(d.spec.id.clone());
+        env.meta.queued_at = Some(d.queued_at);
+        let msg = OutMessage::of(&env, delay_seconds);
+        msg.fits().then_some(msg)
     }
 
     /// The ledger row for a message that cannot be decoded: its id, its body as text (unless the

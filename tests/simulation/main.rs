@@ -206,7 +206,10 @@ impl Sim {
             sched,
             db: Rc::new(Sqlite::memory()),
             kv,
-            broker: shared(Broker::new(100)),
+            // Queues' `max_retries` as wrangler.toml sets it; SIM_MAX_RETRIES=3 is Cloudflare's default.
+            broker: shared(Broker::new(
+                std::env::var("SIM_MAX_RETRIES").ok().and_then(|s| s.parse().ok()).unwrap_or(100),
+            )),
             obs: Rc::default(),
             cfg: Rc::new(cfg),
             planned: Vec::new(),
@@ -662,6 +665,9 @@ impl Sim {
             t.lost += poison.abs_diff(poisoned) as u64;
             violations.push(format!("{poison} unreadable bodies sent, {poisoned} recorded DEAD with the reason"));
         }
+        let exhausted =
+            |j: &Job| j.last_error.as_deref().unwrap_or("").starts_with(orderly::consumer::DELIVERY_EXHAUSTED);
+        t.dead_lettered = rows.values().filter(|j| j.status == Status::Dead && exhausted(j)).count() as u64;
         for p in self.planned.iter().filter(|p| !p.poison) {
             match rows.get(&p.id) {
                 None => {
@@ -846,6 +852,7 @@ fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
             total.other_violations += t.other_violations;
             total.deliveries += t.deliveries;
             total.crashes += t.crashes;
+            total.dead_lettered += t.dead_lettered;
             if !out.violations.is_empty() {
                 failures.push(format!(
                     "{}\n  {}\n  replay: {}",
@@ -858,11 +865,11 @@ fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
         rows.push((s, total));
     }
     if print_table {
-        println!("\n| setup | seeds | jobs | faults injected | crashes | lost | stuck | order violations | overlapping runs | crash-repeated successes | deliveries/job | promised order |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("\n| setup | seeds | jobs | faults injected | crashes | lost | stuck | order violations | overlapping runs | crash-repeated successes | dead-lettered by Queues | deliveries/job | promised order |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (s, t) in &rows {
             println!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} |",
                 s.name,
                 t.seeds,
                 t.jobs,
@@ -873,6 +880,7 @@ fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
                 t.order_violations,
                 t.overlaps,
                 t.crash_repeats,
+                t.dead_lettered,
                 t.deliveries as f64 / t.jobs.max(1) as f64,
                 if s.order_promised { "yes" } else { "no (reported)" }
             );

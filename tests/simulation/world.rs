@@ -523,6 +523,8 @@ pub struct Tally {
     pub other_violations: u64,
     pub deliveries: u64,
     pub crashes: u64,
+    /// Jobs Queues dead-lettered (DEAD "delivery attempts exhausted").
+    pub dead_lettered: u64,
 }
 
 pub type Shared<T> = Rc<RefCell<T>>;
