@@ -299,6 +299,7 @@ mod tests {
             http: NoHttp,
             clock: crate::clock::ManualClock::new(0),
             webhook_key: None,
+            handler_key: None,
             allow_private_targets: false,
             retry_after_cap_seconds: 60,
             http_timeout_ms: 1_000,

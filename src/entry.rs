@@ -176,19 +176,20 @@ impl App {
                 body: edge::body_json(m.body()),
             })
             .collect();
-        let webhook_key = match edge::secret(&env, "WEBHOOK_SECRET").map(|s| crate::handlers::webhook::signing_key(&s))
-        {
-            None => None,
-            Some(Ok(key)) => Some(key),
-            Some(Err(e)) => {
-                defer_all(&format!("configuration error: {e}"));
-                return Ok(());
-            }
-        };
+        let secrets = (edge::secret(&env, "WEBHOOK_SECRET"), edge::secret(&env, "HANDLER_SECRET"));
+        let (webhook_key, handler_key) =
+            match crate::handlers::webhook::signing_keys(secrets.0.as_deref(), secrets.1.as_deref()) {
+                Ok(keys) => keys,
+                Err(e) => {
+                    defer_all(&format!("configuration error: {e}"));
+                    return Ok(());
+                }
+            };
         let services = Services {
             http: WorkerFetch { env: env.clone() },
             clock: SystemClock,
             webhook_key,
+            handler_key,
             allow_private_targets: cfg.allow_private_targets,
             retry_after_cap_seconds: cfg.backoff_cap_seconds,
             http_timeout_ms: cfg.webhook_timeout_seconds * 1000,

@@ -614,12 +614,42 @@ fn a_service_handler_runs_its_type_snoozes_and_keeps_the_answer() {
     assert_eq!(statuses, vec![(Some("Snooze".into()), Some(200)), (Some("Done".into()), Some(200))]);
 }
 
+#[test]
+fn service_handler_calls_are_signed_with_their_own_key_never_the_webhooks() {
+    let w = World::new();
+    let cfg = Config { service_handlers: vec![("email".into(), "APP".into())], ..w.cfg.clone() };
+    let types = orderly::Handlers::<()>::new().webhook();
+    let call = |webhook_key: Option<&[u8]>, handler_key: Option<&[u8]>, id: &str| {
+        let service = FakeService { answers: RefCell::new(vec![(200, "", None)]), seen: RefCell::default() };
+        let services = orderly::handlers::Services {
+            webhook_key: webhook_key.map(<[u8]>::to_vec),
+            handler_key: handler_key.map(<[u8]>::to_vec),
+            ..services_with_email(service)
+        };
+        let registry = types.runner((), &cfg, services);
+        let consumer = Consumer::new(&cfg, &w.kv, &w.db, &registry, &w.clock, &w.queue, "inv");
+        block_on(consumer.process(Role::Main, &[msg(id, T0, json!({"type": "email"}))]));
+        let seen = registry.services().http.seen.borrow().last().cloned();
+        seen.expect("the service was called")
+    };
+    let header = |req: &orderly::handlers::HttpRequest, name: &str| {
+        req.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    };
+    // A webhook receiver holds WEBHOOK_SECRET's key: it must not be able to sign a handler call.
+    let req = call(Some(b"webhooks"), Some(b"handlers"), "s1");
+    let expected = orderly::handlers::webhook::sign(b"handlers", "s1", T0 / 1000, &req.body);
+    assert_eq!(header(&req, "webhook-signature"), Some(expected));
+    let unsigned = call(Some(b"webhooks"), None, "s2");
+    assert_eq!(header(&unsigned, "webhook-signature"), None, "WEBHOOK_SECRET alone signs no handler call");
+}
+
 /// What the built-in handlers use, with `email` run by the service bound as `APP`.
 fn services_with_email<H>(http: H) -> orderly::handlers::Services<H, ManualClock> {
     orderly::handlers::Services {
         http,
         clock: ManualClock::new(T0),
         webhook_key: None,
+        handler_key: None,
         allow_private_targets: false,
         retry_after_cap_seconds: 3600,
         http_timeout_ms: 1_000,

@@ -201,8 +201,11 @@ pub struct Services<H, C> {
     pub http: H,
     /// The clock (webhook timestamps).
     pub clock: C,
-    /// The signing key from `WEBHOOK_SECRET`, if set (see [`webhook::signing_key`]).
+    /// The key from `WEBHOOK_SECRET` that signs webhooks, if set (see [`webhook::signing_key`]).
     pub webhook_key: Option<Vec<u8>>,
+    /// The key from `HANDLER_SECRET` that signs service-handler calls, if set. Never the webhooks'
+    /// key: every receiver of a webhook knows that one, and could sign a call to a handler.
+    pub handler_key: Option<Vec<u8>>,
     /// Whether webhooks may target loopback, private and link-local addresses.
     pub allow_private_targets: bool,
     /// Longest `Retry-After` honoured (`BACKOFF_CAP_SECONDS`).

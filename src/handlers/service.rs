@@ -3,8 +3,9 @@
 //! `entrypoint = "..."`, which the internet cannot reach.
 //!
 //! The request: `POST /orderly/run`, JSON `{"id", "type", "attempt", "ordering_key", "priority",
-//! "payload"}`, headers `orderly-job-id` and `orderly-attempt`, and, with `WEBHOOK_SECRET`, the
-//! Standard Webhooks signature headers (a handler on a public fetch handler verifies them). The
+//! "payload"}`, headers `orderly-job-id` and `orderly-attempt`, and, with `HANDLER_SECRET`, the
+//! Standard Webhooks signature headers (a handler on a public fetch handler verifies them; the
+//! key is its own, never `WEBHOOK_SECRET`'s, which every webhook receiver holds). The
 //! answer: a header `orderly-snooze: SECONDS` (1..43,200) on any answer is a snooze, and its JSON
 //! body `{"payload": ...}`, if given, is the payload of the job's next run (a handler's own retry
 //! state, such as Fedify's attempt count: same `type`, at most `MAX_PAYLOAD_BYTES`); 2xx is done
@@ -138,7 +139,7 @@ pub async fn run<H: HttpClient, C: Clock>(
     services: &Services<H, C>,
 ) -> Result<Done, JobError> {
     let now_s = services.clock.now_ms() / 1000;
-    let req = request(job, job_type, binding, services.webhook_key.as_deref(), now_s);
+    let req = request(job, job_type, binding, services.handler_key.as_deref(), now_s);
     match services.http.send(req, services.http_timeout_ms).await {
         Ok(resp) => outcome(&resp, services.retry_after_cap_seconds),
         Err(SendError::Network(e)) => Err(JobError::retry(format!("service {binding}: {e}"))),

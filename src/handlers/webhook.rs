@@ -166,18 +166,39 @@ pub fn request(payload: &Value, allow_private: bool) -> Result<HttpRequest, JobE
     })
 }
 
-/// The signing key of a `WEBHOOK_SECRET`: a `whsec_` secret is base64 of the key (the Standard
-/// Webhooks form), any other secret is the key's bytes. A `whsec_` secret that is not base64 is a
-/// configuration error (every signature made with it would be wrong).
-pub fn signing_key(secret: &str) -> Result<Vec<u8>, ConfigError> {
+/// The signing key of a secret (`WEBHOOK_SECRET`, `HANDLER_SECRET`, named by `var`): a `whsec_`
+/// secret is base64 of the key (the Standard Webhooks form), any other secret is the key's bytes.
+/// A `whsec_` secret that is not base64 is a configuration error (every signature made with it
+/// would be wrong).
+pub fn signing_key(var: &'static str, secret: &str) -> Result<Vec<u8>, ConfigError> {
     match secret.strip_prefix("whsec_") {
         Some(b) => B64.decode(b.trim()).map_err(|_| ConfigError {
-            var: "WEBHOOK_SECRET",
+            var,
             value: "whsec_…".to_string(),
             reason: "the part after whsec_ is not base64",
         }),
         None => Ok(secret.as_bytes().to_vec()),
     }
+}
+
+/// The keys that sign webhooks (`WEBHOOK_SECRET`) and service-handler calls (`HANDLER_SECRET`),
+/// each if its secret is set. One secret for both is refused: every receiver of a webhook holds
+/// the webhooks' key, and could sign a call to a handler with it.
+#[allow(clippy::type_complexity)]
+pub fn signing_keys(
+    webhook_secret: Option<&str>,
+    handler_secret: Option<&str>,
+) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), ConfigError> {
+    let webhook = webhook_secret.map(|s| signing_key("WEBHOOK_SECRET", s)).transpose()?;
+    let handler = handler_secret.map(|s| signing_key("HANDLER_SECRET", s)).transpose()?;
+    if webhook.is_some() && webhook == handler {
+        return Err(ConfigError {
+            var: "HANDLER_SECRET",
+            value: "(the same key as WEBHOOK_SECRET)".into(),
+            reason: "it must differ from WEBHOOK_SECRET, which every webhook receiver holds",
+        });
+    }
+    Ok((webhook, handler))
 }
 
 /// Standard Webhooks signature: `v1,` + base64(HMAC-SHA256(key, "{id}.{timestamp}.{body}")).
@@ -360,8 +381,18 @@ mod tests {
 
     #[test]
     fn a_malformed_whsec_secret_is_a_configuration_error() {
-        assert_eq!(signing_key("whsec_!!not base64!!").unwrap_err().var, "WEBHOOK_SECRET");
-        assert_eq!(signing_key("raw-secret").unwrap(), b"raw-secret".to_vec());
+        assert_eq!(signing_key("WEBHOOK_SECRET", "whsec_!!not base64!!").unwrap_err().var, "WEBHOOK_SECRET");
+        assert_eq!(signing_key("WEBHOOK_SECRET", "raw-secret").unwrap(), b"raw-secret".to_vec());
+        // Webhooks and service handlers are signed with keys of their own, never one for both.
+        let (w, h) = signing_keys(Some("webhooks-key"), Some("handlers-key")).unwrap();
+        assert_eq!((w.as_deref(), h.as_deref()), (Some(&b"webhooks-key"[..]), Some(&b"handlers-key"[..])));
+        assert_eq!(signing_keys(Some("k"), None).unwrap(), (Some(b"k".to_vec()), None));
+        let same = signing_keys(
+            Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        );
+        assert_eq!(same.unwrap_err().var, "HANDLER_SECRET");
+        assert_eq!(signing_keys(None, Some("whsec_!!")).unwrap_err().var, "HANDLER_SECRET");
     }
 
     #[test]
@@ -370,6 +401,7 @@ mod tests {
             http: Recorder(RefCell::default(), Ok(resp(404, None))),
             clock: ManualClock::new(0),
             webhook_key: None,
+            handler_key: None,
             allow_private_targets: false,
             retry_after_cap_seconds: 3600,
             http_timeout_ms: 30_000,
@@ -389,7 +421,7 @@ mod tests {
     fn signature_matches_the_standard_webhooks_reference_vector() {
         // The reference vector published with the Standard Webhooks libraries.
         let sig = sign(
-            &signing_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+            &signing_key("WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
             "msg_p5jXN8AQM9LWM0D4loKWxJek",
             1_614_265_330,
             r#"{"test": 2432232314}"#,
@@ -410,7 +442,8 @@ mod tests {
         let services = Services {
             http: Recorder(RefCell::default(), Ok(resp(200, None))),
             clock: ManualClock::new(1_614_265_330_123),
-            webhook_key: Some(signing_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()),
+            webhook_key: Some(signing_key("WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap()),
+            handler_key: None,
             allow_private_targets: false,
             retry_after_cap_seconds: 3600,
             http_timeout_ms: 30_000,
@@ -432,7 +465,7 @@ mod tests {
         assert_eq!(
             h("webhook-signature"),
             vec![sign(
-                &signing_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
+                &signing_key("WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap(),
                 "job-1",
                 1_614_265_330,
                 r#"{"test":1}"#
@@ -446,6 +479,7 @@ mod tests {
             http: Recorder(RefCell::default(), Err(SendError::Network("timed out".into()))),
             clock: ManualClock::new(0),
             webhook_key: None,
+            handler_key: None,
             allow_private_targets: false,
             retry_after_cap_seconds: 3600,
             http_timeout_ms: 30_000,
