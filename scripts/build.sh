@@ -12,6 +12,7 @@ if [[ "${ORDERLY_OPT:-1}" == "0" ]]; then
 fi
 (cd worker && worker-build --release "${OPT[@]}" --out-dir ../build)
 (cd examples/rust-handler && worker-build --release --no-opt)
+(cd tests/e2e/panicking-worker && worker-build --release --no-opt)
 raw=$(wc -c < build/index_bg.wasm)
 gz=$(gzip -9c build/index_bg.wasm | wc -c)
 echo "orderly worker: build/index_bg.wasm ${raw} bytes, ${gz} bytes gzip ($((gz / 1024)) KiB)"

@@ -248,7 +248,8 @@ impl<E: Clone + 'static, H: HttpClient, C: Clock> Runner for AppRunner<'_, E, H,
                 priority: job.priority,
                 env: self.env.clone(),
             };
-            return h.run(job.payload.clone(), cx).await;
+            // Noted as running while polled: a panic inside is recorded as this job's failure.
+            return crate::panics::Noted::new(job.id, job.attempt, h.run(job.payload.clone(), cx)).await;
         }
         if self.handlers.webhook && t == Webhook::TYPE {
             return Webhook::run(job, &self.services).await;

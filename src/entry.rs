@@ -130,6 +130,7 @@ impl App {
     /// make the runtime retry the whole batch, acked messages included.
     pub async fn queue(&self, batch: MessageBatch<Value>, env: Env, _ctx: Context) -> worker::Result<()> {
         let started = js_sys::Date::now() as i64;
+        crate::panics::install();
         let msgs: Vec<worker::RawMessage> = batch.raw_iter().collect();
         let defer_all = |why: &str| {
             log(&Event::ConfigError { error: format!("deferring {} messages: {why}", msgs.len()) });
@@ -196,11 +197,13 @@ impl App {
             service_handlers: cfg.service_handlers.clone(),
         };
         let runner = self.handlers.runner(env.clone(), &cfg, services);
-        let consumer =
-            Consumer::new(&cfg, &kv, &db, &runner, &SystemClock, &queue, format!("inv-{}", edge::random_id()))
-                .with_random(&edge::random)
-                .with_log(&log)
-                .with_sealer(sealer.as_ref().map(|s| s as &dyn Sealer));
+        let owner = format!("inv-{}", edge::random_id());
+        // Live while it runs: a panic in this instance ends this invocation's runs too.
+        let _live = crate::panics::Live::new(&owner);
+        let consumer = Consumer::new(&cfg, &kv, &db, &runner, &SystemClock, &queue, owner.clone())
+            .with_random(&edge::random)
+            .with_log(&log)
+            .with_sealer(sealer.as_ref().map(|s| s as &dyn Sealer));
         let Some(role) = crate::consumer::role_of(&cfg, &batch.queue()) else {
             defer_all(&format!(
                 "queue {:?} is neither JOBS_QUEUE ({:?}) nor DEAD_LETTER_QUEUE ({:?})",
@@ -210,6 +213,10 @@ impl App {
             ));
             return Ok(());
         };
+        let panicked = crate::panics::take();
+        if !panicked.is_empty() {
+            consumer.record_panics(&panicked).await;
+        }
         let outcomes = consumer.process(role, &incoming).await;
         let count = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
         let queue_name = batch.queue();

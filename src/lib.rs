@@ -94,6 +94,8 @@ pub mod log;
 #[doc(hidden)]
 pub mod maintenance;
 #[doc(hidden)]
+pub mod panics;
+#[doc(hidden)]
 pub mod producer;
 #[doc(hidden)]
 pub mod seal;

@@ -902,3 +902,54 @@ fn the_most_urgent_groups_of_a_batch_start_first_and_a_key_keeps_its_order() {
     // The key's urgent job lifts its key ahead of the default-priority jobs, behind its own earlier job.
     assert_eq!(&runs[1..3], &["k1", "k2"], "{runs:?}");
 }
+
+#[test]
+fn a_handler_panic_noted_before_the_invocation_died_is_recorded_as_its_failure() {
+    use orderly::panics::Panicked;
+    let w = World::new();
+    // Two jobs were running in an invocation that panicked (its instance gone, its leases live).
+    let last = JobSpec { max_attempts: 1, ..spec("last", None) };
+    for s in [spec("p", Some("k")), last] {
+        block_on(w.db.query(stmt::claim(&s, "inv-dead", T0, T0 + 120_000, T0))).unwrap();
+    }
+    block_on(w.db.query(stmt::claim(&spec("done", None), "inv-dead", T0, T0 + 120_000, T0))).unwrap();
+    // Jobs running beside them, in that invocation and in another live in the same instance,
+    // died with them; a job of an invocation elsewhere did not.
+    for (id, owner) in [("beside", "inv-dead"), ("other", "inv-beside"), ("elsewhere", "inv-elsewhere")] {
+        block_on(w.db.query(stmt::claim(&spec(id, None), owner, T0, T0 + 120_000, T0))).unwrap();
+    }
+    block_on(w.db.query(stmt::complete_run("done", "inv-dead", T0, None, None))).unwrap();
+    w.clock.advance_ms(1_000);
+    let noted = |id: &str, attempt: u32| Panicked {
+        job_id: id.into(),
+        attempt,
+        message: "index out of bounds".into(),
+        owners: vec!["inv-dead".into(), "inv-beside".into()],
+    };
+    let consumer = Consumer::new(&w.cfg, &w.kv, &w.db, &w.script, &w.clock, &w.queue, "inv-next").with_random(&|| 1.0);
+    // A panic noted for an attempt that is over (DONE, or a later attempt) changes nothing.
+    block_on(consumer.record_panics(&[noted("p", 1), noted("last", 1), noted("done", 1), noted("p", 7)]));
+
+    let p = w.job("p");
+    assert_eq!((p.status, p.attempts, p.lease_owner.as_deref()), (Status::Pending, 1, None));
+    assert_eq!(p.last_error.as_deref(), Some("the handler panicked: index out of bounds"));
+    assert_eq!(p.next_run_at, T0 + 1_000 + 5_000, "retried with backoff, not after its lease");
+    let h = history(&w, "p");
+    assert_eq!(h.len(), 1);
+    assert_eq!((h[0].attempt, h[0].actor.as_str()), (Some(1), "inv-dead"));
+    let dead = w.job("last");
+    assert_eq!(dead.status, Status::Dead, "its last attempt panicked");
+    assert!(dead.last_error.unwrap().contains("the handler panicked: index out of bounds"));
+    assert_eq!(w.job("done").status, Status::Done);
+    for id in ["beside", "other"] {
+        let j = w.job(id);
+        assert_eq!((j.status, j.attempts, j.next_run_at), (Status::Pending, 1, T0 + 1_000), "{id}");
+        assert_eq!(j.last_error.as_deref(), Some(orderly::consumer::DIED_WITH_A_PANIC));
+        assert_eq!(history(&w, id).len(), 1, "{id}'s ended run is in its history");
+    }
+    assert_eq!(w.job("elsewhere").status, Status::Running, "an invocation elsewhere is left alone");
+    // All are sent again (their messages may have been acked by a chain, or wait on their leases).
+    let mut sent: Vec<_> = w.queue.sent_with_delay().into_iter().map(|(e, d)| (e.meta.id.unwrap(), d)).collect();
+    sent.sort();
+    assert_eq!(sent, vec![("beside".into(), 0), ("other".into(), 0), ("p".into(), 5)]);
+}

@@ -25,11 +25,12 @@ use crate::backoff::{backoff, jitter};
 use crate::clock::Clock;
 use crate::config::{Config, OrderingMode, MAX_DELAY_SECONDS};
 use crate::envelope::{Envelope, MAX_BODY_JSON_BYTES};
-use crate::handlers::{bounded_result, JobContext, JobError, Runner};
+use crate::handlers::{bounded_result, Done, JobContext, JobError, Runner};
 use crate::ledger::history::{self, RunOutcome};
-use crate::ledger::{stmt, Job, JobSpec, Sql, Status, Stmt, DEFAULT_PRIORITY};
+use crate::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status, Stmt, DEFAULT_PRIORITY};
 use crate::lock::Kv;
 use crate::log::Event;
+use crate::panics::Panicked;
 use crate::producer::{OutMessage, QueueSender, MAX_PAYLOAD_BYTES};
 use crate::seal::{is_sealed, Sealer};
 
@@ -41,6 +42,8 @@ pub const INFRA_RETRY_DELAY_SECONDS: u32 = 30;
 /// short by that much. A delivery that comes early (clock skew between isolates) finds the job not
 /// due and is put off until it is: a re-delivery, never a shortened delay.
 pub const EARLY_DELIVERY_ALLOWANCE_MS: i64 = 0;
+/// The error of a job whose invocation died because another job's handler panicked.
+pub const DIED_WITH_A_PANIC: &str = "its invocation died: a Rust handler running beside it panicked";
 /// How long a sealed job whose payload cannot be opened waits before it is tried again.
 pub const SEAL_WAIT_SECONDS: u32 = 300;
 /// Key groups (and unkeyed messages) run at once; Workers allow six open connections.
@@ -201,6 +204,9 @@ impl RunEnd {
         }
     }
 }
+
+/// A run's transition, how it ends, its error and its HTTP status.
+type Finished = (Stmt, RunEnd, Option<String>, Option<u16>);
 
 /// The consumer's ports and settings for one invocation.
 pub struct Consumer<'a, K, S, R, C, Q> {
@@ -455,57 +461,21 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             Some(None) | None => Err(JobError::permanent("the ledger row has no readable payload")),
         };
+        self.ran(job, &self.owner, started_at, result, sealed).await
+    }
+
+    /// What a run of `job` by `owner` (its lease owner) records: the guarded transition its
+    /// result leads to, and its history line.
+    async fn ran(&self, job: &Job, owner: &str, started_at: i64, result: Result<Done, JobError>, sealed: bool) -> Ran {
         let now = self.clock.now_ms();
         let (transition, end, error, http_status) = match result {
-            Ok(done) => {
-                let mut kept = done.result.as_ref().map(bounded_result);
-                if sealed {
-                    // A sealed job's result is sealed too; one that cannot be is not kept.
-                    if let (Some(text), Some(sealer)) = (kept.take(), self.sealer) {
-                        kept = sealer.seal(&job.id, &text).await.ok();
-                    }
-                }
-                (
-                    stmt::complete_run(&job.id, &self.owner, now, kept.as_deref(), done.http_status),
-                    RunEnd::Done,
-                    None,
-                    done.http_status,
-                )
-            }
+            Ok(done) => self.done(job, owner, now, done, sealed).await,
             Err(e) => {
                 // A sealed job's error never reaches D1, the API or the logs in plain: a webhook's
                 // names its URL, a service handler's quotes its answer.
                 let e = if sealed { withheld(e) } else { e };
                 let (e, next_payload) = self.next_payload(job, sealed, e).await;
-                match decide_failure(job.attempts, job.max_attempts, job.snoozes, &e, self.cfg, (self.random)()) {
-                    FailureDecision::Dead(why) => {
-                        (self.log)(&Event::JobDead {
-                            job_id: &job.id,
-                            job_type: job.job_type.as_deref(),
-                            ordering_key: job.ordering_key.as_deref(),
-                            attempts: job.attempts,
-                            error: &why,
-                        });
-                        (
-                            stmt::fail(&job.id, &self.owner, now, Status::Dead, now, &why),
-                            RunEnd::Dead,
-                            Some(why),
-                            e.http_status(),
-                        )
-                    }
-                    FailureDecision::Retry { delay_seconds } => {
-                        let at = now + i64::from(delay_seconds) * 1000;
-                        let why = e.to_string();
-                        let fail = stmt::fail(&job.id, &self.owner, now, Status::Pending, at, &why);
-                        (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
-                    }
-                    FailureDecision::Snooze { delay_seconds } => {
-                        // Handed back like a job never run: PENDING, its attempt returned.
-                        let at = now + i64::from(delay_seconds) * 1000;
-                        let snooze = stmt::snooze(&job.id, &self.owner, now, at, next_payload.as_deref());
-                        (snooze, RunEnd::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
-                    }
-                }
+                self.failed(job, owner, now, &e, next_payload)
             }
         };
         let outcome = match end {
@@ -526,10 +496,105 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 outcome,
                 error: error.as_deref(),
                 http_status,
-                actor: &self.owner,
+                actor: owner,
             })
         });
         Ran { transition, history, end }
+    }
+
+    /// A successful run's completion; a sealed job's result is sealed too (one that cannot be is
+    /// not kept).
+    async fn done(&self, job: &Job, owner: &str, now: i64, done: Done, sealed: bool) -> Finished {
+        let mut kept = done.result.as_ref().map(bounded_result);
+        if sealed {
+            if let (Some(text), Some(sealer)) = (kept.take(), self.sealer) {
+                kept = sealer.seal(&job.id, &text).await.ok();
+            }
+        }
+        (
+            stmt::complete_run(&job.id, owner, now, kept.as_deref(), done.http_status),
+            RunEnd::Done,
+            None,
+            done.http_status,
+        )
+    }
+
+    /// A failed run's transition: DEAD, a retry after the backoff, or a snooze (with the next
+    /// run's payload, if the handler gave one).
+    fn failed(&self, job: &Job, owner: &str, now: i64, e: &JobError, next_payload: Option<String>) -> Finished {
+        match decide_failure(job.attempts, job.max_attempts, job.snoozes, e, self.cfg, (self.random)()) {
+            FailureDecision::Dead(why) => {
+                (self.log)(&Event::JobDead {
+                    job_id: &job.id,
+                    job_type: job.job_type.as_deref(),
+                    ordering_key: job.ordering_key.as_deref(),
+                    attempts: job.attempts,
+                    error: &why,
+                });
+                (stmt::fail(&job.id, owner, now, Status::Dead, now, &why), RunEnd::Dead, Some(why), e.http_status())
+            }
+            FailureDecision::Retry { delay_seconds } => {
+                let at = now + i64::from(delay_seconds) * 1000;
+                let why = e.to_string();
+                let fail = stmt::fail(&job.id, owner, now, Status::Pending, at, &why);
+                (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
+            }
+            FailureDecision::Snooze { delay_seconds } => {
+                // Handed back like a job never run: PENDING, its attempt returned.
+                let at = now + i64::from(delay_seconds) * 1000;
+                let snooze = stmt::snooze(&job.id, owner, now, at, next_payload.as_deref());
+                (snooze, RunEnd::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
+            }
+        }
+    }
+
+    /// Records panics of Rust handlers noted before this invocation (see [`crate::panics`]): each
+    /// job still RUNNING in the attempt that panicked, under the lease of the invocation that
+    /// died, fails that attempt ("the handler panicked: ..."): retried with backoff, or DEAD at
+    /// its last attempt, and sent again so that it runs without waiting for its lease to expire.
+    /// Best effort: what cannot be recorded now is left to the lease's expiry.
+    pub async fn record_panics(&self, panicked: &[Panicked]) {
+        let ids: Vec<&str> = panicked.iter().map(|p| p.job_id.as_str()).collect();
+        let rows = match Ledger::new(self.sql).get_all(&ids).await {
+            Ok(rows) => rows,
+            Err(e) => return self.outage(format!("panics of {} jobs not recorded: {e}", ids.len())),
+        };
+        let mut records = Vec::new();
+        // Every invocation the panics ended: the panicked jobs' lease owners, and what was live.
+        let mut owners: Vec<String> = panicked.iter().flat_map(|p| p.owners.iter().cloned()).collect();
+        let mut wakes = Vec::new();
+        for (p, row) in panicked.iter().zip(rows) {
+            let Some(job) = row.filter(|j| j.status == Status::Running && j.attempts == i64::from(p.attempt)) else {
+                continue;
+            };
+            let Some(owner) = job.lease_owner.clone() else { continue };
+            let sealed = job.payload.as_deref().is_some_and(is_sealed);
+            let e = JobError::retry(format!("the handler panicked: {}", p.message));
+            let started_at = job.started_at.unwrap_or(job.updated_at);
+            let ran = self.ran(&job, &owner, started_at, Err(e), sealed).await;
+            if let Some(delay) = ran.end.again_after() {
+                wakes.extend(crate::producer::message_for(&job, delay));
+            }
+            records.push((ran.transition, ran.history));
+            owners.push(owner);
+        }
+        owners.sort();
+        owners.dedup();
+        let ledger = Ledger::new(self.sql);
+        if let Err(e) = ledger.record_all(records).await {
+            return self.outage(format!("panics not recorded, left to their leases: {e}"));
+        }
+        // The other jobs those invocations were running died with them: their runs end now.
+        let owners: Vec<&str> = owners.iter().map(String::as_str).collect();
+        match ledger.end_leases(&owners, self.clock.now_ms(), DIED_WITH_A_PANIC).await {
+            Ok(ended) => wakes.extend(
+                ended.iter().filter(|j| j.status == Status::Pending).filter_map(|j| crate::producer::message_for(j, 0)),
+            ),
+            Err(e) => self.outage(format!("jobs of an invocation that panicked left to their leases: {e}")),
+        }
+        if let Err(e) = crate::producer::send_all(self.queue, wakes).await {
+            self.outage(format!("a job whose handler panicked was not sent again (maintenance will): {e}"));
+        }
     }
 
     /// A sealed job whose payload cannot be opened (no `PAYLOAD_KEY`, its key rotated away): not

@@ -32,6 +32,7 @@ use serde_json::Value;
 
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
+use crate::ledger::history::RunOutcome;
 pub use store::{Param, Row, Sql, Stmt};
 
 /// A job's state, held in the table by a CHECK constraint.
@@ -324,6 +325,11 @@ pub mod stmt {
     pub fn renew(owner: &str, now: i64, lease_until: i64, ids: &[String]) -> Stmt {
         let ids = Value::from(ids.to_vec()).to_string();
         with(sql!("renew"), vec![owner.into(), now.into(), lease_until.into(), ids.into()])
+    }
+    /// The leases of `owner`, an invocation that died, ended now: its RUNNING jobs back to PENDING
+    /// (or DEAD when out of attempts), `why` their error.
+    pub fn end_leases(now: i64, owner: &str, why: &str) -> Stmt {
+        with(sql!("end_leases"), vec![now.into(), owner.into(), why.into()])
     }
     /// Expired leases back to PENDING (or DEAD when out of attempts).
     pub fn reap(now: i64, limit: u32) -> Stmt {
@@ -660,6 +666,37 @@ impl<S: Sql> Ledger<S> {
         }
         let out = self.sql.batch(stmts).await?;
         Ok(at.into_iter().map(|i| out.get(i).is_some_and(|rows| !rows.is_empty())).collect())
+    }
+
+    /// Ends the leases of `owners`, invocations known to have died (see [`stmt::end_leases`]), in
+    /// one round trip; each ended job's row, with its run in its history. Returns the rows.
+    pub async fn end_leases(&self, owners: &[&str], now: i64, why: &str) -> Result<Vec<Job>, InfraError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = self.sql.batch(owners.iter().map(|o| stmt::end_leases(now, o, why)).collect()).await?;
+        let mut ended = Vec::new();
+        let mut runs = Vec::new();
+        for (owner, rows) in owners.iter().zip(&out) {
+            for j in Job::all(rows)? {
+                runs.push(history::stmt::run(&history::Run {
+                    job_id: &j.id,
+                    attempt: j.attempts,
+                    started_at: j.started_at.unwrap_or(now),
+                    finished_at: now,
+                    outcome: if j.status == Status::Dead { RunOutcome::Dead } else { RunOutcome::Retry },
+                    error: Some(why),
+                    http_status: None,
+                    actor: owner,
+                }));
+                ended.push(j);
+            }
+        }
+        if !runs.is_empty() {
+            // Best effort, like the reaper's: the transitions stand without their history lines.
+            let _ = self.sql.batch(runs).await;
+        }
+        Ok(ended)
     }
 
     /// Counts by status, zeros included.

@@ -1,0 +1,39 @@
+//! A test fixture (tests/e2e/panic.test.mjs): a worker on the orderly library with one job type,
+//! `panicky`, whose handler panics in its first `panics` attempts (a bug in a user's handler), and
+//! succeeds after. It shows a panic recorded as the job's failed attempt, not lost to a lease.
+
+#[cfg(target_arch = "wasm32")]
+mod worker_app {
+    use orderly::{App, Cx, Done, Job, JobError};
+    use serde::Deserialize;
+    use worker::{event, Context, Env, MessageBatch, Request, Response};
+
+    /// `{"type": "panicky", "panics": 1}`
+    #[derive(Deserialize)]
+    struct Panicky {
+        panics: u32,
+    }
+
+    async fn panicky(job: Job<Panicky>, cx: Cx<Env>) -> Result<Done, JobError> {
+        if cx.attempt <= job.panics {
+            let items: Vec<u32> = Vec::new();
+            // An index out of bounds, as a handler's bug would have it.
+            let _ = items[cx.attempt as usize];
+        }
+        Ok(Done { result: Some(serde_json::json!({"attempt": cx.attempt})), http_status: None })
+    }
+
+    fn app() -> App {
+        App::builder().handler("panicky", panicky).build()
+    }
+
+    #[event(queue)]
+    async fn queue(batch: MessageBatch<serde_json::Value>, env: Env, ctx: Context) -> worker::Result<()> {
+        app().queue(batch, env, ctx).await
+    }
+
+    #[event(fetch)]
+    async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Response> {
+        app().fetch(req, env, ctx).await
+    }
+}
