@@ -112,6 +112,35 @@ fn a_list_of_one_status_reads_its_index_not_the_table() {
     }
 }
 
+#[test]
+fn lists_never_read_a_payload_or_a_result() {
+    let (db, _) = Sqlite::temp();
+    let ledger = Ledger::new(&db);
+    for (id, status) in [("p", Status::Pending), ("r", Status::Running), ("d", Status::Done), ("x", Status::Dead)] {
+        block_on(db.query(stmt::enqueue(&spec(id), T0, T0))).unwrap();
+        if status != Status::Pending {
+            claim(&db, &spec(id), "inv", T0);
+        }
+        match status {
+            Status::Done => drop(block_on(db.query(stmt::complete_run(id, "inv", T0, Some("{\"big\":1}"), None)))),
+            Status::Dead => drop(block_on(db.query(stmt::fail(id, "inv", T0, Status::Dead, T0, "gone")))),
+            _ => {}
+        }
+    }
+    let filters = [None, Some(Status::Pending), Some(Status::Running), Some(Status::Done), Some(Status::Dead)];
+    for status in filters {
+        for job_type in [None, Some("webhook")] {
+            let filter = ListFilter { status, job_type, ordering_key: None, priority: None };
+            let (jobs, _) = block_on(ledger.list(&filter, None, 50)).unwrap();
+            assert!(!jobs.is_empty(), "{status:?} {job_type:?}");
+            for j in jobs {
+                assert_eq!((j.payload, j.result), (None, None), "{status:?} {job_type:?}: {}", j.id);
+            }
+        }
+    }
+    assert!(get(&db, "d").result.is_some() && get(&db, "d").payload.is_some(), "the row keeps them");
+}
+
 /// A plan step that walks the whole job table (under any of the statements' aliases): a scan
 /// without an index, or the primary key (the table itself: WITHOUT ROWID) searched by nothing.
 fn reads_every_job(step: &str) -> bool {
