@@ -134,9 +134,22 @@ export class OrderlyMessageQueue {
     await this.#submit([this.#job(message, options, message?.id != null ? `fedify-${message.id}` : undefined)]);
   }
 
-  /** Enqueues many messages with the same options. */
+  /**
+   * Enqueues many messages with the same options: in a task, collected like `enqueue`'s; outside
+   * one, submitted in as few requests as orderly's limits allow (not one per message). A
+   * `deduplicationKey` names one job, so it is refused here rather than keeping one message.
+   */
   async enqueueMany(messages, options) {
-    for (const m of messages) await this.enqueue(m, options);
+    if (options?.deduplicationKey != null && messages.length > 1) {
+      throw new TypeError("a deduplicationKey names one job: enqueue the messages one by one, each with its own key");
+    }
+    const task = running.getStore();
+    if (task) {
+      for (const m of messages) await this.enqueue(m, options);
+      return;
+    }
+    const jobs = messages.map((m) => this.#job(m, options, m?.id != null ? `fedify-${m.id}` : undefined));
+    await this.#submit(jobs);
   }
 
   /** orderly delivers Fedify's tasks to the Worker's `orderlyHandler` entrypoint: nothing listens. */
@@ -144,10 +157,10 @@ export class OrderlyMessageQueue {
     throw new TypeError("OrderlyMessageQueue does not listen: orderly calls the Worker's orderlyHandler entrypoint");
   }
 
-  /** Jobs not finished, from orderly's counts. */
+  /** Jobs waiting to run, from orderly's counts (running ones are not queued any more). */
   async getDepth() {
     const c = await this.#client.counts();
-    return { queued: c.PENDING + c.RUNNING };
+    return { queued: c.PENDING };
   }
 
   /**

@@ -122,6 +122,29 @@ pub trait JobTypes {
     fn check(&self, payload: &Value, cfg: &Config) -> Result<(), JobError>;
 }
 
+/// A worker's job types as submissions are checked against them: a type whose `SERVICE_HANDLERS`
+/// binding the worker lacks is refused with a configuration error naming it, since its jobs could
+/// never run (the consumer defers every batch while a binding is missing).
+pub struct Bound<'a> {
+    /// The worker's types.
+    pub types: &'a dyn JobTypes,
+    /// (type, binding) pairs of `SERVICE_HANDLERS` whose binding the worker lacks.
+    pub missing: Vec<(String, String)>,
+}
+
+impl JobTypes for Bound<'_> {
+    fn check(&self, payload: &Value, cfg: &Config) -> Result<(), JobError> {
+        let t = payload.get("type").and_then(Value::as_str);
+        if let Some((ty, binding)) = self.missing.iter().find(|(ty, _)| Some(ty.as_str()) == t) {
+            return Err(JobError::permanent(format!(
+                "configuration error: SERVICE_HANDLERS names binding {binding:?} for type {ty:?}, \
+                 but the worker has no such service binding"
+            )));
+        }
+        self.types.check(payload, cfg)
+    }
+}
+
 /// The deployable worker's job types without handlers of its own: `webhook` and the service
 /// handlers of `SERVICE_HANDLERS`.
 pub struct BuiltIn;
@@ -306,6 +329,18 @@ mod tests {
             http_timeout_ms: 1_000,
             service_handlers,
         }
+    }
+
+    #[test]
+    fn a_type_whose_service_binding_is_missing_is_refused_naming_it() {
+        let handlers = Handlers::<&'static str>::new().webhook();
+        let cfg = Config { service_handlers: vec![("notify".into(), "MISSING".into())], ..Config::default() };
+        let bound = Bound { types: &handlers, missing: vec![("notify".into(), "MISSING".into())] };
+        let err = bound.check(&json!({"type": "notify"}), &cfg).unwrap_err().to_string();
+        assert!(err.contains("configuration error") && err.contains("\"MISSING\""), "{err}");
+        assert!(handlers.check(&json!({"type": "notify"}), &cfg).is_ok(), "the type itself is known");
+        let webhook = json!({"type": "webhook", "url": "https://x.test/", "body": {}});
+        assert!(bound.check(&webhook, &cfg).is_ok(), "other types are accepted");
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! options and limits, without an HTTP round trip: [`Producer::enqueue`] records the jobs in the
 //! ledger and sends them, exactly as the API does (it runs the API's own submission).
 //!
-//! On Workers, `App::producer(&env)` gives one over the worker's bindings; natively (and in tests)
-//! [`Producer`] takes any ledger, queue and clock.
+//! On Workers, `App::enqueue(&env, ...)` and `App::enqueue_all(&env, ...)` run one over the
+//! worker's bindings; natively (and in tests) [`Producer`] takes any ledger, queue and clock.
 
 use serde::Serialize;
 use serde_json::{json, Map, Value};

@@ -11,7 +11,7 @@ use worker::{
 };
 
 use crate::api::{Api, ApiRequest, ApiResponse, Submitted, MAX_BODY_BYTES};
-use crate::app::{Cx, Handlers, Job};
+use crate::app::{Bound, Cx, Handlers, Job};
 use crate::consumer::{Consumer, Incoming, Outcome, INFRA_RETRY_DELAY_SECONDS};
 use crate::edge::{self, SystemClock, WorkerFetch, WorkerKv};
 use crate::enqueue::{Enqueue, EnqueueError, Producer};
@@ -122,7 +122,8 @@ impl App {
         let sealer =
             edge::WebCryptoSealer::from_env(env).map_err(|e| unavailable(format!("configuration error: {e}")))?;
         let sealer = sealer.as_ref().map(|s| s as &dyn Sealer);
-        let producer = Producer::new(&ledger, &queue, &SystemClock, &cfg, &self.handlers, &edge::random_id, sealer);
+        let types = Bound { types: &self.handlers, missing: missing_bindings(env, &cfg) };
+        let producer = Producer::new(&ledger, &queue, &SystemClock, &cfg, &types, &edge::random_id, sealer);
         producer.enqueue_all(jobs).await
     }
 
@@ -156,7 +157,7 @@ impl App {
                 return Ok(());
             }
         };
-        if let Some((ty, binding)) = cfg.service_handlers.iter().find(|(_, b)| env.service(b).is_err()) {
+        if let Some((ty, binding)) = missing_bindings(&env, &cfg).first() {
             defer_all(&format!(
                 "configuration error: SERVICE_HANDLERS names binding {binding:?} for type {ty:?}, but the worker has no such service binding"
             ));
@@ -275,6 +276,8 @@ impl App {
             Ok(s) => (s, cfg),
             Err(e) => (None, Err(e)),
         };
+        let missing = cfg.as_ref().map(|c| missing_bindings(&env, c)).unwrap_or_default();
+        let types = Bound { types: &self.handlers, missing };
         let api = Api {
             ledger: &ledger,
             queue: &queue,
@@ -283,7 +286,7 @@ impl App {
             admin_token: admin_token.as_deref(),
             producer_token: producer_token.as_deref(),
             new_id: &edge::random_id,
-            types: &self.handlers,
+            types: &types,
             sealer: sealer.as_ref().map(|s| s as &dyn Sealer),
         };
         // The token is checked before a byte of the body is read.
@@ -314,6 +317,11 @@ impl App {
         let r = crate::maintenance::run(&Ledger::new(D1Sql(db)), &queue, &SystemClock, &cfg).await;
         log(&Event::Maintenance { report: serde_json::to_value(&r).unwrap_or_default(), failed: !r.errors.is_empty() });
     }
+}
+
+/// The `SERVICE_HANDLERS` entries (type, binding) whose service binding the worker lacks.
+fn missing_bindings(env: &Env, cfg: &crate::config::Config) -> Vec<(String, String)> {
+    cfg.service_handlers.iter().filter(|(_, b)| env.service(b).is_err()).cloned().collect()
 }
 
 fn respond(r: ApiResponse) -> worker::Result<Response> {

@@ -242,11 +242,16 @@ pub fn classify(resp: &HttpResponse, retry_after_cap: u32) -> Result<(), JobErro
     }
 }
 
-/// `Retry-After` as delay-seconds (the HTTP-date form is not used by the services we call back and
-/// falls back to backoff), capped at the Queues maximum.
+/// `Retry-After` as delay-seconds (RFC 9110: digits only; the HTTP-date form is not used by the
+/// services we call back and falls back to backoff), capped at the Queues maximum. `0` also falls
+/// back to backoff: retrying at once would spend every attempt in moments.
 pub fn retry_after_seconds(v: &str) -> Option<u32> {
-    let n: u64 = v.trim().parse().ok()?;
-    Some(n.min(u64::from(MAX_DELAY_SECONDS)) as u32)
+    let v = v.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = v.parse().unwrap_or(u64::MAX);
+    (n > 0).then(|| n.min(u64::from(MAX_DELAY_SECONDS)) as u32)
 }
 
 #[cfg(test)]
@@ -294,6 +299,12 @@ mod tests {
             Err(JobError::Retryable { reason: "HTTP 500".into(), retry_after: None, http_status: Some(500) })
         );
         assert_eq!(retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        // Digits only; 0 would retry at once and spend every attempt: backoff instead.
+        for v in ["0", "+30", "-1", "3.5", ""] {
+            assert_eq!(retry_after_seconds(v), None, "{v:?}");
+        }
+        assert_eq!(retry_after_seconds(" 30 "), Some(30));
+        assert_eq!(retry_after_seconds("99999999999999999999999"), Some(MAX_DELAY_SECONDS));
         assert_eq!(retry_after_seconds("999999"), Some(MAX_DELAY_SECONDS));
     }
 

@@ -89,3 +89,15 @@ test("an enqueue after its task ended throws instead of being lost", async () =>
   await assert.rejects(late[0], /after its task \(orderly job fedify-task-1\) ended would be lost/);
   assert.equal(r.requests.flat().length, 1);
 });
+
+test("enqueueMany outside a task is one request, refuses one dedupe key for many, and getDepth counts waiting jobs", async () => {
+  const r = recorder();
+  const queue = new OrderlyMessageQueue({ client: { ...r.client, counts: async () => ({ PENDING: 4, RUNNING: 3, DONE: 9, DEAD: 1 }) } });
+  const messages = [1, 2, 3].map((n) => ({ type: "outbox", id: `m${n}`, inbox: `https://s${n}.test/inbox` }));
+  await queue.enqueueMany(messages, { orderingKey: "k" });
+  assert.equal(r.requests.length, 1, "one request for the three messages");
+  assert.deepEqual(r.requests[0].map((j) => [j.options.id, j.options.orderingKey]), [["fedify-m1", "k"], ["fedify-m2", "k"], ["fedify-m3", "k"]]);
+  await assert.rejects(queue.enqueueMany(messages, { deduplicationKey: "once" }), /deduplicationKey names one job/);
+  assert.equal(r.requests.length, 1, "nothing submitted for the refused call");
+  assert.deepEqual(await queue.getDepth(), { queued: 4 }, "running jobs are not queued");
+});

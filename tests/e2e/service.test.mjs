@@ -68,11 +68,14 @@ for (const mode of ["strict", "lock"]) {
 test("a SERVICE_HANDLERS binding the worker does not have is a configuration error, not a dead job", async () => {
   const w = await start({ vars: { SERVICE_HANDLERS: "notify=MISSING" } });
   try {
+    // Refused at submission, naming the binding: its jobs could never run.
     const r = await w.api("POST", "/jobs", { payload: notify("/ok/x", "x") });
-    assert.equal(r.status, 202, "the API knows the type");
-    const id = r.json.jobs[0].id;
+    assert.equal(r.status, 400, r.text);
+    assert.match(r.json.error, /configuration error: SERVICE_HANDLERS names binding "MISSING" for type "notify"/);
+    // One sent straight to the queue is not dead-lettered: the batch waits for the binding.
+    await w.queue.send({ __orderly_job__: { id: "direct" }, ...notify("/ok/y", "y") }, { contentType: "json" });
     await waitFor(() => w.events().find((e) => e.event === "config_error" && /MISSING/.test(e.message)), "a config_error line");
-    assert.notEqual((await w.job(id)).status, "DEAD", "nothing is dead-lettered for a missing binding");
+    assert.equal(await w.job("direct"), null, "nothing is recorded, let alone dead-lettered, for a missing binding");
     assert.equal((await w.api("POST", "/jobs", { payload: { type: "webhook", url: "https://x.test/", body: {} } })).status, 202);
     const unknown = await w.api("POST", "/jobs", { payload: { type: "fax" } });
     assert.match(unknown.json.error, /unknown job type "fax" \(known: webhook, notify\)/);
