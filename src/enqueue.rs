@@ -30,6 +30,11 @@ pub struct Enqueue {
     pub max_attempts: Option<u32>,
     /// 0 most urgent .. 9; 5 when `None`.
     pub priority: Option<u8>,
+    /// The job's id (an idempotency key: a job submitted again with its id is a duplicate); a
+    /// fresh one when `None`.
+    pub id: Option<String>,
+    /// Seal the payload and result at rest under `PAYLOAD_KEY` and never show them.
+    pub sensitive: bool,
 }
 
 impl Enqueue {
@@ -56,6 +61,12 @@ impl Enqueue {
         }
         if let Some(p) = self.priority {
             o.insert("priority".into(), json!(p));
+        }
+        if let Some(id) = &self.id {
+            o.insert("id".into(), json!(id));
+        }
+        if self.sensitive {
+            o.insert("sensitive".into(), json!(true));
         }
         Value::Object(o)
     }

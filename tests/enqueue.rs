@@ -30,6 +30,7 @@ fn a_rust_producer_records_and_sends_with_every_option() {
         delay_seconds: 30,
         max_attempts: Some(3),
         priority: Some(1),
+        ..Enqueue::default()
     };
     let job = block_on(p.enqueue(webhook(1), &options)).unwrap();
     assert_eq!(job, Submitted { id: "rs-1".into(), status: Status::Pending, duplicate: false });
@@ -71,4 +72,26 @@ fn a_rust_producer_is_refused_what_the_api_refuses() {
     assert_eq!(refused(block_on(p.enqueue_all(too_many))).0, 413);
     assert_eq!(block_on(w.ledger.counts()).unwrap().pending, 0, "nothing recorded");
     assert!(w.queue.sent().is_empty());
+}
+
+#[test]
+fn a_rust_producer_names_its_jobs_and_seals_sensitive_ones() {
+    let w = ApiWorld::new();
+    let new_id = || "fresh".to_string();
+    let p = Producer::new(&w.ledger, &w.queue, &w.clock, &w.cfg, &BuiltIn, &new_id, None);
+    // Its own id: an idempotency key, a second submission is the same job.
+    let named = Enqueue { id: Some("order-42".into()), ..Enqueue::default() };
+    assert_eq!(block_on(p.enqueue(webhook(1), &named)).unwrap().id, "order-42");
+    assert!(block_on(p.enqueue(webhook(2), &named)).unwrap().duplicate);
+    // Sensitive: refused without PAYLOAD_KEY, naming it; sealed at rest with it.
+    let secret = Enqueue { sensitive: true, ..Enqueue::default() };
+    match block_on(p.enqueue(webhook(3), &secret)) {
+        Err(EnqueueError::Refused(r)) => assert!(r.error.contains("PAYLOAD_KEY"), "{}", r.error),
+        other => panic!("not refused: {other:?}"),
+    }
+    let sealer = support::AesSealer::new(&format!("k1:{}", "A".repeat(43) + "="));
+    let p = Producer::new(&w.ledger, &w.queue, &w.clock, &w.cfg, &BuiltIn, &new_id, Some(&sealer));
+    let id = block_on(p.enqueue(webhook(4), &secret)).unwrap().id;
+    let row = block_on(w.ledger.get(&id)).unwrap().unwrap();
+    assert!(orderly::seal::is_sealed(row.payload.as_deref().unwrap()), "{:?}", row.payload);
 }
