@@ -253,3 +253,23 @@ fn a_sealed_jobs_errors_keep_no_detail_in_the_ledger_the_api_or_the_log() {
     }
     assert!(shown.contains("details withheld"), "{shown}");
 }
+
+#[test]
+fn a_fedify_job_sent_straight_to_the_queue_is_sealed_before_the_ledger_sees_it() {
+    let mut w = ApiWorld::new();
+    w.cfg.service_handlers = vec![("fedify".into(), "FEDIFY".into())];
+    let body = json!({"__orderly_job__": {"id": "f1"}, "type": "fedify", "message": {"privateKey": SECRET}});
+    let msg = Incoming { id: "m1".into(), timestamp_ms: T0, body: Ok(body) };
+    let keeper = Keeper::default();
+    // Without PAYLOAD_KEY it is not recorded at all (its keys would sit in plain), and waits.
+    let out = run(&w, None, &keeper, std::slice::from_ref(&msg));
+    assert_eq!(out, vec![Outcome::Defer { delay_seconds: orderly::consumer::INFRA_RETRY_DELAY_SECONDS }]);
+    assert!(block_on(w.ledger.get("f1")).unwrap().is_none(), "nothing recorded");
+    assert!(keeper.0.borrow().is_empty());
+    // With it, the row is sealed, and its handler gets the message in plain.
+    let sealer = AesSealer::new(&format!("k1:{}", key(5)));
+    assert_eq!(run(&w, Some(&sealer), &keeper, &[msg]), vec![Outcome::Ack]);
+    let stored = column(&w, "f1", "payload");
+    assert!(is_sealed(&stored) && !stored.contains(SECRET), "{stored}");
+    assert_eq!(keeper.0.borrow()[0]["message"]["privateKey"], SECRET);
+}

@@ -32,7 +32,7 @@ use crate::lock::Kv;
 use crate::log::Event;
 use crate::panics::Panicked;
 use crate::producer::{OutMessage, QueueSender, MAX_PAYLOAD_BYTES};
-use crate::seal::{is_sealed, Sealer};
+use crate::seal::{is_sealed, Sealer, FEDIFY_TYPE};
 
 /// Delay before a message deferred for an outage (KV, D1, bad config) comes back.
 pub const INFRA_RETRY_DELAY_SECONDS: u32 = 30;
@@ -296,12 +296,59 @@ struct Decoded {
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
     /// Processes a batch; one outcome per message, in order. Never fails.
     pub async fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
-        let decoded: Vec<Result<Decoded, String>> = msgs.iter().map(|m| self.decode(m)).collect();
+        let mut decoded: Vec<Result<Decoded, String>> = msgs.iter().map(|m| self.decode(m)).collect();
+        let unsealable = self.seal_plain(&mut decoded).await;
+        if unsealable.iter().any(|&u| u) {
+            // Fedify jobs (they carry private keys) sent straight to the queue while PAYLOAD_KEY is
+            // not set: not recorded (the ledger would keep their keys in plain), put off until it is.
+            self.outage(
+                "fedify jobs sent to the queue wait: they are sealed at rest, and PAYLOAD_KEY is not set".into(),
+            );
+            let keep: Vec<usize> = (0..msgs.len()).filter(|&i| !unsealable[i]).collect();
+            let kept: Vec<Incoming> = keep.iter().map(|&i| msgs[i].clone()).collect();
+            let mut decoded: Vec<Option<Result<Decoded, String>>> = decoded.into_iter().map(Some).collect();
+            let kept_decoded = keep.iter().filter_map(|&i| decoded[i].take()).collect();
+            let mut out = vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; msgs.len()];
+            for (i, o) in keep.into_iter().zip(self.run(role, &kept, kept_decoded).await) {
+                out[i] = o;
+            }
+            return out;
+        }
+        self.run(role, msgs, decoded).await
+    }
+
+    async fn run(&self, role: Role, msgs: &[Incoming], decoded: Vec<Result<Decoded, String>>) -> Vec<Outcome> {
+        if msgs.is_empty() {
+            return Vec::new();
+        }
         match (role, self.cfg.ordering_mode) {
             (Role::DeadLetter, _) => self.dead_letters(msgs, &decoded).await,
             (Role::Main, OrderingMode::Lock) => self.run_locked(msgs, &decoded).await,
             (Role::Main, OrderingMode::Strict) => self.run_strict_batch(msgs, decoded).await,
         }
+    }
+
+    /// Seals the payload of every `fedify` job that arrived in plain (sent straight to the queue,
+    /// not through `POST /jobs`, which seals it): Fedify's tasks carry the actor's private keys,
+    /// which must never reach the ledger in plain. Returns, per message, whether it could not be
+    /// sealed (no `PAYLOAD_KEY`, or sealing failed).
+    async fn seal_plain(&self, decoded: &mut [Result<Decoded, String>]) -> Vec<bool> {
+        let mut unsealable = vec![false; decoded.len()];
+        for (i, d) in decoded.iter_mut().enumerate() {
+            let Ok(d) = d else { continue };
+            let Some(plain) = d.spec.payload.as_deref().filter(|p| !is_sealed(p)) else { continue };
+            if d.spec.job_type.as_deref() != Some(FEDIFY_TYPE) {
+                continue;
+            }
+            match self.sealer {
+                Some(sealer) => match sealer.seal(&d.spec.id, plain).await {
+                    Ok(sealed) => d.spec.payload = Some(sealed),
+                    Err(_) => unsealable[i] = true,
+                },
+                None => unsealable[i] = true,
+            }
+        }
+        unsealable
     }
 
     /// Strict mode: keyed jobs are sequenced by the ledger; everything else (unkeyed jobs,
