@@ -5,7 +5,8 @@
 // command, that command), and the table says which tests killed it, the simulation's verdict in a
 // column of its own (so what only the simulation, or only a unit test, would catch is visible). A
 // survivor, a mutant whose text is not found, or one that does not compile fails the command; an
-// `equivalent` mutant (with its reason) is reported, not run.
+// `equivalent` mutant (with its reason) is reported, not run. A mutant of the worker that only an
+// end-to-end test can kill says `build: true`: its scratch copy builds its own worker first.
 //
 // Usage: node scripts/mutants.mjs [id ...]   (only these mutants)
 import { spawnSync } from "node:child_process";
@@ -35,7 +36,11 @@ function applied(m) {
   rmSync(scratch, { recursive: true, force: true });
   mkdirSync(scratch, { recursive: true });
   for (const f of COPIED) cpSync(join(pristine, f), join(scratch, f), { recursive: true });
-  for (const f of LINKED) if (existsSync(join(root, f))) symlinkSync(join(root, f), join(scratch, f));
+  // A mutant killed only end to end (`build: true`) builds its own worker: the built one is not linked.
+  for (const f of LINKED) {
+    if (m.build && f === "build") continue;
+    if (existsSync(join(root, f))) symlinkSync(join(root, f), join(scratch, f));
+  }
   const path = join(scratch, m.file);
   const text = readFileSync(path, "utf8");
   const found = text.split(m.find).length - 1;
@@ -83,6 +88,10 @@ for (const m of table.filter((m) => only.length === 0 || only.includes(m.id))) {
   let simulation = "-";
   try {
     applied(m);
+    if (m.build) {
+      const b = run("bash", ["-c", "ORDERLY_OPT=0 bash scripts/build.sh"]);
+      if (b.status !== 0) throw new Error(`${m.id}: the mutant does not build:\n${b.out.split("\n").slice(-8).join("\n")}`);
+    }
     if (m.test) {
       const [cmd, ...args] = m.test.split(" ");
       const r = run(cmd, args);
