@@ -205,6 +205,16 @@ impl RunEnd {
     }
 }
 
+/// The outcomes of a batch of `n` messages from the outcomes of parts of it, each at its batch
+/// position; a position no part settled is deferred as for an outage (never acked unseen).
+fn placed(n: usize, parts: impl IntoIterator<Item = (usize, Outcome)>) -> Vec<Outcome> {
+    let mut out = vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; n];
+    for (i, o) in parts {
+        out[i] = o;
+    }
+    out
+}
+
 /// A run's transition, how it ends, its error and its HTTP status.
 type Finished = (Stmt, RunEnd, Option<String>, Option<u16>);
 
@@ -304,15 +314,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             self.outage(
                 "fedify jobs sent to the queue wait: they are sealed at rest, and PAYLOAD_KEY is not set".into(),
             );
-            let keep: Vec<usize> = (0..msgs.len()).filter(|&i| !unsealable[i]).collect();
-            let kept: Vec<Incoming> = keep.iter().map(|&i| msgs[i].clone()).collect();
-            let mut decoded: Vec<Option<Result<Decoded, String>>> = decoded.into_iter().map(Some).collect();
-            let kept_decoded = keep.iter().filter_map(|&i| decoded[i].take()).collect();
-            let mut out = vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; msgs.len()];
-            for (i, o) in keep.into_iter().zip(self.run(role, &kept, kept_decoded).await) {
-                out[i] = o;
+            let (mut at, mut kept, mut kept_decoded) = (Vec::new(), Vec::new(), Vec::new());
+            for (i, (m, d)) in msgs.iter().zip(decoded).enumerate().filter(|(i, _)| !unsealable[*i]) {
+                at.push(i);
+                kept.push(m.clone());
+                kept_decoded.push(d);
             }
-            return out;
+            let out = self.run(role, &kept, kept_decoded).await;
+            return placed(msgs.len(), at.into_iter().zip(out));
         }
         self.run(role, msgs, decoded).await
     }
@@ -378,14 +387,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             },
             self.run_strict(keyed),
         );
-        let mut out = vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; msgs.len()];
-        for (i, o) in rest_at.into_iter().zip(rest) {
-            out[i] = o;
-        }
-        for (i, o) in strict {
-            out[i] = o;
-        }
-        out
+        placed(msgs.len(), rest_at.into_iter().zip(rest).chain(strict))
     }
 
     fn decode(&self, m: &Incoming) -> Result<Decoded, String> {

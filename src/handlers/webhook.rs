@@ -181,14 +181,13 @@ pub fn signing_key(var: &'static str, secret: &str) -> Result<Vec<u8>, ConfigErr
     }
 }
 
+/// The webhooks' key and the service handlers' key, each if its secret is set.
+pub type SigningKeys = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// The keys that sign webhooks (`WEBHOOK_SECRET`) and service-handler calls (`HANDLER_SECRET`),
 /// each if its secret is set. One secret for both is refused: every receiver of a webhook holds
 /// the webhooks' key, and could sign a call to a handler with it.
-#[allow(clippy::type_complexity)]
-pub fn signing_keys(
-    webhook_secret: Option<&str>,
-    handler_secret: Option<&str>,
-) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), ConfigError> {
+pub fn signing_keys(webhook_secret: Option<&str>, handler_secret: Option<&str>) -> Result<SigningKeys, ConfigError> {
     let webhook = webhook_secret.map(|s| signing_key("WEBHOOK_SECRET", s)).transpose()?;
     let handler = handler_secret.map(|s| signing_key("HANDLER_SECRET", s)).transpose()?;
     if webhook.is_some() && webhook == handler {
