@@ -18,7 +18,6 @@ use crate::app::JobTypes;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, OnDead, OrderingMode, MAX_DELAY_SECONDS};
 use crate::envelope::{checked_id, checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
-use crate::ledger::history::{self, Kind};
 use crate::ledger::strict::Skip;
 use crate::ledger::{
     Cancel, DeadFilter, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, DEFAULT_PRIORITY, MAX_PRIORITY,
@@ -369,7 +368,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             "/jobs" if req.method == "POST" => self.submit(cfg, &req.body).await,
             "/jobs" => self.list(&req.query).await,
             "/jobs/counts" => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
-            "/jobs/activity" => history::read_activity(&self.ledger.sql, self.clock.now_ms())
+            "/jobs/activity" => self
+                .ledger
+                .activity(self.clock.now_ms())
                 .await
                 .map(|minutes| ApiResponse::json(200, json!({ "minutes": minutes }))),
             "/jobs/redrive" => self.redrive_matching(cfg, &req.body).await,
@@ -698,8 +699,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Skip::Skipped { skipped, next } => {
                 // Audited after the fact (the skip names a key, not a job): a failure here is
                 // only a missing history line.
-                let audit = history::stmt::action_applied(&skipped.id, skipped.updated_at, Kind::Skip, Status::Dead);
-                let _ = self.ledger.sql.query(audit).await;
+                self.ledger.audit_skip(&skipped.id, skipped.updated_at).await;
                 let wake = next.filter(|j| j.status == Status::Pending).and_then(|j| producer::message_for(&j, 0));
                 if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {
                     return Ok(ApiResponse::json(

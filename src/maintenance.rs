@@ -10,8 +10,7 @@ use serde::Serialize;
 use crate::clock::Clock;
 use crate::config::{Config, OrderingMode};
 use crate::error::InfraError;
-use crate::ledger::history::{self, Run, RunOutcome};
-use crate::ledger::{stmt, Job, Ledger, Sql, Status, Stmt};
+use crate::ledger::{Job, Ledger, Record, Sql, Status, Transition};
 use crate::producer::{self, QueueSender};
 
 /// How long past its `next_run_at` a PENDING job may wait before its message counts as lost.
@@ -55,21 +54,21 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(ledger: &Ledger<S>, queue: &Q
         // Jobs reaped but not re-sent stay PENDING: the overdue step of a later run sends them.
         Err(e) => note("reap", e),
     }
-    let overdue = stmt::overdue(now - RESEND_GRACE_MS, STEP_LIMIT, cfg.ordering_mode);
+    let overdue = ledger.overdue(now - RESEND_GRACE_MS, STEP_LIMIT, cfg.ordering_mode).await;
     match resend(ledger, queue, now, overdue).await {
         Ok(n) => report.resent = n,
         Err(e) => note("re-send", e),
     }
     if cfg.ordering_mode == OrderingMode::Strict {
-        let stalled = stmt::stalled_heads(now - WAKE_GRACE_MS, cfg.on_dead, STEP_LIMIT);
+        let stalled = ledger.stalled_heads(now - WAKE_GRACE_MS, cfg.on_dead, STEP_LIMIT).await;
         match resend(ledger, queue, now, stalled).await {
             Ok(n) => report.woken = n,
             Err(e) => note("wake", e),
         }
     }
     let cutoff = now - i64::from(cfg.retention_days) * 86_400_000;
-    match ledger.sql.batch(stmt::purge(cutoff, PURGE_LIMIT).into()).await {
-        Ok(out) => report.purged = out.last().map_or(0, Vec::len),
+    match ledger.purge(cutoff, PURGE_LIMIT).await {
+        Ok(n) => report.purged = n,
         Err(e) => note("purge", e),
     }
     report
@@ -80,47 +79,25 @@ fn report_error(errors: &mut Vec<String>, step: &str, e: InfraError) {
 }
 
 async fn reap<S: Sql, Q: QueueSender>(ledger: &Ledger<S>, queue: &Q, now: i64) -> Result<(usize, usize), InfraError> {
-    let reaped = Job::all(&ledger.sql.query(stmt::reap(now, STEP_LIMIT)).await?)?;
-    let (pending, dead): (Vec<Job>, Vec<Job>) = reaped.into_iter().partition(|j| j.status == Status::Pending);
+    let reaped = ledger.reap(now, STEP_LIMIT).await?;
+    let (pending, dead): (Vec<Job>, Vec<Job>) = reaped.iter().cloned().partition(|j| j.status == Status::Pending);
     send_jobs(ledger, queue, &pending, now).await?;
     // Each reaped lease was a run that never reported: it goes in the job's history (after the
     // re-send, so a failure here delays nothing).
-    let runs: Vec<Stmt> = pending
-        .iter()
-        .chain(&dead)
-        .map(|j| {
-            history::stmt::run(&Run {
-                job_id: &j.id,
-                attempt: j.attempts,
-                started_at: now,
-                finished_at: now,
-                outcome: if j.status == Status::Dead { RunOutcome::Dead } else { RunOutcome::Retry },
-                error: j.last_error.as_deref(),
-                http_status: None,
-                actor: "maintenance",
-            })
-        })
-        .collect();
-    if !runs.is_empty() {
-        ledger.sql.batch(runs).await?;
-    }
+    let in_order: Vec<Job> = pending.iter().chain(&dead).cloned().collect();
+    ledger.record_reaped(&in_order, now).await?;
     Ok((pending.len(), dead.len()))
 }
 
-/// Re-sends the PENDING jobs `select` finds, each taken first (`mark_resent`) so two overlapping
-/// runs never both send it. How many were taken.
+/// Re-sends the PENDING jobs a scan `found`, each taken first so two overlapping runs never both
+/// send it. How many were taken.
 async fn resend<S: Sql, Q: QueueSender>(
     ledger: &Ledger<S>,
     queue: &Q,
     now: i64,
-    select: crate::ledger::Stmt,
+    found: Result<Vec<Job>, InfraError>,
 ) -> Result<usize, InfraError> {
-    let found = Job::all(&ledger.sql.query(select).await?)?;
-    if found.is_empty() {
-        return Ok(0);
-    }
-    let taken = ledger.sql.batch(found.iter().map(|j| stmt::mark_resent(&j.id, j.next_run_at, now)).collect()).await?;
-    let won: Vec<Job> = taken.iter().filter_map(|rows| Job::first(rows).ok().flatten()).collect();
+    let won = ledger.take_for_resend(&found?, now).await?;
     send_jobs(ledger, queue, &won, now).await?;
     Ok(won.len())
 }
@@ -136,22 +113,17 @@ async fn send_jobs<S: Sql, Q: QueueSender>(
     let mut sendable = Vec::with_capacity(jobs.len());
     let mut unsendable = Vec::new();
     for j in jobs {
+        let dead = |error: String| Record::from(Transition::RecordDead { spec: j.spec(), at: now, error });
         match producer::message_for(j, 0) {
             Some(m) if m.fits() => sendable.push(m),
-            Some(m) => unsendable.push(stmt::record_dead(
-                &j.spec(),
-                now,
-                &format!(
-                    "its queue message is {} bytes, over Cloudflare Queues' limit of {} (128,000 with metadata)",
-                    m.size(),
-                    producer::MAX_MESSAGE_BYTES
-                ),
-            )),
-            None => unsendable.push(stmt::record_dead(&j.spec(), now, "no readable payload to send")),
+            Some(m) => unsendable.push(dead(format!(
+                "its queue message is {} bytes, over Cloudflare Queues' limit of {} (128,000 with metadata)",
+                m.size(),
+                producer::MAX_MESSAGE_BYTES
+            ))),
+            None => unsendable.push(dead("no readable payload to send".to_string())),
         }
     }
-    if !unsendable.is_empty() {
-        ledger.sql.batch(unsendable).await?;
-    }
+    ledger.record_all(&unsendable).await?;
     producer::send_all(queue, sendable).await
 }

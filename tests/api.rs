@@ -6,7 +6,7 @@ mod support;
 use futures::executor::block_on;
 use orderly::api::{ApiRequest, ApiResponse, MAX_BODY_BYTES};
 use orderly::config::Config;
-use orderly::ledger::{stmt, JobSpec, Sql, Status};
+use orderly::ledger::{stmt, JobSpec, Lease, Sql, Status};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
 use serde_json::{json, Value};
 use support::api::{ApiWorld, PRODUCER_TOKEN, T0, TOKEN};
@@ -184,7 +184,7 @@ fn redrive_resends_a_dead_job_and_refuses_others() {
         max_attempts: 2,
         priority: 5,
     };
-    block_on(w.ledger.sql.query(stmt::record_dead(&spec, T0, "HTTP 500 (attempt 2 of 2)"))).unwrap();
+    block_on(w.ledger.backend().query(stmt::record_dead(&spec, T0, "HTTP 500 (attempt 2 of 2)"))).unwrap();
     let r = w.call("POST", "/jobs/d1/redrive", None);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json_body()["job"]["status"], "PENDING");
@@ -223,7 +223,12 @@ fn seed_running(w: &World, id: &str, max_attempts: u32, now: i64) {
         max_attempts,
         priority: 5,
     };
-    block_on(w.ledger.sql.query(stmt::claim(&spec, "dead-invocation", now, now + 120_000, now))).unwrap();
+    block_on(w.ledger.backend().query(stmt::claim(
+        &spec,
+        "dead-invocation",
+        Lease { now, until: now + 120_000, due_before: now },
+    )))
+    .unwrap();
 }
 
 #[test]
@@ -247,7 +252,7 @@ fn maintenance_resends_overdue_pending_jobs_once_and_purges_old_done_rows() {
     let w = World::new();
     w.call("POST", "/jobs", Some(json!({"payload": webhook(1)})));
     seed_running(&w, "done", 8, T0);
-    block_on(w.ledger.sql.query(stmt::complete("done", "dead-invocation", T0, None))).unwrap();
+    block_on(w.ledger.backend().query(stmt::complete("done", "dead-invocation", T0, None, None))).unwrap();
     w.clock.advance_ms(RESEND_GRACE_MS + 1);
     let r = block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg));
     assert_eq!((r.resent, r.purged), (1, 0));
@@ -307,9 +312,9 @@ fn lists_leave_payloads_out_and_one_job_has_it() {
 fn a_submission_takes_one_statement_per_job_and_at_most_500_jobs() {
     let w = World::new();
     let jobs: Vec<Value> = (0..500).map(|n| json!({"payload": webhook(n)})).collect();
-    let before = w.ledger.sql.round_trips.get();
+    let before = w.ledger.backend().round_trips.get();
     assert_eq!(w.call("POST", "/jobs", Some(json!({"jobs": jobs}))).status, 202);
-    assert_eq!(w.ledger.sql.round_trips.get() - before, 1, "no duplicates: one round trip");
+    assert_eq!(w.ledger.backend().round_trips.get() - before, 1, "no duplicates: one round trip");
     let too_many: Vec<Value> = (0..501).map(|n| json!({"payload": webhook(n)})).collect();
     assert_eq!(w.call("POST", "/jobs", Some(json!({"jobs": too_many}))).status, 413);
 }
@@ -347,7 +352,7 @@ fn a_failed_send_does_not_stop_the_rest_of_maintenance() {
     let w = World::new();
     seed_running(&w, "a", 8, T0);
     seed_running(&w, "done", 8, T0);
-    block_on(w.ledger.sql.query(stmt::complete("done", "dead-invocation", T0, None))).unwrap();
+    block_on(w.ledger.backend().query(stmt::complete("done", "dead-invocation", T0, None, None))).unwrap();
     w.clock.advance_ms(8 * 86_400_000);
     w.queue.down.set(true);
     let r = block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg));
@@ -364,7 +369,7 @@ fn a_failed_send_does_not_stop_the_rest_of_maintenance() {
 fn a_dead_job_without_a_readable_payload_is_not_redriven() {
     let w = World::new();
     let unreadable = support::unreadable_spec("bytes");
-    block_on(w.ledger.sql.query(stmt::record_dead(&unreadable, T0, "body is bytes"))).unwrap();
+    block_on(w.ledger.backend().query(stmt::record_dead(&unreadable, T0, "body is bytes"))).unwrap();
     let r = w.call("POST", "/jobs/bytes/redrive", None);
     assert_eq!(r.status, 409);
     let j = block_on(w.ledger.get("bytes")).unwrap().unwrap();

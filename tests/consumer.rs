@@ -13,7 +13,7 @@ use orderly::consumer::{
     Consumer, Incoming, Outcome, Role, DELIVERY_EXHAUSTED, INFRA_RETRY_DELAY_SECONDS, RESEND_WAITING_AFTER_MS,
 };
 use orderly::handlers::{Done, JobContext, JobError, Runner};
-use orderly::ledger::{stmt, Job, JobSpec, Sql, Status};
+use orderly::ledger::{stmt, Job, JobSpec, Lease, Sql, Status};
 use orderly::lock::{owner_token, Kv, MemoryKv};
 use serde_json::{json, Value};
 use support::{MemoryQueue, Sqlite};
@@ -393,7 +393,12 @@ fn a_job_that_snoozes_for_hours_never_runs_out_of_queue_deliveries() {
 #[test]
 fn a_key_held_by_a_running_group_is_polled_at_the_configured_delay() {
     let w = World::new();
-    block_on(w.db.query(stmt::claim(&spec("runner", Some("k")), "another-invocation", T0, T0 + 120_000, T0))).unwrap();
+    block_on(w.db.query(stmt::claim(
+        &spec("runner", Some("k")),
+        "another-invocation",
+        Lease { now: T0, until: T0 + 120_000, due_before: T0 },
+    )))
+    .unwrap();
     block_on(w.kv.put("__fedify_ordering_k", &owner_token("runner"), 60)).unwrap();
     // Its lease runs for two minutes, but the group holding it finishes in moments: poll.
     assert_eq!(w.run(&[keyed("b", T0, "k", ok())]), vec![Outcome::Defer { delay_seconds: 2 }]);
@@ -463,7 +468,12 @@ fn a_duplicate_delivery_of_a_done_job_is_acked_without_running() {
 fn a_job_running_under_another_live_lease_is_deferred_until_it_expires() {
     let w = World::new();
     let m = msg("m", T0, ok());
-    block_on(w.db.query(stmt::claim(&spec("m", None), "someone-else", T0, T0 + 30_000, T0))).unwrap();
+    block_on(w.db.query(stmt::claim(
+        &spec("m", None),
+        "someone-else",
+        Lease { now: T0, until: T0 + 30_000, due_before: T0 },
+    )))
+    .unwrap();
     assert_eq!(w.run(&[m]), vec![Outcome::Defer { delay_seconds: 30 }]);
     assert!(w.runs().is_empty());
 }
@@ -504,7 +514,12 @@ fn a_queue_message_whose_dedupe_key_is_active_elsewhere_is_recorded_dead() {
 #[test]
 fn a_dead_letter_for_a_job_running_under_a_live_lease_waits_for_the_lease() {
     let w = World::new();
-    block_on(w.db.query(stmt::claim(&spec("m", None), "someone-else", T0, T0 + 30_000, T0))).unwrap();
+    block_on(w.db.query(stmt::claim(
+        &spec("m", None),
+        "someone-else",
+        Lease { now: T0, until: T0 + 30_000, due_before: T0 },
+    )))
+    .unwrap();
     assert_eq!(w.process(Role::DeadLetter, &[msg("m", T0, ok())]), vec![Outcome::Defer { delay_seconds: 30 }]);
     assert_eq!(w.job("m").status, Status::Running);
 }
@@ -834,7 +849,7 @@ fn a_job_whose_lease_was_lost_while_the_group_stalled_is_not_run() {
 }
 
 fn history(w: &World, id: &str) -> Vec<orderly::ledger::history::Event> {
-    block_on(orderly::ledger::history::events(&w.db, id)).unwrap()
+    block_on(orderly::ledger::Ledger::new(&w.db).events(id)).unwrap()
 }
 
 #[test]
@@ -910,15 +925,26 @@ fn a_handler_panic_noted_before_the_invocation_died_is_recorded_as_its_failure()
     // Two jobs were running in an invocation that panicked (its instance gone, its leases live).
     let last = JobSpec { max_attempts: 1, ..spec("last", None) };
     for s in [spec("p", Some("k")), last] {
-        block_on(w.db.query(stmt::claim(&s, "inv-dead", T0, T0 + 120_000, T0))).unwrap();
+        block_on(w.db.query(stmt::claim(&s, "inv-dead", Lease { now: T0, until: T0 + 120_000, due_before: T0 })))
+            .unwrap();
     }
-    block_on(w.db.query(stmt::claim(&spec("done", None), "inv-dead", T0, T0 + 120_000, T0))).unwrap();
+    block_on(w.db.query(stmt::claim(
+        &spec("done", None),
+        "inv-dead",
+        Lease { now: T0, until: T0 + 120_000, due_before: T0 },
+    )))
+    .unwrap();
     // Jobs running beside them, in that invocation and in another live in the same instance,
     // died with them; a job of an invocation elsewhere did not.
     for (id, owner) in [("beside", "inv-dead"), ("other", "inv-beside"), ("elsewhere", "inv-elsewhere")] {
-        block_on(w.db.query(stmt::claim(&spec(id, None), owner, T0, T0 + 120_000, T0))).unwrap();
+        block_on(w.db.query(stmt::claim(
+            &spec(id, None),
+            owner,
+            Lease { now: T0, until: T0 + 120_000, due_before: T0 },
+        )))
+        .unwrap();
     }
-    block_on(w.db.query(stmt::complete_run("done", "inv-dead", T0, None, None))).unwrap();
+    block_on(w.db.query(stmt::complete("done", "inv-dead", T0, None, None))).unwrap();
     w.clock.advance_ms(1_000);
     let noted = |id: &str, attempt: u32| Panicked {
         job_id: id.into(),

@@ -6,7 +6,7 @@ mod support;
 
 use futures::executor::block_on;
 use orderly::config::OrderingMode;
-use orderly::ledger::{history, stmt, Job, JobSpec, Ledger, ListFilter, Redrive, Sql, Status};
+use orderly::ledger::{history, stmt, Job, JobSpec, Lease, Ledger, ListFilter, Redrive, Sql, Status};
 use support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
@@ -33,7 +33,7 @@ fn get(db: &Sqlite, id: &str) -> Job {
 }
 
 fn claim(db: &Sqlite, s: &JobSpec, owner: &str, now: i64) -> Option<Job> {
-    one(db, stmt::claim(s, owner, now, now + LEASE, now))
+    one(db, stmt::claim(s, owner, Lease { now, until: now + LEASE, due_before: now }))
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn lists_never_read_a_payload_or_a_result() {
             claim(&db, &spec(id), "inv", T0);
         }
         match status {
-            Status::Done => drop(block_on(db.query(stmt::complete_run(id, "inv", T0, Some("{\"big\":1}"), None)))),
+            Status::Done => drop(block_on(db.query(stmt::complete(id, "inv", T0, Some("{\"big\":1}"), None)))),
             Status::Dead => drop(block_on(db.query(stmt::fail(id, "inv", T0, Status::Dead, T0, "gone")))),
             _ => {}
         }
@@ -165,7 +165,11 @@ fn every_index_serves_the_queries_that_need_it() {
         ("list_all", stmt::list(None, None, 50), &["job_created"]),
         ("park (the key's next seq)", stmt::park(&spec("a"), T0), &["job_key_seq"]),
         ("enqueue (the key's next seq)", stmt::enqueue(&spec("a"), T0, T0), &["job_key_seq"]),
-        ("claim (dedupe)", stmt::claim(&deduped, "w", T0, T0 + LEASE, T0), &["job_dedupe_active"]),
+        (
+            "claim (dedupe)",
+            stmt::claim(&deduped, "w", Lease { now: T0, until: T0 + LEASE, due_before: T0 }),
+            &["job_dedupe_active"],
+        ),
         ("existing (dedupe)", stmt::existing("a", Some("dk")), &["job_dedupe_active"]),
         ("claim_next", stmt::claim_next("k", "w", lease, OnDead::Block, 50, Some("p")), &["job_key_open"]),
         ("head", stmt::head("k", OnDead::Block), &["job_key_open"]),
@@ -176,7 +180,7 @@ fn every_index_serves_the_queries_that_need_it() {
         ("reap", stmt::reap(T0, 10), &["job_open", "job_key_open"]),
         ("wake_waiting", stmt::wake_waiting("k", T0), &["job_lock_key", "job_key_open"]),
         ("redrive (the key's next seq)", stmt::redrive("a", T0), &["job_key_seq"]),
-        ("activity_jobs", history::stmt::activity_jobs(T0), &["job_created", "job_finished"]),
+        ("activity_jobs", stmt::activity_jobs(T0), &["job_created", "job_finished"]),
         ("counts", stmt::counts(), &["job_open", "job_key_open", "job_dead", "COVERING INDEX job_created"]),
     ];
     for (what, s, indexes) in cases {
@@ -201,7 +205,7 @@ fn the_purge_reads_done_rows_through_the_finished_index() {
 #[test]
 fn the_charts_read_recent_runs_and_redrives_through_their_index() {
     let (db, _) = Sqlite::temp();
-    let plan = plan(&db, &orderly::ledger::history::stmt::activity_runs(T0));
+    let plan = plan(&db, &orderly::ledger::stmt::activity_runs(T0));
     assert!(plan.iter().any(|p| p.contains("job_event_at")), "{plan:?}");
 }
 
@@ -209,7 +213,7 @@ fn the_charts_read_recent_runs_and_redrives_through_their_index() {
 fn claim_of_a_finished_job_changes_nothing() {
     let (db, _) = Sqlite::temp();
     claim(&db, &spec("a"), "w1", T0).unwrap();
-    one(&db, stmt::complete("a", "w1", T0 + 1, None)).unwrap();
+    one(&db, stmt::complete("a", "w1", T0 + 1, None, None)).unwrap();
     let done = get(&db, "a");
     assert_eq!(claim(&db, &spec("a"), "w2", T0 + 10 * LEASE), None);
     assert_eq!(get(&db, "a"), done);
@@ -226,9 +230,14 @@ fn claim_waits_for_a_pending_job_to_be_due() {
     claim(&db, &spec("a"), "w1", T0).unwrap();
     one(&db, stmt::fail("a", "w1", T0, Status::Pending, T0 + 5_000, "HTTP 503")).unwrap();
     let before = get(&db, "a");
-    assert_eq!(one(&db, stmt::claim(&spec("a"), "w2", T0 + 1_000, T0 + LEASE, T0 + 4_999)), None);
+    assert_eq!(
+        one(&db, stmt::claim(&spec("a"), "w2", Lease { now: T0 + 1_000, until: T0 + LEASE, due_before: T0 + 4_999 })),
+        None
+    );
     assert_eq!(get(&db, "a"), before);
-    let j = one(&db, stmt::claim(&spec("a"), "w2", T0 + 5_000, T0 + LEASE, T0 + 5_000)).expect("due");
+    let j =
+        one(&db, stmt::claim(&spec("a"), "w2", Lease { now: T0 + 5_000, until: T0 + LEASE, due_before: T0 + 5_000 }))
+            .expect("due");
     assert_eq!((j.status, j.attempts), (Status::Running, 2));
 }
 
@@ -237,12 +246,12 @@ fn complete_by_another_owner_or_from_the_wrong_state_changes_nothing() {
     let (db, _) = Sqlite::temp();
     claim(&db, &spec("a"), "w1", T0).unwrap();
     let before = get(&db, "a");
-    assert_eq!(one(&db, stmt::complete("a", "w2", T0 + 1, None)), None);
+    assert_eq!(one(&db, stmt::complete("a", "w2", T0 + 1, None, None)), None);
     assert_eq!(get(&db, "a"), before);
 
-    let done = one(&db, stmt::complete("a", "w1", T0 + 2, None)).expect("owner completes");
+    let done = one(&db, stmt::complete("a", "w1", T0 + 2, None, None)).expect("owner completes");
     assert_eq!((done.status, done.finished_at, done.lease_owner.as_deref()), (Status::Done, Some(T0 + 2), None));
-    assert_eq!(one(&db, stmt::complete("a", "w1", T0 + 3, None)), None);
+    assert_eq!(one(&db, stmt::complete("a", "w1", T0 + 3, None, None)), None);
     assert_eq!(get(&db, "a"), done);
 }
 
@@ -311,7 +320,7 @@ fn counts_read_through_the_indexes_match_the_table() {
     block_on(ledger.enqueue(&unkeyed("u-pending"), T0, T0)).unwrap();
     claim(&db, &unkeyed("u-running"), "w", T0).unwrap();
     claim(&db, &unkeyed("u-done"), "w", T0).unwrap();
-    one(&db, stmt::complete("u-done", "w", T0, None)).unwrap();
+    one(&db, stmt::complete("u-done", "w", T0, None, None)).unwrap();
     one(&db, stmt::record_dead(&unkeyed("u-dead"), T0, "bad body")).unwrap();
     claim(&db, &keyed("l-running", "lk"), "w", T0).unwrap();
     let specs = [keyed("s1", "s"), keyed("s2", "s"), keyed("b1", "b"), keyed("b2", "b"), keyed("b3", "b")];
@@ -320,7 +329,7 @@ fn counts_read_through_the_indexes_match_the_table() {
     for key in ["s", "b"] {
         block_on(db.query(stmt::claim_next(key, "w", lease, OnDead::Block, 1, None))).unwrap();
     }
-    one(&db, stmt::complete("s1", "w", T0, None)).unwrap();
+    one(&db, stmt::complete("s1", "w", T0, None, None)).unwrap();
     block_on(db.query(stmt::claim_next("s", "w", lease, OnDead::Block, 1, None))).unwrap();
     one(&db, stmt::fail("b1", "w", T0, Status::Dead, T0, "HTTP 404")).unwrap();
     let table: Vec<(String, i64)> = db
@@ -370,7 +379,7 @@ fn record_dead_leaves_done_jobs_and_live_leases_alone() {
     assert_eq!(dead.status, Status::Dead);
 
     claim(&db, &spec("done"), "w", T0).unwrap();
-    one(&db, stmt::complete("done", "w", T0, None)).unwrap();
+    one(&db, stmt::complete("done", "w", T0, None, None)).unwrap();
     let done = get(&db, "done");
     assert_eq!(one(&db, stmt::record_dead(&spec("done"), T0 + 1, "x")), None);
     assert_eq!(get(&db, "done"), done);
@@ -382,7 +391,7 @@ fn renew_extends_only_the_owners_leases() {
     claim(&db, &spec("a"), "w1", T0).unwrap();
     claim(&db, &spec("b"), "w2", T0).unwrap();
     claim(&db, &spec("c"), "w1", T0).unwrap();
-    one(&db, stmt::complete("c", "w1", T0 + 5, None)).unwrap();
+    one(&db, stmt::complete("c", "w1", T0 + 5, None, None)).unwrap();
     // w1 names every job it claimed, and b too: only its own RUNNING ones are extended.
     let ids: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
     let renewed = block_on(db.query(stmt::renew("w1", T0 + 10, T0 + 999_999, &ids))).unwrap();
@@ -432,7 +441,7 @@ fn an_active_dedupe_key_blocks_and_a_finished_one_does_not() {
     assert_eq!(one(&db, stmt::get("c")), None);
 
     claim(&db, &with_key("a"), "w", T0).unwrap();
-    one(&db, stmt::complete("a", "w", T0, None)).unwrap();
+    one(&db, stmt::complete("a", "w", T0, None, None)).unwrap();
     let (fresh, inserted) = block_on(ledger.enqueue(&with_key("d"), T0, T0)).unwrap();
     assert!(inserted);
     assert_eq!(fresh.id, "d");
@@ -531,18 +540,18 @@ fn purge_deletes_only_done_rows_older_than_the_cutoff() {
     let (db, _) = Sqlite::temp();
     for (id, at) in [("old", T0), ("new", T0 + 10)] {
         claim(&db, &spec(id), "w", at).unwrap();
-        one(&db, stmt::complete(id, "w", at, None)).unwrap();
+        one(&db, stmt::complete(id, "w", at, None, None)).unwrap();
         let run = history::Run {
-            job_id: id,
+            job_id: id.to_string(),
             attempt: 1,
             started_at: at,
             finished_at: at,
             outcome: history::RunOutcome::Done,
             error: None,
             http_status: None,
-            actor: "w",
+            actor: "w".to_string(),
         };
-        block_on(db.query(history::stmt::run(&run))).unwrap();
+        block_on(db.query(stmt::run(&run))).unwrap();
     }
     one(&db, stmt::record_dead(&spec("dead"), T0, "x")).unwrap();
     let purged = block_on(db.batch(stmt::purge(T0 + 5, 100).into())).unwrap();
@@ -551,8 +560,8 @@ fn purge_deletes_only_done_rows_older_than_the_cutoff() {
     assert!(one(&db, stmt::get("new")).is_some());
     assert!(one(&db, stmt::get("dead")).is_some());
     // A purged job's history goes with it; the others' stays.
-    assert!(block_on(history::events(&db, "old")).unwrap().is_empty());
-    assert_eq!(block_on(history::events(&db, "new")).unwrap().len(), 1);
+    assert!(block_on(orderly::ledger::Ledger::new(&db).events("old")).unwrap().is_empty());
+    assert_eq!(block_on(orderly::ledger::Ledger::new(&db).events("new")).unwrap().len(), 1);
 }
 
 #[test]
@@ -621,7 +630,7 @@ fn no_statement_reads_the_whole_table() {
         let sql: &'static str = Box::leak(std::fs::read_to_string(path).unwrap().into_boxed_str());
         // Bound NULL, each parameter: SQLite plans a statement once, whatever its values.
         let count = (1..=20).filter(|n| sql.contains(&format!("?{n}"))).max().unwrap_or(0);
-        let s = orderly::ledger::Stmt { sql, params: vec![orderly::ledger::Param::Null; count] };
+        let s = orderly::ledger::Stmt::bind(sql, (0..count).map(|_| ("any", orderly::ledger::Param::Null)));
         let plan = plan(&db, &s);
         let whole = plan.iter().any(|p| reads_every_job(p));
         if whole != WHOLE_TABLE_READS.iter().any(|(n, _)| *n == name) {

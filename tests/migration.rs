@@ -9,7 +9,7 @@ mod support;
 
 use futures::executor::block_on;
 use orderly::config::OnDead;
-use orderly::ledger::history::{self, Kind, RunOutcome};
+use orderly::ledger::history::{Kind, RunOutcome};
 use orderly::ledger::strict::Skip;
 use orderly::ledger::{stmt, Job, Lease, Ledger, Redrive, Sql, Status, Stmt};
 use rusqlite::types::Value as SqlValue;
@@ -188,13 +188,13 @@ fn jobs_in_flight_carry_on_after_the_migration() {
     let now = T0 + 1_000;
 
     // Running jobs complete under the leases they held.
-    assert!(one(&db, stmt::complete("lock-running", "inv-1", now, None)).is_some());
-    assert!(one(&db, stmt::complete("s3", "inv-2", now, None)).is_some());
+    assert!(one(&db, stmt::complete("lock-running", "inv-1", now, None, None)).is_some());
+    assert!(one(&db, stmt::complete("s3", "inv-2", now, None, None)).is_some());
     // Strict key `s` moves on in order past its skipped DEAD job.
     assert_eq!(claim_next(&db, "s", now, OnDead::Block), ["s4", "s5"]);
     // Key `r` runs nothing while r2 runs, then r3 before the moved r1.
     assert!(claim_next(&db, "r", now, OnDead::Block).is_empty());
-    assert!(one(&db, stmt::complete("r2", "inv-5", now, None)).is_some());
+    assert!(one(&db, stmt::complete("r2", "inv-5", now, None, None)).is_some());
     assert_eq!(claim_next(&db, "r", now, OnDead::Block), ["r3", "r1"]);
     // Key `b` stays blocked by its DEAD head until an operator skips it.
     assert!(claim_next(&db, "b", now, OnDead::Block).is_empty());
@@ -208,7 +208,8 @@ fn jobs_in_flight_carry_on_after_the_migration() {
     // The lock-mode job put off behind its key is woken and claimed.
     assert_eq!(one(&db, stmt::wake_waiting("lk", now)).map(|j| j.id).as_deref(), Some("lock-waiting"));
     let waiting = get(&db, "lock-waiting");
-    assert!(one(&db, stmt::claim(&waiting.spec(), "inv-4", now, now + LEASE_MS, now)).is_some());
+    assert!(one(&db, stmt::claim(&waiting.spec(), "inv-4", Lease { now, until: now + LEASE_MS, due_before: now }))
+        .is_some());
     // A DEAD job redrives.
     assert!(matches!(block_on(ledger.redrive("lock-dead", now)).unwrap(), Redrive::Redriven(_)));
     assert_eq!(get(&db, "lock-dead").status, Status::Pending);
@@ -227,7 +228,7 @@ fn jobs_in_flight_carry_on_after_the_migration() {
 fn old_history_reads_as_before_and_old_done_rows_are_purged() {
     let db = old_ledger();
     db.migrate_range(|name| name >= "0007");
-    let events = block_on(history::events(&db, "lock-done")).unwrap();
+    let events = block_on(orderly::ledger::Ledger::new(&db).events("lock-done")).unwrap();
     assert_eq!(
         events.iter().map(|e| (e.kind, e.outcome, e.actor.as_str(), e.http_status)).collect::<Vec<_>>(),
         [(Kind::Attempt, Some(RunOutcome::Done), "inv-0", Some(200))],
@@ -237,5 +238,8 @@ fn old_history_reads_as_before_and_old_done_rows_are_purged() {
     let mut ids: Vec<&str> = purged[1].iter().filter_map(|r| r.get("id").and_then(|v| v.as_str())).collect();
     ids.sort();
     assert_eq!(ids, ["lock-done", "s1"]);
-    assert!(block_on(history::events(&db, "lock-done")).unwrap().is_empty(), "its history went with it");
+    assert!(
+        block_on(orderly::ledger::Ledger::new(&db).events("lock-done")).unwrap().is_empty(),
+        "its history went with it"
+    );
 }

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use futures::executor::block_on;
 use orderly::api::{match_route, Matched, OPENAPI, ROUTES};
 use orderly::clock::Clock;
-use orderly::ledger::history::{self, Run, RunOutcome};
-use orderly::ledger::{stmt, Sql};
+use orderly::ledger::history::{Run, RunOutcome};
+use orderly::ledger::{stmt, Lease, Record, Sql, Status, Transition};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
 use serde_json::{json, Value};
 use support::api::{ApiWorld, T0};
@@ -34,11 +34,22 @@ impl Operator for ApiWorld {
     /// Makes a PENDING job DEAD through a failed run, as a consumer would.
     fn kill(&self, id: &str, error: &str, at: i64) {
         let job = block_on(self.ledger.get(id)).unwrap().unwrap();
-        let rows = block_on(self.ledger.sql.query(stmt::claim(&job.spec(), "inv-1", at, at + 120_000, at))).unwrap();
+        let rows = block_on(self.ledger.backend().query(stmt::claim(
+            &job.spec(),
+            "inv-1",
+            Lease { now: at, until: at + 120_000, due_before: at },
+        )))
+        .unwrap();
         assert_eq!(rows.len(), 1, "claimed");
-        let rows =
-            block_on(self.ledger.sql.query(stmt::fail(id, "inv-1", at, orderly::ledger::Status::Dead, at, error)))
-                .unwrap();
+        let rows = block_on(self.ledger.backend().query(stmt::fail(
+            id,
+            "inv-1",
+            at,
+            orderly::ledger::Status::Dead,
+            at,
+            error,
+        )))
+        .unwrap();
         assert_eq!(rows.len(), 1, "failed");
     }
     fn history(&self, id: &str) -> Vec<Value> {
@@ -78,7 +89,12 @@ fn a_pending_job_is_cancelled_and_audited_and_nothing_else_is() {
     let running = w.submit(json!({"payload": webhook("b")}));
     let spec = block_on(w.ledger.get(&running)).unwrap().unwrap().spec();
     let now = T0 + 1_000;
-    let claimed = block_on(w.ledger.sql.query(stmt::claim(&spec, "inv", now, now + 120_000, now))).unwrap();
+    let claimed = block_on(w.ledger.backend().query(stmt::claim(
+        &spec,
+        "inv",
+        Lease { now, until: now + 120_000, due_before: now },
+    )))
+    .unwrap();
     assert_eq!(claimed.len(), 1);
     let r = w.call("POST", &format!("/jobs/{running}/cancel"), None);
     assert_eq!((r.status, r.json_body()["status"].as_str()), (409, Some("RUNNING")));
@@ -185,26 +201,43 @@ fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
     // Minute 1: job-001 succeeds; job-002 fails once. Minute 2: job-003 dies.
     let run = |id: &str, at: i64, outcome: RunOutcome| {
         let job = block_on(w.ledger.get(id)).unwrap().unwrap();
-        block_on(w.ledger.sql.query(stmt::claim(&job.spec(), "inv", at, at + 120_000, at))).unwrap();
-        let transition = match outcome {
-            RunOutcome::Done => stmt::complete(id, "inv", at, None),
-            RunOutcome::Retry => stmt::fail(id, "inv", at, orderly::ledger::Status::Pending, at + 5_000, "HTTP 503"),
-            RunOutcome::Dead => stmt::fail(id, "inv", at, orderly::ledger::Status::Dead, at, "HTTP 404"),
-            RunOutcome::Snooze => stmt::defer(id, "inv", at, at + 5_000),
+        block_on(w.ledger.backend().query(stmt::claim(
+            &job.spec(),
+            "inv",
+            Lease { now: at, until: at + 120_000, due_before: at },
+        )))
+        .unwrap();
+        let (id, owner) = (id.to_string(), "inv".to_string());
+        let fail = |to, next_run_at, error: &str| Transition::Fail {
+            id: id.clone(),
+            owner: owner.clone(),
+            at,
+            to,
+            next_run_at,
+            error: error.into(),
         };
-        let r = Run {
-            job_id: id,
+        let transition = match outcome {
+            RunOutcome::Done => {
+                Transition::Complete { id: id.clone(), owner: owner.clone(), at, result: None, http_status: None }
+            }
+            RunOutcome::Retry => fail(Status::Pending, at + 5_000, "HTTP 503"),
+            RunOutcome::Dead => fail(Status::Dead, at, "HTTP 404"),
+            RunOutcome::Snooze => {
+                Transition::Defer { id: id.clone(), owner: owner.clone(), at, next_run_at: at + 5_000 }
+            }
+        };
+        // As the consumer records them: a success is described by its DONE row alone.
+        let run = (outcome != RunOutcome::Done).then(|| Run {
+            job_id: id.clone(),
             attempt: 1,
             started_at: at,
             finished_at: at,
             outcome,
             error: None,
             http_status: Some(200),
-            actor: "inv",
-        };
-        // As the consumer records them: a success is described by its DONE row alone.
-        let history = (outcome != RunOutcome::Done).then(|| history::stmt::run(&r));
-        block_on(w.ledger.sql.batch([transition].into_iter().chain(history).collect())).unwrap();
+            actor: owner.clone(),
+        });
+        block_on(w.ledger.record_all(&[Record { transition, run }])).unwrap();
     };
     run("job-001", start + 60_000 + 5, RunOutcome::Done);
     run("job-002", start + 60_000 + 6, RunOutcome::Retry);
@@ -248,7 +281,7 @@ fn bulk_redrive_reaches_redrivable_jobs_behind_ones_it_cannot_redrive() {
             stmt::record_dead(&spec, T0 + i, "payload is 300000 bytes as JSON, over the limit")
         })
         .collect();
-    block_on(w.ledger.sql.batch(unreadable)).unwrap();
+    block_on(w.ledger.backend().batch(unreadable)).unwrap();
     let good: Vec<String> = (0..5).map(|i| w.submit(json!({"payload": webhook(&format!("g{i}"))}))).collect();
     for (i, id) in good.iter().enumerate() {
         w.kill(id, "HTTP 503", T0 + 1_000 + i as i64);
@@ -334,9 +367,14 @@ fn cancelling_a_lock_holder_wakes_the_job_put_off_behind_it() {
     let waiting = w.submit(json!({"payload": webhook("w"), "ordering_key": "k"}));
     // The holder failed and waits for its retry an hour away; the other was put off behind it.
     let job = block_on(w.ledger.get(&holder)).unwrap().unwrap();
-    block_on(w.ledger.sql.query(stmt::claim(&job.spec(), "inv", T0, T0 + 120_000, T0))).unwrap();
+    block_on(w.ledger.backend().query(stmt::claim(
+        &job.spec(),
+        "inv",
+        Lease { now: T0, until: T0 + 120_000, due_before: T0 },
+    )))
+    .unwrap();
     let retry_at = T0 + 3_600_000;
-    block_on(w.ledger.sql.query(stmt::fail(
+    block_on(w.ledger.backend().query(stmt::fail(
         &holder,
         "inv",
         T0,
@@ -347,7 +385,7 @@ fn cancelling_a_lock_holder_wakes_the_job_put_off_behind_it() {
     .unwrap();
     let spec = block_on(w.ledger.get(&waiting)).unwrap().unwrap().spec();
     // As lock mode records a deferral: noted, and its due time kept with the holder's retry.
-    block_on(w.ledger.sql.batch(vec![
+    block_on(w.ledger.backend().batch(vec![
         stmt::note_deferral(&spec, T0 + 1_000, retry_at),
         stmt::keep_due(&spec.id, retry_at, T0 + 1_000, orderly::maintenance::RESEND_GRACE_MS / 2),
     ]))

@@ -37,7 +37,8 @@ impl Runner for Keeper {
 
 fn run(w: &ApiWorld, sealer: Option<&dyn Sealer>, runner: &Keeper, msgs: &[Incoming]) -> Vec<Outcome> {
     let kv = MemoryKv::new(orderly::clock::ManualClock::new(T0)); // unkeyed jobs take no lock
-    let consumer = Consumer::new(&w.cfg, &kv, &w.ledger.sql, runner, &w.clock, &w.queue, "inv-1").with_sealer(sealer);
+    let consumer =
+        Consumer::new(&w.cfg, &kv, w.ledger.backend(), runner, &w.clock, &w.queue, "inv-1").with_sealer(sealer);
     block_on(consumer.process(Role::Main, msgs))
 }
 
@@ -51,7 +52,7 @@ fn submit_sensitive(w: &ApiWorld, payload: &Value) -> (String, Incoming) {
 }
 
 fn column(w: &ApiWorld, id: &str, col: &str) -> String {
-    match w.ledger.sql.column(id, col) {
+    match w.ledger.backend().column(id, col) {
         rusqlite::types::Value::Text(t) => t,
         other => format!("{other:?}"),
     }
@@ -241,7 +242,7 @@ fn a_sealed_jobs_errors_keep_no_detail_in_the_ledger_the_api_or_the_log() {
     let log = |e: &orderly::log::Event<'_>| logged.borrow_mut().push_str(&e.json());
     let kv = MemoryKv::new(orderly::clock::ManualClock::new(T0));
     let sealer = w.sealer.as_ref().map(|s| s as &dyn Sealer);
-    let consumer = Consumer::new(&w.cfg, &kv, &w.ledger.sql, &Leaky, &w.clock, &w.queue, "inv-1")
+    let consumer = Consumer::new(&w.cfg, &kv, w.ledger.backend(), &Leaky, &w.clock, &w.queue, "inv-1")
         .with_sealer(sealer)
         .with_log(&log);
     assert!(matches!(block_on(consumer.process(Role::Main, &[msg]))[0], Outcome::Retry { .. }));

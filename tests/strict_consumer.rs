@@ -219,7 +219,7 @@ fn a_snoozing_head_keeps_its_key_spends_no_attempt_and_wakes_when_its_snooze_end
         [("a", 1), ("a", 1), ("a", 1), ("b", 1)].iter().map(|(i, n)| (i.to_string(), *n)).collect();
     assert_eq!(attempts, want, "every run of a is its first attempt");
     assert_eq!((w.job("a").status, w.job("a").attempts), (Status::Done, 1));
-    let h = block_on(orderly::ledger::history::events(&w.db, "a")).unwrap();
+    let h = block_on(orderly::ledger::Ledger::new(&w.db).events("a")).unwrap();
     let outcomes: Vec<String> = h.iter().filter_map(|e| e.outcome.map(|o| format!("{o:?}"))).collect();
     assert_eq!(outcomes, vec!["Snooze", "Snooze", "Done"]);
 }
@@ -531,7 +531,7 @@ fn a_chains_runs_are_in_each_jobs_history() {
     w.clock.advance_ms(3_600_000);
     w.run(&[keyed("a", T0, ok())]);
     let outcomes = |id: &str| {
-        block_on(orderly::ledger::history::events(&w.db, id))
+        block_on(orderly::ledger::Ledger::new(&w.db).events(id))
             .unwrap()
             .iter()
             .map(|e| (e.attempt, e.outcome))

@@ -6,8 +6,8 @@ mod support;
 
 use futures::executor::block_on;
 use orderly::config::{OnDead, OrderingMode};
-use orderly::ledger::strict::{self, ClaimSpec, Intake, Parked, Skip};
-use orderly::ledger::{stmt, Job, JobSpec, Lease, Ledger, Sql, Status, Stmt};
+use orderly::ledger::strict::{ClaimSpec, Intake, Parked, Skip};
+use orderly::ledger::{stmt, Job, JobSpec, Lease, Ledger, Record, Sql, Status, Stmt, Transition};
 use support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
@@ -27,6 +27,11 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
 
 fn rows(db: &Sqlite, s: Stmt) -> Vec<Job> {
     Job::all(&block_on(db.query(s)).expect("statement runs")).unwrap()
+}
+
+/// `owner`'s completion of `id`, as the consumer records it.
+fn complete(id: &str, owner: &str, at: i64) -> Record {
+    Transition::Complete { id: id.into(), owner: owner.into(), at, result: None, http_status: None }.into()
 }
 
 fn get(db: &Sqlite, id: &str) -> Job {
@@ -136,7 +141,7 @@ fn claim_next_stops_at_a_job_waiting_for_its_retry() {
     enqueue(&db, &["a", "b", "c"]);
     set(&db, "b", &format!("next_run_at = {}", T0 + 60_000));
     assert_eq!(claim(&db, "k", "w1", T0, OnDead::Skip, 5, None), vec!["a"], "b blocks c");
-    assert_eq!(rows(&db, stmt::complete("a", "w1", T0, None)).len(), 1, "a is DONE");
+    assert_eq!(rows(&db, stmt::complete("a", "w1", T0, None, None)).len(), 1, "a is DONE");
     assert!(claim(&db, "k", "w1", T0 + 1, OnDead::Skip, 5, None).is_empty(), "the head is not due");
     assert_eq!(claim(&db, "k", "w1", T0 + 60_000, OnDead::Skip, 5, None), vec!["b", "c"]);
 }
@@ -196,29 +201,17 @@ fn a_chain_step_claims_on_only_when_the_previous_job_is_finished() {
     // must not claim `a` again as if it were the next job.
     set(&db, "a", "status = 'PENDING', lease_owner = NULL, lease_until = NULL");
     let c = ClaimSpec { owner: "w1", lease: lease(T0 + 10), on_dead: OnDead::Skip, limit: 5 };
-    let step = block_on(strict::step(
-        &db,
-        "k",
-        vec![stmt::complete("a", "w1", T0 + 10, None)],
-        vec![],
-        Some((c, Some("a"))),
-        OnDead::Skip,
-    ))
-    .unwrap();
+    let step =
+        block_on(Ledger::new(&db).step("k", &[complete("a", "w1", T0 + 10)], Some((c, Some("a"))), OnDead::Skip))
+            .unwrap();
     assert_eq!(step.recorded, vec![false]);
     assert!(step.state.claimed.is_empty());
     // Now as it should go: run, record, chain.
     claim(&db, "k", "w2", T0 + 20, OnDead::Skip, 1, None);
     let c = ClaimSpec { owner: "w2", lease: lease(T0 + 30), on_dead: OnDead::Skip, limit: 5 };
-    let step = block_on(strict::step(
-        &db,
-        "k",
-        vec![stmt::complete("a", "w2", T0 + 30, None)],
-        vec![],
-        Some((c, Some("a"))),
-        OnDead::Skip,
-    ))
-    .unwrap();
+    let step =
+        block_on(Ledger::new(&db).step("k", &[complete("a", "w2", T0 + 30)], Some((c, Some("a"))), OnDead::Skip))
+            .unwrap();
     assert_eq!(step.recorded, vec![true]);
     assert_eq!(step.state.claimed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), vec!["b"]);
     assert_eq!(step.state.head.map(|j| j.id), Some("b".to_string()));
@@ -230,7 +223,7 @@ fn park_and_claim_parks_in_send_order_and_claims_in_the_same_transaction() {
     let (x, y) = (spec("x", Some("k")), spec("y", Some("k")));
     let c = ClaimSpec { owner: "w1", lease: lease(T0), on_dead: OnDead::Skip, limit: 1 };
     let out =
-        block_on(strict::park_and_claim(&db, &[Intake { key: "k", jobs: vec![&y, &x], claim: true }], c)).unwrap();
+        block_on(Ledger::new(&db).park_and_claim(&[Intake { key: "k", jobs: vec![&y, &x], claim: true }], c)).unwrap();
     assert_eq!(db.round_trips.get(), 1);
     let ids: Vec<String> =
         out[0].parked.iter().map(|p| if let Parked::Recorded(j) = p { j.id.clone() } else { String::new() }).collect();
@@ -269,11 +262,9 @@ fn racing_connections_claim_a_key_exactly_once() {
                     let now = T0 + 1_000;
                     let c = ClaimSpec { owner: &owner, lease: lease(now), on_dead: OnDead::Skip, limit: 5 };
                     if i == 0 {
-                        let step = block_on(strict::step(
-                            &conn,
+                        let step = block_on(Ledger::new(&conn).step(
                             "k",
-                            vec![stmt::complete("a", "w0", now, None)],
-                            vec![],
+                            &[complete("a", "w0", now)],
                             Some((c, Some("a"))),
                             OnDead::Skip,
                         ))
@@ -281,11 +272,9 @@ fn racing_connections_claim_a_key_exactly_once() {
                         step.state.claimed.len()
                     } else {
                         let new = spec(&format!("n{round}-{i}"), Some("k"));
-                        let out = block_on(strict::park_and_claim(
-                            &conn,
-                            &[Intake { key: "k", jobs: vec![&new], claim: true }],
-                            c,
-                        ))
+                        let out = block_on(
+                            Ledger::new(&conn).park_and_claim(&[Intake { key: "k", jobs: vec![&new], claim: true }], c),
+                        )
                         .unwrap();
                         out[0].state.claimed.len()
                     }

@@ -17,7 +17,7 @@ use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::error::InfraError;
 use crate::handlers::Runner;
-use crate::ledger::{stmt, Claimed, Job, JobSpec, Lease, Ledger, Sql, Status, Stmt};
+use crate::ledger::{Claimed, Job, JobSpec, Lease, Record, Sql, Status, Transition};
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::{self, OutMessage, QueueSender};
 
@@ -72,18 +72,13 @@ struct LockEnd {
     hold_for: Option<(String, u32)>,
 }
 
-/// One message's settlement: its outcome, and the ledger statement that must be recorded before
-/// the outcome may be applied.
+/// One message's settlement: its outcome, and what the ledger must record before the outcome
+/// may be applied. A transition guarded by our lease (complete, fail, defer) that changes no row
+/// means our lease was lost: the outcome is not applied.
 struct Settle {
     index: usize,
-    record: Option<Stmt>,
+    record: Option<Record>,
     outcome: Outcome,
-    /// For a transition guarded by our lease (complete, fail, defer): the job. If it changes no
-    /// row, our lease was lost and the outcome may not be applied.
-    guarded: Option<String>,
-    /// A statement that rides with the transition, its result not looked at: a run's history
-    /// line, or a deferred job's due time kept.
-    rides: Option<Stmt>,
     /// The message waits (a snooze, a held key), spending no attempt: once its wait is recorded
     /// it comes back as a new message, not by `retry()` (see `Consumer::resent`).
     waits: bool,
@@ -91,21 +86,18 @@ struct Settle {
 
 impl Settle {
     fn plain(index: usize, outcome: Outcome) -> Self {
-        Settle { index, record: None, outcome, guarded: None, rides: None, waits: false }
+        Settle { index, record: None, outcome, waits: false }
     }
-    fn recorded(index: usize, record: Stmt, outcome: Outcome) -> Self {
-        Settle { record: Some(record), ..Settle::plain(index, outcome) }
-    }
-    fn guarded(index: usize, job: &str, record: Stmt, outcome: Outcome) -> Self {
-        Settle { guarded: Some(job.to_string()), ..Settle::recorded(index, record, outcome) }
+    fn recorded(index: usize, record: impl Into<Record>, outcome: Outcome) -> Self {
+        Settle { record: Some(record.into()), ..Settle::plain(index, outcome) }
     }
     /// This settlement, for a message that waits.
     fn waiting(self) -> Self {
         Settle { waits: true, ..self }
     }
     /// A handler run: its guarded transition and its history line.
-    fn ran(index: usize, job: &str, ran: Ran, outcome: Outcome) -> Self {
-        Settle { rides: ran.history, ..Settle::guarded(index, job, ran.transition, outcome) }
+    fn ran(index: usize, ran: Ran, outcome: Outcome) -> Self {
+        Settle::recorded(index, ran.record, outcome)
     }
 }
 
@@ -166,11 +158,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let mut items = Vec::new();
         for (i, d) in decoded.iter().enumerate() {
             match d {
-                Err(reason) => settled.push(Settle::recorded(
-                    i,
-                    stmt::record_dead(&self.undecodable_spec(&msgs[i]), now, reason),
-                    Outcome::Ack,
-                )),
+                Err(reason) => {
+                    let dead = Transition::RecordDead {
+                        spec: self.undecodable_spec(&msgs[i]),
+                        at: now,
+                        error: reason.clone(),
+                    };
+                    settled.push(Settle::recorded(i, dead, Outcome::Ack));
+                }
                 Ok(d) if !seen.insert(d.spec.id.as_str()) => {
                     settled.push(Settle::plain(i, Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds }));
                 }
@@ -231,11 +226,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     let delay = self.held_delay(now, holders.get(&gi));
                     for &i in &g.members {
                         let due = now + i64::from(delay) * 1000;
-                        let spec = plan.spec(i);
-                        let note = stmt::note_deferral(spec, now, due);
-                        let keep = stmt::keep_due(&spec.id, due, now, DUE_SLACK_MS);
-                        let settle = Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay });
-                        plan.settled.push(Settle { rides: Some(keep), ..settle }.waiting());
+                        let spec = plan.spec(i).clone();
+                        let note = Transition::NoteDeferral { spec, at: now, next_run_at: due, slack_ms: DUE_SLACK_MS };
+                        plan.settled.push(Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay }).waiting());
                     }
                 }
                 GroupLock::Down => plan.settled.extend(
@@ -251,7 +244,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             due_before: now + EARLY_DELIVERY_ALLOWANCE_MS,
         };
         let specs: Vec<&JobSpec> = positions.iter().map(|&i| plan.spec(i)).collect();
-        let verdicts = Ledger::new(self.sql).claim_all(&specs, &self.owner, lease).await?;
+        let verdicts = self.ledger.claim_all(&specs, &self.owner, lease).await?;
         Ok(positions
             .into_iter()
             .zip(verdicts)
@@ -340,12 +333,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             if s.waits {
                 waiting.push(s.index);
             }
-            decided.push((s.index, s.outcome, at, s.guarded));
-            if let Some(record) = s.record {
-                records.push((record, s.rides));
-            }
+            let guarded = s.record.as_ref().and_then(|r| r.transition.guarded_job()).map(str::to_string);
+            decided.push((s.index, s.outcome, at, guarded));
+            records.extend(s.record);
         }
-        let applied = match Ledger::new(self.sql).record_all(records).await {
+        let applied = match self.ledger.record_all(&records).await {
             Ok(applied) => Some(applied),
             Err(e) => {
                 self.outage(format!("results not recorded, their messages are deferred: {e}"));
@@ -435,7 +427,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             return (locks, holders);
         }
         let ids: Vec<&str> = held.iter().map(|(_, job)| *job).collect();
-        let rows = match Ledger::new(self.sql).get_all(&ids).await {
+        let rows = match self.ledger.get_all(&ids).await {
             Ok(rows) => rows,
             Err(e) => {
                 self.outage(format!("holders of held keys not read, their messages wait: {e}"));
@@ -491,7 +483,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         "duplicate: dedupe_key {:?} belongs to another active job",
                         d.spec.dedupe_key.as_deref().unwrap_or_default()
                     );
-                    settled.push(Settle::recorded(i, stmt::record_dead(&d.spec, now, &why), Outcome::Ack));
+                    let dead = Transition::RecordDead { spec: d.spec.clone(), at: now, error: why };
+                    settled.push(Settle::recorded(i, dead, Outcome::Ack));
                 }
                 Claim::NotNow(delay) => {
                     if keyed {
@@ -512,8 +505,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     }
                     if let Some(delay) = stopped {
                         let at = now + i64::from(delay) * 1000;
-                        let defer = stmt::defer(&job.id, &self.owner, now, at);
-                        let settle = Settle::guarded(i, &job.id, defer, Outcome::Defer { delay_seconds: delay });
+                        let defer = self.defer(&job.id, now, at);
+                        let settle = Settle::recorded(i, defer, Outcome::Defer { delay_seconds: delay });
                         // Behind a job of its key that waits: it waits as long.
                         settled.push(if keyed { settle.waiting() } else { settle });
                         continue;
@@ -541,7 +534,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         // Not a failed attempt: the message is put off like a busy key's.
                         RunEnd::Snooze { delay_seconds } => (Outcome::Defer { delay_seconds }, true),
                     };
-                    let settle = Settle::ran(i, &job.id, ran, outcome);
+                    let settle = Settle::ran(i, ran, outcome);
                     settled.push(if waits { settle.waiting() } else { settle });
                 }
             }

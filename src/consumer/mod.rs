@@ -26,8 +26,8 @@ use crate::clock::Clock;
 use crate::config::{Config, OrderingMode, MAX_DELAY_SECONDS};
 use crate::envelope::{Envelope, MAX_BODY_JSON_BYTES};
 use crate::handlers::{bounded_result, Done, JobContext, JobError, Runner};
-use crate::ledger::history::{self, RunOutcome};
-use crate::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status, Stmt, DEFAULT_PRIORITY};
+use crate::ledger::history::{Run, RunOutcome};
+use crate::ledger::{Job, JobSpec, Ledger, Record, Sql, Status, Transition, DEFAULT_PRIORITY};
 use crate::lock::Kv;
 use crate::log::Event;
 use crate::panics::Panicked;
@@ -174,10 +174,9 @@ pub fn withheld(e: JobError) -> JobError {
 
 /// A claimed job's handler run, as both modes record it.
 struct Ran {
-    /// The transition, guarded by our lease: complete, or fail to PENDING or DEAD.
-    transition: Stmt,
-    /// The run's entry in the job's history; none for a success (the DONE row describes it).
-    history: Option<Stmt>,
+    /// The transition, guarded by our lease (complete, or fail to PENDING or DEAD), with the
+    /// run's entry in the job's history (none for a success: the DONE row describes it).
+    record: Record,
     /// How it ended.
     end: RunEnd,
 }
@@ -216,7 +215,7 @@ fn placed(n: usize, parts: impl IntoIterator<Item = (usize, Outcome)>) -> Vec<Ou
 }
 
 /// A run's transition, how it ends, its error and its HTTP status.
-type Finished = (Stmt, RunEnd, Option<String>, Option<u16>);
+type Finished = (Transition, RunEnd, Option<String>, Option<u16>);
 
 /// The consumer's ports and settings for one invocation.
 pub struct Consumer<'a, K, S, R, C, Q> {
@@ -224,8 +223,8 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     pub cfg: &'a Config,
     /// Lock store (lock mode).
     pub kv: &'a K,
-    /// Ledger backend.
-    pub sql: &'a S,
+    /// The job ledger.
+    pub ledger: Ledger<&'a S>,
     /// Job handlers.
     pub runner: &'a R,
     /// Time.
@@ -267,7 +266,7 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
         Consumer {
             cfg,
             kv,
-            sql,
+            ledger: Ledger::new(sql),
             runner,
             clock,
             queue,
@@ -444,26 +443,25 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     async fn dead_letters(&self, msgs: &[Incoming], decoded: &[Result<Decoded, String>]) -> Vec<Outcome> {
         let now = self.clock.now_ms();
-        let mut stmts = Vec::new();
+        let mut jobs = Vec::new();
         for (m, d) in msgs.iter().zip(decoded) {
             let spec = d.as_ref().map(|d| d.spec.clone()).unwrap_or_else(|_| self.undecodable_spec(m));
             let error = match d {
                 Ok(_) => DELIVERY_EXHAUSTED.to_string(),
                 Err(e) => format!("{DELIVERY_EXHAUSTED}; {e}"),
             };
-            stmts.push(stmt::record_dead(&spec, now, &error));
-            stmts.push(stmt::get(&spec.id));
+            jobs.push((spec, error));
         }
-        let out = match self.sql.batch(stmts).await {
+        let out = match self.ledger.record_dead_all(&jobs, now).await {
             Ok(out) => out,
             Err(e) => {
                 self.outage(format!("dead-letter batch deferred: {e}"));
                 return vec![Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }; msgs.len()];
             }
         };
-        out.chunks(2)
-            .map(|pair| match (pair.first(), pair.get(1).and_then(|rows| Job::first(rows).ok().flatten())) {
-                (Some(dead), Some(j)) if !dead.is_empty() => {
+        out.into_iter()
+            .map(|dead| match (dead.recorded, dead.job) {
+                (true, Some(j)) => {
                     (self.log)(&Event::JobDead {
                         job_id: &j.id,
                         job_type: j.job_type.as_deref(),
@@ -473,9 +471,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     });
                     Outcome::Ack
                 }
-                (Some(dead), _) if !dead.is_empty() => Outcome::Ack,
+                (true, None) => Outcome::Ack,
                 // Someone is running it right now: let that run finish, then look again.
-                (_, Some(j)) if j.status == Status::Running => {
+                (false, Some(j)) if j.status == Status::Running => {
                     Outcome::Defer { delay_seconds: until(now, j.lease_until) }
                 }
                 _ => Outcome::Ack,
@@ -485,6 +483,23 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     fn outage(&self, message: String) {
         (self.log)(&Event::Outage { message });
+    }
+
+    /// `job`'s failed run by `owner`: PENDING again at `next_run_at`, or DEAD.
+    fn fail(&self, job: &Job, owner: &str, at: i64, to: Status, next_run_at: i64, error: &str) -> Transition {
+        let (id, owner, error) = (job.id.clone(), owner.to_string(), error.to_string());
+        Transition::Fail { id, owner, at, to, next_run_at, error }
+    }
+
+    /// `job`'s snoozed run by `owner`: PENDING again at `next_run_at`, no attempt spent, the next
+    /// run's payload in place of its own when given.
+    fn snooze(&self, job: &Job, owner: &str, at: i64, next_run_at: i64, payload: Option<String>) -> Transition {
+        Transition::Snooze { id: job.id.clone(), owner: owner.to_string(), at, next_run_at, payload }
+    }
+
+    /// A job this invocation claimed and does not run: handed back, due at `next_run_at`.
+    fn defer(&self, id: &str, at: i64, next_run_at: i64) -> Transition {
+        Transition::Defer { id: id.to_string(), owner: self.owner.clone(), at, next_run_at }
     }
 
     /// Runs a job this invocation claimed and says what to record. The ledger row is the truth:
@@ -536,19 +551,17 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         // A success is described by the job's DONE row (complete.sql), not by a history row:
         // one row written less per job. (A success whose completion is refused, our lease lost,
         // is still counted in the job's attempts; the reaper records the expired lease.)
-        let history = (outcome != RunOutcome::Done).then(|| {
-            history::stmt::run(&history::Run {
-                job_id: &job.id,
-                attempt: job.attempts,
-                started_at,
-                finished_at: now,
-                outcome,
-                error: error.as_deref(),
-                http_status,
-                actor: owner,
-            })
+        let run = (outcome != RunOutcome::Done).then(|| Run {
+            job_id: job.id.clone(),
+            attempt: job.attempts,
+            started_at,
+            finished_at: now,
+            outcome,
+            error,
+            http_status,
+            actor: owner.to_string(),
         });
-        Ran { transition, history, end }
+        Ran { record: Record { transition, run }, end }
     }
 
     /// A successful run's completion; a sealed job's result is sealed too (one that cannot be is
@@ -560,12 +573,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 kept = sealer.seal(&job.id, &text).await.ok();
             }
         }
-        (
-            stmt::complete_run(&job.id, owner, now, kept.as_deref(), done.http_status),
-            RunEnd::Done,
-            None,
-            done.http_status,
-        )
+        let complete = Transition::Complete {
+            id: job.id.clone(),
+            owner: owner.to_string(),
+            at: now,
+            result: kept,
+            http_status: done.http_status,
+        };
+        (complete, RunEnd::Done, None, done.http_status)
     }
 
     /// A failed run's transition: DEAD, a retry after the backoff, or a snooze (with the next
@@ -580,18 +595,19 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     attempts: job.attempts,
                     error: &why,
                 });
-                (stmt::fail(&job.id, owner, now, Status::Dead, now, &why), RunEnd::Dead, Some(why), e.http_status())
+                let dead = self.fail(job, owner, now, Status::Dead, now, &why);
+                (dead, RunEnd::Dead, Some(why), e.http_status())
             }
             FailureDecision::Retry { delay_seconds } => {
                 let at = now + i64::from(delay_seconds) * 1000;
                 let why = e.to_string();
-                let fail = stmt::fail(&job.id, owner, now, Status::Pending, at, &why);
+                let fail = self.fail(job, owner, now, Status::Pending, at, &why);
                 (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
             }
             FailureDecision::Snooze { delay_seconds } => {
                 // Handed back like a job never run: PENDING, its attempt returned.
                 let at = now + i64::from(delay_seconds) * 1000;
-                let snooze = stmt::snooze(&job.id, owner, now, at, next_payload.as_deref());
+                let snooze = self.snooze(job, owner, now, at, next_payload);
                 (snooze, RunEnd::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
             }
         }
@@ -604,7 +620,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// Best effort: what cannot be recorded now is left to the lease's expiry.
     pub async fn record_panics(&self, panicked: &[Panicked]) {
         let ids: Vec<&str> = panicked.iter().map(|p| p.job_id.as_str()).collect();
-        let rows = match Ledger::new(self.sql).get_all(&ids).await {
+        let rows = match self.ledger.get_all(&ids).await {
             Ok(rows) => rows,
             Err(e) => return self.outage(format!("panics of {} jobs not recorded: {e}", ids.len())),
         };
@@ -624,13 +640,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             if let Some(delay) = ran.end.again_after() {
                 wakes.extend(crate::producer::message_for(&job, delay));
             }
-            records.push((ran.transition, ran.history));
+            records.push(ran.record);
             owners.push(owner);
         }
         owners.sort();
         owners.dedup();
-        let ledger = Ledger::new(self.sql);
-        if let Err(e) = ledger.record_all(records).await {
+        let ledger = &self.ledger;
+        if let Err(e) = ledger.record_all(&records).await {
             return self.outage(format!("panics not recorded, left to their leases: {e}"));
         }
         // The other jobs those invocations were running died with them: their runs end now.
@@ -655,22 +671,19 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let now = self.clock.now_ms();
         let error = format!("{why}; waiting for PAYLOAD_KEY to open it, its key held, no attempt spent");
         self.outage(format!("job {} not run: {error}", job.id));
-        let history = history::stmt::run(&history::Run {
-            job_id: &job.id,
+        let run = Run {
+            job_id: job.id.clone(),
             attempt: job.attempts,
             started_at,
             finished_at: now,
             outcome: RunOutcome::Snooze,
-            error: Some(&error),
+            error: Some(error),
             http_status: None,
-            actor: &self.owner,
-        });
+            actor: self.owner.clone(),
+        };
         let delay_seconds = SEAL_WAIT_SECONDS;
-        Ran {
-            transition: stmt::defer(&job.id, &self.owner, now, now + i64::from(delay_seconds) * 1000),
-            history: Some(history),
-            end: RunEnd::Snooze { delay_seconds },
-        }
+        let defer = self.defer(&job.id, now, now + i64::from(delay_seconds) * 1000);
+        Ran { record: Record { transition: defer, run: Some(run) }, end: RunEnd::Snooze { delay_seconds } }
     }
 
     /// A snooze's replacement payload as it is stored (sealed when the job is), or the error that
@@ -725,11 +738,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         if now - leases.renewed_at.get() > self.cfg.refresh_after_ms(self.cfg.lease_seconds) {
             leases.renewed_at.set(now);
             let ids = leases.ids.borrow().clone();
-            match self.sql.query(stmt::renew(&self.owner, now, now + lease_ms, &ids)).await {
-                Ok(rows) => {
-                    let held = rows.iter().filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string));
-                    *leases.held.borrow_mut() = Some(held.collect());
-                }
+            match self.ledger.renew(&self.owner, now, now + lease_ms, &ids).await {
+                Ok(held) => *leases.held.borrow_mut() = Some(held),
                 Err(e) => self.outage(format!("lease renewal failed, leases may expire under running jobs: {e}")),
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! 1. Park: every keyed message's job is recorded (new jobs take their key's next `seq`, in send
 //!    order) and, in the same D1 transaction, the next due jobs of as many keys as run at once are
-//!    claimed under the run rule (`ledger/sql/claim_next.sql`, [`crate::ledger::stmt::claim_next`]);
+//!    claimed under the run rule (`ledger/sql/claim_next.sql`, `Ledger::park_and_claim`);
 //!    the batch's other keys are claimed as chains finish, unless another invocation has them.
 //! 2. Settle: a recorded message is acked, whether or not its job runs now: whoever runs the key
 //!    chains to it. The one exception is a message whose own job is its key's head and not yet
@@ -28,8 +28,8 @@ use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::config::OnDead;
 use crate::handlers::Runner;
-use crate::ledger::strict::{self as ledger, ClaimSpec, Intake, KeyState, Parked};
-use crate::ledger::{stmt, Job, Lease, Sql, Status};
+use crate::ledger::strict::{ClaimSpec, Intake, KeyState, Parked};
+use crate::ledger::{Job, Lease, Record, Sql, Status, Transition};
 use crate::lock::Kv;
 use crate::producer::{self, OutMessage, QueueSender};
 
@@ -153,7 +153,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         let share = (budget.unclaimed.get() / first).clamp(1, FIRST_CHUNK);
         let took = budget.take(share.saturating_mul(first));
         let claim = self.claim_spec(now, share);
-        let parked = match ledger::park_and_claim(self.sql, &intake, claim).await {
+        let parked = match self.ledger.park_and_claim(&intake, claim).await {
             Ok(p) => p,
             Err(e) => {
                 self.outage(format!("keyed messages deferred, not parked: {e}"));
@@ -175,7 +175,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                             "duplicate: dedupe_key {:?} belongs to another active job",
                             m.decoded.spec.dedupe_key.as_deref().unwrap_or_default()
                         );
-                        clashes.push((m.index, stmt::record_dead(&m.decoded.spec, now, &why)));
+                        let dead = Transition::RecordDead { spec: m.decoded.spec.clone(), at: now, error: why };
+                        clashes.push((m.index, Record::from(dead)));
                     }
                     Parked::Recorded(job) => outcomes.push((m.index, self.settle_parked(job, &verdict.state, now))),
                 }
@@ -208,7 +209,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         }
 
         if !clashes.is_empty() {
-            let recorded = self.sql.batch(clashes.iter().map(|(_, s)| s.clone()).collect()).await.is_ok();
+            let records: Vec<Record> = clashes.iter().map(|(_, r)| r.clone()).collect();
+            let recorded = self.ledger.record_all(&records).await.is_ok();
             outcomes.extend(clashes.iter().map(|(i, _)| (*i, if recorded { Outcome::Ack } else { infra })));
         }
         outcomes
@@ -257,8 +259,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     return producer::message_for(&head, 0);
                 }
                 let claim = self.claim_spec(now, took);
-                let step =
-                    ledger::step(self.sql, key, Vec::new(), Vec::new(), Some((claim, None)), self.cfg.on_dead).await;
+                let step = self.ledger.step(key, &[], Some((claim, None)), self.cfg.on_dead).await;
                 budget.settle(took, step.as_ref().map_or(0, |s| s.state.claimed.len()));
                 match step {
                     Ok(step) if step.state.claimed.is_empty() => return None,
@@ -274,8 +275,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             }
         };
         loop {
-            let mut records = Vec::with_capacity(claimed.len());
-            let mut history = Vec::with_capacity(claimed.len());
+            let mut records: Vec<Record> = Vec::with_capacity(claimed.len());
             let mut prev: Option<String> = None;
             let mut stop: Option<Stop> = None;
             for job in claimed {
@@ -285,7 +285,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 }
                 if stop.is_some() {
                     // Not run: handed back, its attempt returned, due now (the wake-up runs it).
-                    records.push(stmt::defer(&job.id, &self.owner, now, now));
+                    records.push(self.defer(&job.id, now, now).into());
                     continue;
                 }
                 self.renew_leases(leases).await;
@@ -294,14 +294,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     // invocation. Record what ran, run nothing more here.
                     self.outage(format!("key {key:?}: lease lost while the chain stalled; stopping"));
                     stop = Some(Stop::LeaseLost);
-                    records.push(stmt::defer(&job.id, &self.owner, now, now));
+                    records.push(self.defer(&job.id, now, now).into());
                     continue;
                 }
                 budget.runs.set(budget.runs.get() - 1);
                 let ran = self.run_claimed(&job).await;
-                records.push(ran.transition);
-                history.extend(ran.history);
-                match ran.end {
+                let end = ran.end;
+                records.push(ran.record);
+                match end {
                     RunEnd::Done => {}
                     RunEnd::Dead => {
                         if self.cfg.on_dead == OnDead::Block {
@@ -324,7 +324,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             let now = self.clock.now_ms();
             let claim = self.claim_spec(now, took);
             let next = if stop.is_none() { Some((claim, prev.as_deref())) } else { None };
-            let step = ledger::step(self.sql, key, records, history, next, self.cfg.on_dead).await;
+            let step = self.ledger.step(key, &records, next, self.cfg.on_dead).await;
             budget.settle(took, step.as_ref().map_or(0, |s| s.state.claimed.len()));
             let step = match step {
                 Ok(s) => s,

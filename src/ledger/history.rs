@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{int_of, Counts, Param, Row, Sql, Status, Stmt};
+use super::{int_of, stmt, Counts, Ledger, Row, Sql, Status};
 use crate::error::InfraError;
 
 /// Events kept per job (the ring's size; the schema's CHECK allows up to 20).
@@ -36,7 +36,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Kind::Attempt => "attempt",
             Kind::Cancel => "cancel",
@@ -64,7 +64,7 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             RunOutcome::Done => "done",
             RunOutcome::Retry => "retry",
@@ -79,11 +79,11 @@ impl RunOutcome {
     }
 }
 
-/// One handler run, as its runner saw it.
+/// One handler run, as its runner saw it: its line in the job's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Run<'a> {
+pub struct Run {
     /// The job.
-    pub job_id: &'a str,
+    pub job_id: String,
     /// Attempt number, from 1.
     pub attempt: i64,
     /// ms the handler started.
@@ -93,11 +93,11 @@ pub struct Run<'a> {
     /// How it ended.
     pub outcome: RunOutcome,
     /// Why it failed.
-    pub error: Option<&'a str>,
+    pub error: Option<String>,
     /// The HTTP status the handler got, if it made a request that was answered.
     pub http_status: Option<u16>,
     /// The invocation that ran it.
-    pub actor: &'a str,
+    pub actor: String,
 }
 
 /// An event as stored and shown (`GET /jobs/{id}` → `history`).
@@ -152,83 +152,6 @@ impl Event {
     }
 }
 
-/// Statement builders for history.
-pub mod stmt {
-    use super::*;
-
-    #[allow(clippy::too_many_arguments)]
-    fn event(
-        job_id: &str,
-        at: i64,
-        kind: Kind,
-        actor: &str,
-        run: Option<(&Run<'_>, RunOutcome)>,
-        when_status: Option<Status>,
-        after_change: bool,
-    ) -> Stmt {
-        let (attempt, started, outcome, error, http) = match run {
-            Some((r, o)) => (
-                Param::Int(r.attempt),
-                Param::Int(r.started_at),
-                Param::from(o.as_str()),
-                Param::from(r.error),
-                r.http_status.map_or(Param::Null, |s| Param::Int(i64::from(s))),
-            ),
-            None => (Param::Null, Param::Null, Param::Null, Param::Null, Param::Null),
-        };
-        Stmt {
-            sql: include_str!("sql/event.sql"),
-            params: vec![
-                job_id.into(),
-                at.into(),
-                kind.as_str().into(),
-                actor.into(),
-                attempt,
-                started,
-                outcome,
-                error,
-                http,
-                HISTORY_KEEP.into(),
-                when_status.map(Status::as_str).into(),
-                Param::Int(i64::from(after_change)),
-            ],
-        }
-    }
-
-    /// Records a run in its job's history (whether or not its result could be recorded: the run
-    /// happened).
-    pub fn run(r: &Run<'_>) -> Stmt {
-        event(r.job_id, r.finished_at, Kind::Attempt, r.actor, Some((r, r.outcome)), None, false)
-    }
-
-    /// Records an operator's action on `job_id`; placed right after the action's statement in
-    /// one batch, only if that statement changed a row and left the job `status`, updated at `at`.
-    pub fn action(job_id: &str, at: i64, kind: Kind, status: Status) -> Stmt {
-        event(job_id, at, kind, API_ACTOR, None, Some(status), true)
-    }
-
-    /// Records an operator's action that already applied (in an earlier round trip), if the job
-    /// is still `status` as of `at`.
-    pub fn action_applied(job_id: &str, at: i64, kind: Kind, status: Status) -> Stmt {
-        event(job_id, at, kind, API_ACTOR, None, Some(status), false)
-    }
-
-    /// A job's history, oldest first.
-    pub fn events(job_id: &str) -> Stmt {
-        Stmt { sql: include_str!("sql/events.sql"), params: vec![job_id.into()] }
-    }
-
-    /// Runs per minute by outcome since `since`.
-    pub fn activity_runs(since: i64) -> Stmt {
-        Stmt { sql: include_str!("sql/activity_runs.sql"), params: vec![since.into()] }
-    }
-
-    /// Jobs created and finished per minute since `since`.
-    pub fn activity_jobs(since: i64) -> Stmt {
-        Stmt { sql: include_str!("sql/activity_jobs.sql"), params: vec![since.into()] }
-    }
-}
-
 /// The successful run a DONE job's row describes (complete.sql writes no history row for it), as
 /// the event after `events`. `None` when the job is not DONE, or finished before migration 0007
 /// (no `ran_by`: its success is a history row of its own), or `events` already ends with it.
@@ -251,16 +174,6 @@ pub fn success_of(job: &super::Job, events: &[Event]) -> Option<Event> {
         error: None,
         http_status: job.http_status,
     })
-}
-
-/// Reads a job's history, oldest first, its row's successful run included.
-pub async fn events<S: Sql>(sql: &S, job_id: &str) -> Result<Vec<Event>, InfraError> {
-    let out = sql.batch(vec![super::stmt::get(job_id), stmt::events(job_id)]).await?;
-    let mut events = Event::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
-    if let Some(job) = super::Job::first(out.first().map(Vec::as_slice).unwrap_or_default())? {
-        with_success(&job, &mut events);
-    }
-    Ok(events)
 }
 
 /// Adds the successful run `job`'s row describes to its `events` (see [`success_of`]), keeping
@@ -346,14 +259,26 @@ pub fn activity(now: i64, now_open: i64, runs: &[Row], jobs: &[Row]) -> Vec<Minu
     minutes
 }
 
-/// Reads the activity of the last hour in one round trip.
-pub async fn read_activity<S: Sql>(sql: &S, now: i64) -> Result<Vec<Minute>, InfraError> {
-    let since = (now.div_euclid(60_000) - (ACTIVITY_MINUTES - 1)) * 60_000;
-    let out = sql.batch(vec![stmt::activity_runs(since), stmt::activity_jobs(since), super::stmt::counts()]).await?;
-    let counts = Counts::from_rows(out.get(2).map(Vec::as_slice).unwrap_or_default());
-    let (runs, jobs) =
-        (out.first().map(Vec::as_slice).unwrap_or_default(), out.get(1).map(Vec::as_slice).unwrap_or_default());
-    Ok(activity(now, counts.pending + counts.running, runs, jobs))
+impl<S: Sql> Ledger<S> {
+    /// A job's history, oldest first, its row's successful run included.
+    pub async fn events(&self, job_id: &str) -> Result<Vec<Event>, InfraError> {
+        Ok(self.get_with_history(job_id).await?.map(|(_, events)| events).unwrap_or_default())
+    }
+
+    /// The activity of the last hour, in one round trip.
+    pub async fn activity(&self, now: i64) -> Result<Vec<Minute>, InfraError> {
+        let since = (now.div_euclid(60_000) - (ACTIVITY_MINUTES - 1)) * 60_000;
+        let out = self.sql.batch(vec![stmt::activity_runs(since), stmt::activity_jobs(since), stmt::counts()]).await?;
+        let at = |i: usize| out.get(i).map(Vec::as_slice).unwrap_or_default();
+        let counts = Counts::from_rows(at(2));
+        Ok(activity(now, counts.pending + counts.running, at(0), at(1)))
+    }
+
+    /// Audits an operator's skip of `job_id`, DEAD as of `at` (the skip applied in an earlier round
+    /// trip). Best effort: the skip stands without its line.
+    pub async fn audit_skip(&self, job_id: &str, at: i64) {
+        let _ = self.sql.query(stmt::action_applied(job_id, at, Kind::Skip, Status::Dead)).await;
+    }
 }
 
 #[cfg(test)]

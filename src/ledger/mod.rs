@@ -24,16 +24,26 @@
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
 pub mod history;
+mod maintain;
+#[cfg(test)]
+mod params;
+// The statement builders are the ledger's own; the project's SQL tests reach them through the
+// `testing` feature.
+#[cfg(feature = "testing")]
+pub mod stmt;
+#[cfg(not(feature = "testing"))]
+mod stmt;
 pub mod store;
 pub mod strict;
+pub mod transition;
 
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
-use crate::ledger::history::RunOutcome;
 pub use store::{Param, Row, Sql, Stmt};
+pub use transition::{Record, RecordedDead, Transition};
 
 /// A job's state, held in the table by a CHECK constraint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -239,230 +249,6 @@ pub struct JobSpec {
     pub priority: u8,
 }
 
-impl JobSpec {
-    fn params(&self) -> Vec<Param> {
-        vec![
-            self.id.as_str().into(),
-            self.job_type.clone().into(),
-            self.ordering_key.clone().into(),
-            self.dedupe_key.clone().into(),
-            self.payload.clone().into(),
-            self.max_attempts.into(),
-        ]
-    }
-
-    fn priority_param(&self) -> Param {
-        Param::Int(i64::from(self.priority.min(MAX_PRIORITY)))
-    }
-}
-
-macro_rules! sql {
-    ($name:literal) => {
-        include_str!(concat!("sql/", $name, ".sql"))
-    };
-}
-
-/// Statement builders, one per transition or query. Pure: they only bind parameters.
-pub mod stmt {
-    use super::*;
-
-    fn with(sql: &'static str, params: Vec<Param>) -> Stmt {
-        Stmt { sql, params }
-    }
-
-    /// Claims `job` for `owner` until `lease_until`; PENDING rows qualify once due before `due_before`.
-    pub fn claim(job: &JobSpec, owner: &str, now: i64, lease_until: i64, due_before: i64) -> Stmt {
-        let mut p = job.params();
-        p.extend([owner.into(), lease_until.into(), now.into(), due_before.into(), job.priority_param()]);
-        with(sql!("claim"), p)
-    }
-    /// Reads one job.
-    pub fn get(id: &str) -> Stmt {
-        with(sql!("get"), vec![id.into()])
-    }
-    /// RUNNING -> DONE by the owner, keeping the run's result (JSON text, already bounded).
-    pub fn complete(id: &str, owner: &str, now: i64, result: Option<&str>) -> Stmt {
-        complete_run(id, owner, now, result, None)
-    }
-    /// RUNNING -> DONE, by the owner, with the HTTP status the run got (the row describes the run).
-    pub fn complete_run(id: &str, owner: &str, now: i64, result: Option<&str>, http_status: Option<u16>) -> Stmt {
-        let http = http_status.map_or(Param::Null, |s| Param::Int(i64::from(s)));
-        with(sql!("complete"), vec![id.into(), owner.into(), now.into(), result.into(), http])
-    }
-    /// RUNNING -> PENDING (retry at `next_run_at`) or DEAD, by the owner.
-    pub fn fail(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error: &str) -> Stmt {
-        with(
-            sql!("fail"),
-            vec![id.into(), owner.into(), now.into(), to.as_str().into(), next_run_at.into(), error.into()],
-        )
-    }
-    /// A claimed job not run: back to PENDING, attempt given back, deferral counted.
-    pub fn defer(id: &str, owner: &str, now: i64, next_run_at: i64) -> Stmt {
-        with(sql!("defer"), vec![id.into(), owner.into(), now.into(), next_run_at.into()])
-    }
-    /// A run that snoozed: back to PENDING at `next_run_at`, attempt given back, snooze counted,
-    /// its payload replaced by `payload` if given (sealed already when the job is).
-    pub fn snooze(id: &str, owner: &str, now: i64, next_run_at: i64, payload: Option<&str>) -> Stmt {
-        with(sql!("snooze"), vec![id.into(), owner.into(), now.into(), next_run_at.into(), payload.into()])
-    }
-    /// A message put off because its key is locked: recorded PENDING, deferral counted.
-    pub fn note_deferral(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {
-        let mut p = job.params();
-        p.extend([now.into(), next_run_at.into(), job.priority_param()]);
-        with(sql!("note_deferral"), p)
-    }
-    /// A PENDING job put off again: its `next_run_at` kept within `slack_ms` of `next_run_at`.
-    pub fn keep_due(id: &str, next_run_at: i64, now: i64, slack_ms: i64) -> Stmt {
-        with(sql!("keep_due"), vec![id.into(), next_run_at.into(), now.into(), slack_ms.into()])
-    }
-    /// A job that can never run: DEAD with `error`.
-    pub fn record_dead(job: &JobSpec, now: i64, error: &str) -> Stmt {
-        let mut p = job.params();
-        p.extend([now.into(), error.into(), job.priority_param()]);
-        with(sql!("record_dead"), p)
-    }
-    /// Extends `owner`'s leases on `ids` (the jobs it claimed), each read by its id.
-    pub fn renew(owner: &str, now: i64, lease_until: i64, ids: &[String]) -> Stmt {
-        let ids = Value::from(ids.to_vec()).to_string();
-        with(sql!("renew"), vec![owner.into(), now.into(), lease_until.into(), ids.into()])
-    }
-    /// The leases of `owner`, an invocation that died, ended now: its RUNNING jobs back to PENDING
-    /// (or DEAD when out of attempts), `why` their error.
-    pub fn end_leases(now: i64, owner: &str, why: &str) -> Stmt {
-        with(sql!("end_leases"), vec![now.into(), owner.into(), why.into()])
-    }
-    /// Expired leases back to PENDING (or DEAD when out of attempts).
-    pub fn reap(now: i64, limit: u32) -> Stmt {
-        with(sql!("reap"), vec![now.into(), limit.into()])
-    }
-    /// PENDING jobs due before `due_before`; in strict mode only those outside a key's sequence.
-    pub fn overdue(due_before: i64, limit: u32, mode: OrderingMode) -> Stmt {
-        with(sql!("overdue"), vec![due_before.into(), limit.into(), mode.as_str().into()])
-    }
-    /// Strict mode: records a delivered keyed job PENDING with its key's next seq, if new.
-    pub fn park(job: &JobSpec, now: i64) -> Stmt {
-        let mut p = job.params();
-        p.extend([now.into(), job.priority_param()]);
-        with(sql!("park"), p)
-    }
-    /// Strict mode's run rule: claims up to `limit` of `key`'s next due jobs, in seq order, if no
-    /// job of the key runs and (when `prev` is given) `prev` is finished.
-    pub fn claim_next(key: &str, owner: &str, lease: Lease, on_dead: OnDead, limit: u32, prev: Option<&str>) -> Stmt {
-        with(
-            sql!("claim_next"),
-            vec![
-                key.into(),
-                owner.into(),
-                lease.until.into(),
-                lease.now.into(),
-                lease.due_before.into(),
-                on_dead.as_str().into(),
-                limit.into(),
-                prev.into(),
-            ],
-        )
-    }
-    /// A key's head: its first job not finished for ordering purposes.
-    pub fn head(key: &str, on_dead: OnDead) -> Stmt {
-        with(sql!("head"), vec![key.into(), on_dead.as_str().into()])
-    }
-    /// Lock mode: a key's oldest PENDING job, if it waited for the key, made due now.
-    pub fn wake_waiting(key: &str, now: i64) -> Stmt {
-        with(sql!("wake_waiting"), vec![key.into(), now.into()])
-    }
-    /// Keys whose head is an unskipped DEAD job.
-    pub fn blocked_keys(limit: u32) -> Stmt {
-        with(sql!("blocked_keys"), vec![limit.into()])
-    }
-    /// Lets `key` move past its DEAD head.
-    pub fn skip(key: &str, now: i64) -> Stmt {
-        with(sql!("skip"), vec![key.into(), now.into()])
-    }
-    /// Due heads of keys nothing runs.
-    pub fn stalled_heads(due_before: i64, on_dead: OnDead, limit: u32) -> Stmt {
-        with(sql!("stalled_heads"), vec![due_before.into(), on_dead.as_str().into(), limit.into()])
-    }
-    /// Takes an overdue job for re-sending, if unchanged since read.
-    pub fn mark_resent(id: &str, next_run_at_read: i64, now: i64) -> Stmt {
-        with(sql!("mark_resent"), vec![id.into(), next_run_at_read.into(), now.into()])
-    }
-    /// Records an API-submitted job PENDING.
-    pub fn enqueue(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {
-        let mut p = job.params();
-        p.extend([now.into(), next_run_at.into(), job.priority_param()]);
-        with(sql!("enqueue"), p)
-    }
-    /// The job an enqueue collided with.
-    pub fn existing(id: &str, dedupe_key: Option<&str>) -> Stmt {
-        with(sql!("existing"), vec![id.into(), dedupe_key.into()])
-    }
-    /// Counts per status.
-    pub fn counts() -> Stmt {
-        with(sql!("counts"), vec![])
-    }
-    /// A page, newest first, after `cursor` = (created_at, id); one status's through its index.
-    pub fn list(status: Option<Status>, cursor: Option<(i64, &str)>, limit: u32) -> Stmt {
-        let (c_at, c_id) = match cursor {
-            Some((at, id)) => (Param::Int(at), Param::from(id)),
-            None => (Param::Null, Param::Null),
-        };
-        match status {
-            Some(s @ (Status::Pending | Status::Running)) => {
-                with(sql!("list_open"), vec![s.as_str().into(), c_at, c_id, limit.into()])
-            }
-            Some(Status::Dead) => with(sql!("list_dead"), vec![c_at, c_id, limit.into()]),
-            Some(Status::Done) => with(sql!("list_done"), vec![c_at, c_id, limit.into()]),
-            None => with(sql!("list_all"), vec![c_at, c_id, limit.into()]),
-        }
-    }
-    /// A page filtered by any of status, type and ordering key, newest first.
-    pub fn list_filtered(filter: &ListFilter<'_>, cursor: Option<(i64, &str)>, limit: u32) -> Stmt {
-        let (c_at, c_id) = match cursor {
-            Some((at, id)) => (Param::Int(at), Param::from(id)),
-            None => (Param::Null, Param::Null),
-        };
-        let params = vec![
-            filter.status.map(Status::as_str).into(),
-            filter.job_type.into(),
-            filter.ordering_key.into(),
-            c_at,
-            c_id,
-            limit.into(),
-            filter.priority.map_or(Param::Null, |p| Param::Int(i64::from(p))),
-        ];
-        with(sql!("list_filtered"), params)
-    }
-    /// DEAD -> PENDING.
-    pub fn redrive(id: &str, now: i64) -> Stmt {
-        with(sql!("redrive"), vec![id.into(), now.into()])
-    }
-    /// DEAD jobs matching `filter` (ids, and how many match in all).
-    pub fn dead_matching(filter: &DeadFilter, limit: u32) -> Stmt {
-        with(
-            sql!("dead_matching"),
-            vec![
-                filter.job_type.clone().into(),
-                filter.ordering_key.clone().into(),
-                filter.error.clone().into(),
-                filter.from.into(),
-                filter.to.into(),
-                limit.into(),
-            ],
-        )
-    }
-    /// PENDING -> DEAD "cancelled".
-    pub fn cancel(id: &str, now: i64) -> Stmt {
-        with(sql!("cancel"), vec![id.into(), now.into()])
-    }
-    /// Deletes DONE rows finished before `before`, after their history.
-    pub fn purge(before: i64, limit: u32) -> [Stmt; 2] {
-        [
-            with(sql!("purge_events"), vec![before.into(), limit.into()]),
-            with(sql!("purge"), vec![before.into(), limit.into()]),
-        ]
-    }
-}
-
 /// The times a claim binds: now, the lease's end, and how early a PENDING job may be taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
@@ -585,19 +371,27 @@ pub enum Redrive {
     Refused(Job),
 }
 
-/// The ledger's reads and single-statement operations over any [`Sql`] backend. Batched consumer
-/// transitions are built with [`stmt`] and run through [`Sql::batch`] directly.
-pub struct Ledger<S: Sql> {
-    /// The backend.
-    pub sql: S,
+/// The job ledger over any [`Sql`] backend: every read and write of a job's row is a method
+/// here (or in `strict.rs`, `transition.rs`, `history.rs`, `maintain.rs`), taking typed values
+/// and answering verdicts or rows. No other module sees a statement.
+pub struct Ledger<S> {
+    sql: S,
 }
 
-impl<S: Sql> Ledger<S> {
+impl<S> Ledger<S> {
     /// Wraps a backend.
     pub fn new(sql: S) -> Self {
         Ledger { sql }
     }
 
+    /// The backend, for the project's tests that look under the ledger.
+    #[cfg(feature = "testing")]
+    pub fn backend(&self) -> &S {
+        &self.sql
+    }
+}
+
+impl<S: Sql> Ledger<S> {
     /// One job.
     pub async fn get(&self, id: &str) -> Result<Option<Job>, InfraError> {
         Job::first(&self.sql.query(stmt::get(id)).await?)
@@ -605,7 +399,7 @@ impl<S: Sql> Ledger<S> {
 
     /// One job with its history (oldest event first), in one round trip.
     pub async fn get_with_history(&self, id: &str) -> Result<Option<(Job, Vec<history::Event>)>, InfraError> {
-        let out = self.sql.batch(vec![stmt::get(id), history::stmt::events(id)]).await?;
+        let out = self.sql.batch(vec![stmt::get(id), stmt::events(id)]).await?;
         let Some(job) = Job::first(out.first().map(Vec::as_slice).unwrap_or_default())? else {
             return Ok(None);
         };
@@ -632,7 +426,7 @@ impl<S: Sql> Ledger<S> {
         }
         let mut stmts = Vec::with_capacity(jobs.len() * 2);
         for job in jobs {
-            stmts.push(stmt::claim(job, owner, lease.now, lease.until, lease.due_before));
+            stmts.push(stmt::claim(job, owner, lease));
             stmts.push(stmt::get(&job.id));
         }
         let out = self.sql.batch(stmts).await?;
@@ -648,55 +442,6 @@ impl<S: Sql> Ledger<S> {
                 })
             })
             .collect()
-    }
-
-    /// Applies transitions in one round trip (each with the history line that rides with it):
-    /// for each transition, whether it changed its row (a guarded one that did not: our lease
-    /// was lost). `None` as a transition's statement is a history-only entry.
-    pub async fn record_all(&self, records: Vec<(Stmt, Option<Stmt>)>) -> Result<Vec<bool>, InfraError> {
-        if records.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut stmts = Vec::with_capacity(records.len() * 2);
-        let mut at = Vec::with_capacity(records.len());
-        for (transition, history) in records {
-            at.push(stmts.len());
-            stmts.push(transition);
-            stmts.extend(history);
-        }
-        let out = self.sql.batch(stmts).await?;
-        Ok(at.into_iter().map(|i| out.get(i).is_some_and(|rows| !rows.is_empty())).collect())
-    }
-
-    /// Ends the leases of `owners`, invocations known to have died (see [`stmt::end_leases`]), in
-    /// one round trip; each ended job's row, with its run in its history. Returns the rows.
-    pub async fn end_leases(&self, owners: &[&str], now: i64, why: &str) -> Result<Vec<Job>, InfraError> {
-        if owners.is_empty() {
-            return Ok(Vec::new());
-        }
-        let out = self.sql.batch(owners.iter().map(|o| stmt::end_leases(now, o, why)).collect()).await?;
-        let mut ended = Vec::new();
-        let mut runs = Vec::new();
-        for (owner, rows) in owners.iter().zip(&out) {
-            for j in Job::all(rows)? {
-                runs.push(history::stmt::run(&history::Run {
-                    job_id: &j.id,
-                    attempt: j.attempts,
-                    started_at: j.started_at.unwrap_or(now),
-                    finished_at: now,
-                    outcome: if j.status == Status::Dead { RunOutcome::Dead } else { RunOutcome::Retry },
-                    error: Some(why),
-                    http_status: None,
-                    actor: owner,
-                }));
-                ended.push(j);
-            }
-        }
-        if !runs.is_empty() {
-            // Best effort, like the reaper's: the transitions stand without their history lines.
-            let _ = self.sql.batch(runs).await;
-        }
-        Ok(ended)
     }
 
     /// Counts by status, zeros included.
@@ -768,7 +513,7 @@ impl<S: Sql> Ledger<S> {
         let mut stmts = Vec::with_capacity(ids.len() * 3);
         for id in ids {
             stmts.push(stmt::redrive(id, now));
-            stmts.push(history::stmt::action(id, now, history::Kind::Redrive, Status::Pending));
+            stmts.push(stmt::action(id, now, history::Kind::Redrive, Status::Pending));
             stmts.push(stmt::get(id));
         }
         let out = self.sql.batch(stmts).await?;
@@ -820,7 +565,7 @@ impl<S: Sql> Ledger<S> {
             .sql
             .batch(vec![
                 stmt::cancel(id, now),
-                history::stmt::action(id, now, history::Kind::Cancel, Status::Dead),
+                stmt::action(id, now, history::Kind::Cancel, Status::Dead),
                 stmt::get(id),
             ])
             .await?;

@@ -43,13 +43,25 @@ impl<T: Into<Param>> From<Option<T>> for Param {
     }
 }
 
-/// One statement with its parameters (`?1`, `?2`, ... in order).
+/// One statement with its parameters (`?1`, `?2`, ... in order). D1 binds by position only, so
+/// each parameter also carries the name its SQL file declares for it (`-- params: ?1 id, ...`):
+/// `ledger::params` checks every builder against its file, so none can be bound out of order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stmt {
     /// SQL text from `src/ledger/sql/`.
     pub sql: &'static str,
     /// Values for `?1..?n`.
     pub params: Vec<Param>,
+    /// The name of each parameter, as its file declares it.
+    pub names: Vec<&'static str>,
+}
+
+impl Stmt {
+    /// `sql` with `params` bound in order, each by its declared name.
+    pub fn bind(sql: &'static str, params: impl IntoIterator<Item = (&'static str, Param)>) -> Stmt {
+        let (names, params) = params.into_iter().unzip();
+        Stmt { sql, params, names }
+    }
 }
 
 /// A result row, column name to JSON value.

@@ -4,7 +4,7 @@
 //! (parked, claimed, recorded, the key's head), never raw rows. Must not: run handlers or decide
 //! acks (the consumer's `strict` module does).
 
-use super::{int_of, stmt, Job, JobSpec, Lease, Ledger, Row, Sql, Stmt};
+use super::{int_of, stmt, Job, JobSpec, Lease, Ledger, Record, Row, Sql};
 use crate::config::OnDead;
 use crate::error::InfraError;
 
@@ -69,51 +69,6 @@ fn at(out: &[Vec<Row>], i: usize) -> &[Row] {
     out.get(i).map(Vec::as_slice).unwrap_or_default()
 }
 
-/// Parks every delivered keyed job and, in the same transaction, tries the claim of each key
-/// marked `claim`: so a runner finishing the key either sees our jobs or has finished before our
-/// claim looks. Every key's head is read afterwards.
-pub async fn park_and_claim<S: Sql>(
-    sql: &S,
-    keys: &[Intake<'_>],
-    claim: ClaimSpec<'_>,
-) -> Result<Vec<KeyIntake>, InfraError> {
-    let now = claim.lease.now;
-    let mut stmts = Vec::new();
-    for k in keys {
-        for j in &k.jobs {
-            stmts.push(stmt::park(j, now));
-            stmts.push(stmt::get(&j.id));
-        }
-        if k.claim {
-            stmts.push(stmt::claim_next(k.key, claim.owner, claim.lease, claim.on_dead, claim.limit, None));
-        }
-        stmts.push(stmt::head(k.key, claim.on_dead));
-    }
-    let out = sql.batch(stmts).await?;
-    let mut i = 0;
-    let mut verdicts = Vec::with_capacity(keys.len());
-    for k in keys {
-        let mut parked = Vec::with_capacity(k.jobs.len());
-        for _ in &k.jobs {
-            parked.push(match Job::first(at(&out, i + 1))? {
-                Some(j) => Parked::Recorded(Box::new(j)),
-                None => Parked::Clash,
-            });
-            i += 2;
-        }
-        let claimed = if k.claim {
-            i += 1;
-            jobs_by_seq(at(&out, i - 1))?
-        } else {
-            Vec::new()
-        };
-        let head = Job::first(at(&out, i))?;
-        i += 1;
-        verdicts.push(KeyIntake { parked, state: KeyState { claimed, head } });
-    }
-    Ok(verdicts)
-}
-
 /// What a chain step recorded, and what it claimed next.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
@@ -121,32 +76,6 @@ pub struct Step {
     pub recorded: Vec<bool>,
     /// The key afterwards.
     pub state: KeyState,
-}
-
-/// Records a chain's results for `key` and, when `next` is given, claims the key's next jobs
-/// chaining from `prev`, all in one round trip; then reads the key's head.
-pub async fn step<S: Sql>(
-    sql: &S,
-    key: &str,
-    records: Vec<Stmt>,
-    history: Vec<Stmt>,
-    next: Option<(ClaimSpec<'_>, Option<&str>)>,
-    on_dead: OnDead,
-) -> Result<Step, InfraError> {
-    let n = records.len();
-    let mut stmts = records;
-    // History rows ride in the same round trip; what they return is not looked at.
-    let claim_at = n + history.len();
-    stmts.extend(history);
-    if let Some((c, prev)) = next {
-        stmts.push(stmt::claim_next(key, c.owner, c.lease, c.on_dead, c.limit, prev));
-    }
-    stmts.push(stmt::head(key, on_dead));
-    let out = sql.batch(stmts).await?;
-    let recorded = (0..n).map(|i| !at(&out, i).is_empty()).collect();
-    let claimed = if next.is_some() { jobs_by_seq(at(&out, claim_at))? } else { Vec::new() };
-    let head = Job::first(at(&out, out.len().saturating_sub(1)))?;
-    Ok(Step { recorded, state: KeyState { claimed, head } })
 }
 
 /// A key waiting for an operator: its DEAD head and how many jobs wait behind it.
@@ -175,6 +104,77 @@ pub enum Skip {
 }
 
 impl<S: Sql> Ledger<S> {
+    /// Parks every delivered keyed job and, in the same transaction, tries the claim of each key
+    /// marked `claim`: so a runner finishing the key either sees our jobs or has finished before our
+    /// claim looks. Every key's head is read afterwards.
+    pub async fn park_and_claim(
+        &self,
+        keys: &[Intake<'_>],
+        claim: ClaimSpec<'_>,
+    ) -> Result<Vec<KeyIntake>, InfraError> {
+        let now = claim.lease.now;
+        let mut stmts = Vec::new();
+        for k in keys {
+            for j in &k.jobs {
+                stmts.push(stmt::park(j, now));
+                stmts.push(stmt::get(&j.id));
+            }
+            if k.claim {
+                stmts.push(stmt::claim_next(k.key, claim.owner, claim.lease, claim.on_dead, claim.limit, None));
+            }
+            stmts.push(stmt::head(k.key, claim.on_dead));
+        }
+        let out = self.sql.batch(stmts).await?;
+        let mut i = 0;
+        let mut verdicts = Vec::with_capacity(keys.len());
+        for k in keys {
+            let mut parked = Vec::with_capacity(k.jobs.len());
+            for _ in &k.jobs {
+                parked.push(match Job::first(at(&out, i + 1))? {
+                    Some(j) => Parked::Recorded(Box::new(j)),
+                    None => Parked::Clash,
+                });
+                i += 2;
+            }
+            let claimed = if k.claim {
+                i += 1;
+                jobs_by_seq(at(&out, i - 1))?
+            } else {
+                Vec::new()
+            };
+            let head = Job::first(at(&out, i))?;
+            i += 1;
+            verdicts.push(KeyIntake { parked, state: KeyState { claimed, head } });
+        }
+        Ok(verdicts)
+    }
+
+    /// Records a chain's results for `key` and, when `next` is given, claims the key's next jobs
+    /// chaining from `prev`, all in one round trip; then reads the key's head.
+    pub async fn step(
+        &self,
+        key: &str,
+        records: &[Record],
+        next: Option<(ClaimSpec<'_>, Option<&str>)>,
+        on_dead: OnDead,
+    ) -> Result<Step, InfraError> {
+        let n = records.len();
+        let (mut stmts, rides): (Vec<_>, Vec<_>) = records.iter().map(Record::stmts).unzip();
+        // History rows ride in the same round trip, after every transition; what they return is not
+        // looked at.
+        stmts.extend(rides.into_iter().flatten());
+        let claim_at = stmts.len();
+        if let Some((c, prev)) = next {
+            stmts.push(stmt::claim_next(key, c.owner, c.lease, c.on_dead, c.limit, prev));
+        }
+        stmts.push(stmt::head(key, on_dead));
+        let out = self.sql.batch(stmts).await?;
+        let recorded = (0..n).map(|i| !at(&out, i).is_empty()).collect();
+        let claimed = if next.is_some() { jobs_by_seq(at(&out, claim_at))? } else { Vec::new() };
+        let head = Job::first(at(&out, out.len().saturating_sub(1)))?;
+        Ok(Step { recorded, state: KeyState { claimed, head } })
+    }
+
     /// Keys blocked by a DEAD head, oldest first.
     pub async fn blocked_keys(&self, limit: u32) -> Result<Vec<BlockedKey>, InfraError> {
         let rows = self.sql.query(stmt::blocked_keys(limit)).await?;

@@ -650,10 +650,8 @@ impl Sim {
             }
         }
         let rows: BTreeMap<String, Job> = {
-            let rows = futures::executor::block_on(
-                self.db.query(orderly::ledger::Stmt { sql: "SELECT * FROM job", params: vec![] }),
-            )
-            .unwrap_or_default();
+            let rows = futures::executor::block_on(self.db.query(orderly::ledger::Stmt::bind("SELECT * FROM job", [])))
+                .unwrap_or_default();
             Job::all(&rows).unwrap_or_default().into_iter().map(|j| (j.id.clone(), j)).collect()
         };
         let poison = self.planned.iter().filter(|p| p.poison).count();
@@ -694,7 +692,7 @@ impl Sim {
         // history (its row describes the successful run, history rows the others) holds the run
         // that made it DONE, and the ring never holds more than 20 events.
         for (id, j) in rows.iter().filter(|(_, j)| j.status == Status::Done) {
-            let h = futures::executor::block_on(orderly::ledger::history::events(&*self.db, id)).unwrap_or_default();
+            let h = futures::executor::block_on(orderly::ledger::Ledger::new(&*self.db).events(id)).unwrap_or_default();
             if h.len() > 20 {
                 t.other_violations += 1;
                 violations.push(format!("{id}: {} history events, more than the ring's 20", h.len()));

@@ -1,5 +1,6 @@
 -- Keys blocked by a DEAD head (ON_DEAD = 'block'): the DEAD job no operator has skipped with no
 -- job in its key's way before it, and how many jobs wait behind it. ?1 limit
+-- params: ?1 limit
 SELECT h.*, (SELECT count(*) FROM job AS w
              WHERE w.ordering_key = h.ordering_key AND w.seq IS NOT NULL AND w.passed_at IS NULL
                AND w.seq > h.seq AND w.status = 'PENDING') AS waiting

@@ -14,8 +14,7 @@
 -- always among them, because every job below a RUNNING one has been passed (this rule claimed it
 -- so; a redrive gives a job its key has already moved past a new seq at the key's end,
 -- redrive.sql; a new job takes the key's next seq).
--- ?1 ordering_key, ?2 lease_owner, ?3 lease_until, ?4 now, ?5 due_before, ?6 on_dead, ?7 limit,
--- ?8 previous job id or NULL
+-- params: ?1 ordering_key, ?2 lease_owner, ?3 lease_until, ?4 now, ?5 due_before, ?6 on_dead, ?7 limit, ?8 prev
 UPDATE job
 SET status = 'RUNNING', attempts = attempts + 1, lease_owner = ?2, lease_until = ?3, updated_at = ?4,
     started_at = ?4

@@ -1,7 +1,7 @@
 -- RUNNING -> DONE, only by the lease owner, keeping what the run returned. The row describes the
 -- successful run itself (who ran it, when it started and ended, its HTTP status): no history row
 -- is written for it (event.sql). Its key moves past it.
--- ?1 id, ?2 lease_owner, ?3 now, ?4 result (JSON text) or NULL, ?5 http_status or NULL
+-- params: ?1 id, ?2 lease_owner, ?3 now, ?4 result, ?5 http_status
 UPDATE job
 SET status = 'DONE', lease_owner = NULL, lease_until = NULL, finished_at = ?3, passed_at = ?3,
     updated_at = ?3, result = ?4, ran_by = ?2, http_status = ?5

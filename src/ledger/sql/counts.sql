@@ -2,6 +2,7 @@
 -- table itself (its rows carry payloads): open jobs through the open indexes (their rows are
 -- read for their status: there are few), DEAD ones counted in job_dead, and DONE as what is left
 -- of the count of job_created's entries.
+-- params: none
 WITH open AS (
   SELECT status FROM job INDEXED BY job_open WHERE finished_at IS NULL AND seq IS NULL
   UNION ALL

@@ -2,7 +2,7 @@
 -- src/panics.rs), without waiting for their leases to expire: back to PENDING, or DEAD when out
 -- of attempts, as the reaper does. Attempts are kept: a run may have done part of its work.
 -- Found as reap.sql finds RUNNING jobs (through job_open and job_key_open).
--- ?1 now, ?2 lease_owner, ?3 why
+-- params: ?1 now, ?2 lease_owner, ?3 why
 UPDATE job
 SET status = CASE WHEN attempts >= max_attempts THEN 'DEAD' ELSE 'PENDING' END,
     finished_at = CASE WHEN attempts >= max_attempts THEN ?1 END,

@@ -3,8 +3,9 @@
 -- with ?11 given, only when the job is now in that status and was updated at ?2, and with ?12 = 1
 -- only when the statement just before this one (the action, in the same batch) changed a row.
 -- A successful run has no history row: its DONE row describes it (complete.sql).
--- ?1 job_id, ?2 at, ?3 kind, ?4 actor, ?5 attempt, ?6 started_at, ?7 outcome, ?8 error,
--- ?9 http_status, ?10 ring size, ?11 required status or NULL, ?12 1 to require the change
+-- (?10 keep: the ring's size; ?11 status: the status the action left, or NULL; ?12 after_change: 1
+-- to require the change.)
+-- params: ?1 job_id, ?2 at, ?3 kind, ?4 actor, ?5 attempt, ?6 started_at, ?7 outcome, ?8 error, ?9 http_status, ?10 keep, ?11 status, ?12 after_change
 INSERT OR REPLACE INTO job_event (job_id, slot, n, at, kind, actor, attempt, started_at, outcome, error, http_status)
 SELECT ?1, last.n % ?10, last.n, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
 FROM (SELECT coalesce(max(n), 0) + 1 AS n FROM job_event WHERE job_id = ?1) AS last

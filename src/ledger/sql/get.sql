@@ -1,2 +1,3 @@
 -- One job. ?1 id
+-- params: ?1 id
 SELECT * FROM job WHERE id = ?1

@@ -1,7 +1,7 @@
 -- A page of DEAD jobs, newest first, after a (created_at, id) cursor: served by job_dead.
--- ?1 cursor created_at or NULL, ?2 cursor id, ?3 limit
 -- Lists never read a payload or a result (each up to 128 KB): a page of 200 would be 50 MB.
 -- GET /jobs/{id} reads them (get.sql).
+-- params: ?1 cursor_at, ?2 cursor_id, ?3 limit
 SELECT id, type, status, ordering_key, dedupe_key, attempts, max_attempts, deferrals, snoozes,
        lease_owner, lease_until, next_run_at, last_error, created_at, updated_at, finished_at, seq,
        skipped_at, priority, passed_at, started_at, ran_by, http_status

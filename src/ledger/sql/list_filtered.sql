@@ -4,6 +4,7 @@
 -- created_at or NULL, ?5 cursor id, ?6 limit, ?7 priority or NULL
 -- Lists never read a payload or a result (each up to 128 KB): a page of 200 would be 50 MB.
 -- GET /jobs/{id} reads them (get.sql).
+-- params: ?1 status, ?2 type, ?3 ordering_key, ?4 cursor_at, ?5 cursor_id, ?6 limit, ?7 priority
 SELECT id, type, status, ordering_key, dedupe_key, attempts, max_attempts, deferrals, snoozes,
        lease_owner, lease_until, next_run_at, last_error, created_at, updated_at, finished_at, seq,
        skipped_at, priority, passed_at, started_at, ran_by, http_status

@@ -1,9 +1,9 @@
 -- A page of PENDING or RUNNING jobs, newest first, after a (created_at, id) cursor: read through
 -- the open indexes (job_open, job_key_open) and sorted; open jobs are few next to finished ones
 -- (left to itself the planner walks job_created to skip the sort, reading every finished job).
--- ?1 status, ?2 cursor created_at or NULL, ?3 cursor id, ?4 limit
 -- Lists never read a payload or a result (each up to 128 KB): a page of 200 would be 50 MB.
 -- GET /jobs/{id} reads them (get.sql).
+-- params: ?1 status, ?2 cursor_at, ?3 cursor_id, ?4 limit
 SELECT * FROM (
   SELECT id, type, status, ordering_key, dedupe_key, attempts, max_attempts, deferrals, snoozes, lease_owner,
          lease_until, next_run_at, last_error, created_at, updated_at, finished_at, seq, skipped_at, priority,

@@ -3,6 +3,7 @@
 -- needs a message). Most urgent first (design §12): when more are overdue than one run re-sends,
 -- the urgent ones go first. Unsequenced jobs are read through job_open, sequenced ones (lock mode
 -- after strict mode) through job_key_open. ?1 due_before, ?2 limit, ?3 ordering mode
+-- params: ?1 due_before, ?2 limit, ?3 mode
 SELECT * FROM job
 WHERE finished_at IS NULL AND seq IS NULL AND next_run_at <= ?1 AND status = 'PENDING'
 UNION ALL

@@ -4,7 +4,7 @@
 -- the truth. A new job whose dedupe key is active in another job is not inserted. A row the
 -- upsert would leave alone (the common case: a job submitted through the API, already sequenced)
 -- is found by one primary-key probe and nothing else is read.
--- ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts, ?7 now, ?8 priority
+-- params: ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts, ?7 now, ?8 priority
 INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, max_attempts,
                  deferrals, next_run_at, created_at, updated_at, priority, seq)
 SELECT ?1, ?2, 'PENDING', ?3, ?4, ?5, 0, ?6, 0, ?7, ?7, ?7, ?8,

@@ -1,6 +1,7 @@
 -- RUNNING jobs whose lease expired (their runner died): back to PENDING, or DEAD when out of
 -- attempts. Attempts are kept: the dead run counted. Unsequenced jobs are found through job_open
 -- (a RUNNING job was due when claimed), sequenced ones through job_key_open. ?1 now, ?2 limit
+-- params: ?1 now, ?2 limit
 UPDATE job
 SET status = CASE WHEN attempts >= max_attempts THEN 'DEAD' ELSE 'PENDING' END,
     finished_at = CASE WHEN attempts >= max_attempts THEN ?1 END,

@@ -5,6 +5,7 @@
 -- never below a running one (claim_next.sql reads only the front of a key's way).
 -- Refused (no row) when the job has no readable payload (an unreadable body: it could never be
 -- sent again) or its dedupe key is active in another job. ?1 id, ?2 now
+-- params: ?1 id, ?2 now
 UPDATE job
 SET status = 'PENDING', attempts = 0, lease_owner = NULL, lease_until = NULL, next_run_at = ?2,
     finished_at = NULL, skipped_at = NULL, passed_at = NULL, updated_at = ?2,

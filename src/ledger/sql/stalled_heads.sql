@@ -1,7 +1,7 @@
 -- Strict mode's liveness scan (design §3b.6): heads that are PENDING and due since before ?1 while
 -- no job of their key runs: their wake-up was lost (or never sent). Reads the open jobs of every
 -- key (job_key_open); a job's key-mates before it are one index probe each.
--- ?1 due_before, ?2 on_dead, ?3 limit
+-- params: ?1 due_before, ?2 on_dead, ?3 limit
 SELECT * FROM job AS h
 WHERE h.seq IS NOT NULL AND h.passed_at IS NULL AND h.status = 'PENDING' AND h.next_run_at <= ?1
   AND NOT EXISTS (

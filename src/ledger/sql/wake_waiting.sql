@@ -3,7 +3,7 @@
 -- to wake it runs it (taking over the finished holder's lock) instead of waiting out the hold.
 -- A job that was never put off keeps its own delay. Reads the key's first open job of each kind:
 -- unsequenced (job_lock_key) and sequenced (API submissions, job_key_open).
--- ?1 ordering_key, ?2 now
+-- params: ?1 ordering_key, ?2 now
 UPDATE job
 SET next_run_at = min(next_run_at, ?2), updated_at = ?2
 WHERE id = (SELECT id FROM (

@@ -1,0 +1,69 @@
+//! The ledger's side of keeping jobs alive: lease renewal (by the consumer while it runs) and the
+//! cron's scans and sweeps (`crate::maintenance` decides what to send; these read and write).
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use super::history::Run;
+use super::{stmt, Job, Ledger, Sql};
+use crate::config::{OnDead, OrderingMode};
+use crate::error::InfraError;
+
+/// Who the cron's reaper records expired runs as.
+const MAINTENANCE_ACTOR: &str = "maintenance";
+
+impl<S: Sql> Ledger<S> {
+    /// Extends `owner`'s leases on `ids` (the jobs it claimed) until `until`: the ids still ours.
+    pub async fn renew(
+        &self,
+        owner: &str,
+        now: i64,
+        until: i64,
+        ids: &[String],
+    ) -> Result<HashSet<String>, InfraError> {
+        let rows = self.sql.query(stmt::renew(owner, now, until, ids)).await?;
+        Ok(rows.iter().filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string)).collect())
+    }
+
+    /// Expired leases back to PENDING (or DEAD when out of attempts), at most `limit`: their rows.
+    /// Each expired lease was a run that never reported; [`Self::record_reaped`] writes its line.
+    pub async fn reap(&self, now: i64, limit: u32) -> Result<Vec<Job>, InfraError> {
+        Job::all(&self.sql.query(stmt::reap(now, limit)).await?)
+    }
+
+    /// The history lines of reaped runs.
+    pub async fn record_reaped(&self, reaped: &[Job], now: i64) -> Result<(), InfraError> {
+        let runs: Vec<Run> =
+            reaped.iter().map(|j| Run::ended(j, now, now, j.last_error.clone(), MAINTENANCE_ACTOR)).collect();
+        self.record_runs(&runs).await
+    }
+
+    /// PENDING jobs due before `due_before` (their message was probably lost); in strict mode only
+    /// those outside a key's sequence.
+    pub async fn overdue(&self, due_before: i64, limit: u32, mode: OrderingMode) -> Result<Vec<Job>, InfraError> {
+        Job::all(&self.sql.query(stmt::overdue(due_before, limit, mode)).await?)
+    }
+
+    /// Strict mode: the due heads of keys nothing runs.
+    pub async fn stalled_heads(&self, due_before: i64, on_dead: OnDead, limit: u32) -> Result<Vec<Job>, InfraError> {
+        Job::all(&self.sql.query(stmt::stalled_heads(due_before, on_dead, limit)).await?)
+    }
+
+    /// Takes each found PENDING job for re-sending, if unchanged since it was read (so two
+    /// overlapping runs never both send it): the jobs taken.
+    pub async fn take_for_resend(&self, found: &[Job], now: i64) -> Result<Vec<Job>, InfraError> {
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let taken =
+            self.sql.batch(found.iter().map(|j| stmt::mark_resent(&j.id, j.next_run_at, now)).collect()).await?;
+        Ok(taken.iter().filter_map(|rows| Job::first(rows).ok().flatten()).collect())
+    }
+
+    /// Deletes at most `limit` DONE rows finished before `before`, with their history: how many.
+    pub async fn purge(&self, before: i64, limit: u32) -> Result<usize, InfraError> {
+        let out = self.sql.batch(stmt::purge(before, limit).into()).await?;
+        Ok(out.last().map_or(0, Vec::len))
+    }
+}

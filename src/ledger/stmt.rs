@@ -1,0 +1,313 @@
+//! The statement builders: one per SQL file of `sql/`, each binding its file's parameters by the
+//! names the file declares (`-- params: ?1 id, ?2 now`). Pure: they only bind. Only the ledger
+//! runs them; `params::every_file_is_bound_by_its_declared_names` checks each builder against
+//! its file.
+
+use serde_json::Value;
+
+use super::history::{Kind, Run, API_ACTOR, HISTORY_KEEP};
+use super::{DeadFilter, JobSpec, Lease, ListFilter, Param, Status, Stmt, MAX_PRIORITY};
+use crate::config::{OnDead, OrderingMode};
+
+macro_rules! sql {
+    ($name:literal) => {
+        include_str!(concat!("sql/", $name, ".sql"))
+    };
+}
+
+/// A statement of `sql` with named parameters.
+fn with<const N: usize>(sql: &'static str, params: [(&'static str, Param); N]) -> Stmt {
+    Stmt::bind(sql, params)
+}
+
+/// A job's spec as the first six parameters of the statements that record one, then `rest`.
+fn spec_then(sql: &'static str, job: &JobSpec, rest: impl IntoIterator<Item = (&'static str, Param)>) -> Stmt {
+    let spec = [
+        ("id", job.id.as_str().into()),
+        ("type", job.job_type.clone().into()),
+        ("ordering_key", job.ordering_key.clone().into()),
+        ("dedupe_key", job.dedupe_key.clone().into()),
+        ("payload", job.payload.clone().into()),
+        ("max_attempts", job.max_attempts.into()),
+    ];
+    Stmt::bind(sql, spec.into_iter().chain(rest))
+}
+
+fn priority(job: &JobSpec) -> (&'static str, Param) {
+    ("priority", Param::Int(i64::from(job.priority.min(MAX_PRIORITY))))
+}
+
+fn status_code(s: Option<u16>) -> Param {
+    s.map_or(Param::Null, |s| Param::Int(i64::from(s)))
+}
+
+/// Claims `job` for `owner` under `lease`; PENDING rows qualify once due before `lease.due_before`.
+pub fn claim(job: &JobSpec, owner: &str, lease: Lease) -> Stmt {
+    let rest = [
+        ("lease_owner", owner.into()),
+        ("lease_until", lease.until.into()),
+        ("now", lease.now.into()),
+        ("due_before", lease.due_before.into()),
+        priority(job),
+    ];
+    spec_then(sql!("claim"), job, rest)
+}
+/// Reads one job.
+pub fn get(id: &str) -> Stmt {
+    with(sql!("get"), [("id", id.into())])
+}
+/// RUNNING -> DONE, by the owner, keeping the run's result (JSON text, already bounded) and the
+/// HTTP status the run got (the row describes the run).
+pub fn complete(id: &str, owner: &str, now: i64, result: Option<&str>, http_status: Option<u16>) -> Stmt {
+    let params = [
+        ("id", id.into()),
+        ("lease_owner", owner.into()),
+        ("now", now.into()),
+        ("result", result.into()),
+        ("http_status", status_code(http_status)),
+    ];
+    with(sql!("complete"), params)
+}
+/// RUNNING -> PENDING (retry at `next_run_at`) or DEAD, by the owner.
+pub fn fail(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error: &str) -> Stmt {
+    let params = [
+        ("id", id.into()),
+        ("lease_owner", owner.into()),
+        ("now", now.into()),
+        ("status", to.as_str().into()),
+        ("next_run_at", next_run_at.into()),
+        ("error", error.into()),
+    ];
+    with(sql!("fail"), params)
+}
+/// A claimed job not run: back to PENDING, attempt given back, deferral counted.
+pub fn defer(id: &str, owner: &str, now: i64, next_run_at: i64) -> Stmt {
+    let params =
+        [("id", id.into()), ("lease_owner", owner.into()), ("now", now.into()), ("next_run_at", next_run_at.into())];
+    with(sql!("defer"), params)
+}
+/// A run that snoozed: back to PENDING at `next_run_at`, attempt given back, snooze counted, its
+/// payload replaced by `payload` if given (sealed already when the job is).
+pub fn snooze(id: &str, owner: &str, now: i64, next_run_at: i64, payload: Option<&str>) -> Stmt {
+    let params = [
+        ("id", id.into()),
+        ("lease_owner", owner.into()),
+        ("now", now.into()),
+        ("next_run_at", next_run_at.into()),
+        ("payload", payload.into()),
+    ];
+    with(sql!("snooze"), params)
+}
+/// A message put off because its key is locked: recorded PENDING, deferral counted.
+pub fn note_deferral(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {
+    spec_then(sql!("note_deferral"), job, [("now", now.into()), ("next_run_at", next_run_at.into()), priority(job)])
+}
+/// A PENDING job put off again: its `next_run_at` kept within `slack_ms` of `next_run_at`.
+pub fn keep_due(id: &str, next_run_at: i64, now: i64, slack_ms: i64) -> Stmt {
+    let params =
+        [("id", id.into()), ("next_run_at", next_run_at.into()), ("now", now.into()), ("slack", slack_ms.into())];
+    with(sql!("keep_due"), params)
+}
+/// A job that can never run: DEAD with `error`.
+pub fn record_dead(job: &JobSpec, now: i64, error: &str) -> Stmt {
+    spec_then(sql!("record_dead"), job, [("now", now.into()), ("error", error.into()), priority(job)])
+}
+/// Extends `owner`'s leases on `ids` (the jobs it claimed), each read by its id.
+pub fn renew(owner: &str, now: i64, lease_until: i64, ids: &[String]) -> Stmt {
+    let ids = Value::from(ids.to_vec()).to_string();
+    let params =
+        [("lease_owner", owner.into()), ("now", now.into()), ("lease_until", lease_until.into()), ("ids", ids.into())];
+    with(sql!("renew"), params)
+}
+/// The leases of `owner`, an invocation that died, ended now: its RUNNING jobs back to PENDING (or
+/// DEAD when out of attempts), `why` their error.
+pub fn end_leases(now: i64, owner: &str, why: &str) -> Stmt {
+    with(sql!("end_leases"), [("now", now.into()), ("lease_owner", owner.into()), ("why", why.into())])
+}
+/// Expired leases back to PENDING (or DEAD when out of attempts).
+pub fn reap(now: i64, limit: u32) -> Stmt {
+    with(sql!("reap"), [("now", now.into()), ("limit", limit.into())])
+}
+/// PENDING jobs due before `due_before`; in strict mode only those outside a key's sequence.
+pub fn overdue(due_before: i64, limit: u32, mode: OrderingMode) -> Stmt {
+    with(sql!("overdue"), [("due_before", due_before.into()), ("limit", limit.into()), ("mode", mode.as_str().into())])
+}
+/// Strict mode: records a delivered keyed job PENDING with its key's next seq, if new.
+pub fn park(job: &JobSpec, now: i64) -> Stmt {
+    spec_then(sql!("park"), job, [("now", now.into()), priority(job)])
+}
+/// Strict mode's run rule: claims up to `limit` of `key`'s next due jobs, in seq order, if no job
+/// of the key runs and (when `prev` is given) `prev` is finished.
+pub fn claim_next(key: &str, owner: &str, lease: Lease, on_dead: OnDead, limit: u32, prev: Option<&str>) -> Stmt {
+    let params = [
+        ("ordering_key", key.into()),
+        ("lease_owner", owner.into()),
+        ("lease_until", lease.until.into()),
+        ("now", lease.now.into()),
+        ("due_before", lease.due_before.into()),
+        ("on_dead", on_dead.as_str().into()),
+        ("limit", limit.into()),
+        ("prev", prev.into()),
+    ];
+    with(sql!("claim_next"), params)
+}
+/// A key's head: its first job not finished for ordering purposes.
+pub fn head(key: &str, on_dead: OnDead) -> Stmt {
+    with(sql!("head"), [("ordering_key", key.into()), ("on_dead", on_dead.as_str().into())])
+}
+/// Lock mode: a key's oldest PENDING job, if it waited for the key, made due now.
+pub fn wake_waiting(key: &str, now: i64) -> Stmt {
+    with(sql!("wake_waiting"), [("ordering_key", key.into()), ("now", now.into())])
+}
+/// Keys whose head is an unskipped DEAD job.
+pub fn blocked_keys(limit: u32) -> Stmt {
+    with(sql!("blocked_keys"), [("limit", limit.into())])
+}
+/// Lets `key` move past its DEAD head.
+pub fn skip(key: &str, now: i64) -> Stmt {
+    with(sql!("skip"), [("ordering_key", key.into()), ("now", now.into())])
+}
+/// Due heads of keys nothing runs.
+pub fn stalled_heads(due_before: i64, on_dead: OnDead, limit: u32) -> Stmt {
+    let params = [("due_before", due_before.into()), ("on_dead", on_dead.as_str().into()), ("limit", limit.into())];
+    with(sql!("stalled_heads"), params)
+}
+/// Takes an overdue job for re-sending, if unchanged since read.
+pub fn mark_resent(id: &str, next_run_at_read: i64, now: i64) -> Stmt {
+    with(sql!("mark_resent"), [("id", id.into()), ("next_run_at", next_run_at_read.into()), ("now", now.into())])
+}
+/// Records an API-submitted job PENDING.
+pub fn enqueue(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {
+    spec_then(sql!("enqueue"), job, [("now", now.into()), ("next_run_at", next_run_at.into()), priority(job)])
+}
+/// The job an enqueue collided with.
+pub fn existing(id: &str, dedupe_key: Option<&str>) -> Stmt {
+    with(sql!("existing"), [("id", id.into()), ("dedupe_key", dedupe_key.into())])
+}
+/// Counts per status.
+pub fn counts() -> Stmt {
+    with(sql!("counts"), [])
+}
+
+fn cursor(cursor: Option<(i64, &str)>) -> [(&'static str, Param); 2] {
+    let (at, id) = match cursor {
+        Some((at, id)) => (Param::Int(at), Param::from(id)),
+        None => (Param::Null, Param::Null),
+    };
+    [("cursor_at", at), ("cursor_id", id)]
+}
+
+/// A page, newest first, after `cursor` = (created_at, id); one status's through its index.
+pub fn list(status: Option<Status>, after: Option<(i64, &str)>, limit: u32) -> Stmt {
+    let [at, id] = cursor(after);
+    let limit = ("limit", limit.into());
+    match status {
+        Some(s @ (Status::Pending | Status::Running)) => {
+            with(sql!("list_open"), [("status", s.as_str().into()), at, id, limit])
+        }
+        Some(Status::Dead) => with(sql!("list_dead"), [at, id, limit]),
+        Some(Status::Done) => with(sql!("list_done"), [at, id, limit]),
+        None => with(sql!("list_all"), [at, id, limit]),
+    }
+}
+/// A page filtered by any of status, type and ordering key, newest first.
+pub fn list_filtered(filter: &ListFilter<'_>, after: Option<(i64, &str)>, limit: u32) -> Stmt {
+    let [at, id] = cursor(after);
+    let params = [
+        ("status", filter.status.map(Status::as_str).into()),
+        ("type", filter.job_type.into()),
+        ("ordering_key", filter.ordering_key.into()),
+        at,
+        id,
+        ("limit", limit.into()),
+        ("priority", filter.priority.map_or(Param::Null, |p| Param::Int(i64::from(p)))),
+    ];
+    with(sql!("list_filtered"), params)
+}
+/// DEAD -> PENDING.
+pub fn redrive(id: &str, now: i64) -> Stmt {
+    with(sql!("redrive"), [("id", id.into()), ("now", now.into())])
+}
+/// DEAD jobs matching `filter` (ids, and how many match in all).
+pub fn dead_matching(filter: &DeadFilter, limit: u32) -> Stmt {
+    let params = [
+        ("type", filter.job_type.clone().into()),
+        ("ordering_key", filter.ordering_key.clone().into()),
+        ("error", filter.error.clone().into()),
+        ("from", filter.from.into()),
+        ("to", filter.to.into()),
+        ("limit", limit.into()),
+    ];
+    with(sql!("dead_matching"), params)
+}
+/// PENDING -> DEAD "cancelled".
+pub fn cancel(id: &str, now: i64) -> Stmt {
+    with(sql!("cancel"), [("id", id.into()), ("now", now.into())])
+}
+/// Deletes DONE rows finished before `before`, after their history.
+pub fn purge(before: i64, limit: u32) -> [Stmt; 2] {
+    [
+        with(sql!("purge_events"), [("before", before.into()), ("limit", limit.into())]),
+        with(sql!("purge"), [("before", before.into()), ("limit", limit.into())]),
+    ]
+}
+
+/// An event of `job_id`'s history ring. `run`: a handler run's details; `when_status`: recorded only
+/// if the job is now in that status, updated at `at`; `after_change`: only if the statement before
+/// it in the batch changed a row.
+fn event(job_id: &str, at: i64, kind: Kind, actor: &str, run: Option<&Run>, when: (Option<Status>, bool)) -> Stmt {
+    let (attempt, started, outcome, error, http) = match run {
+        Some(r) => (
+            Param::Int(r.attempt),
+            Param::Int(r.started_at),
+            Param::from(r.outcome.as_str()),
+            Param::from(r.error.clone()),
+            status_code(r.http_status),
+        ),
+        None => (Param::Null, Param::Null, Param::Null, Param::Null, Param::Null),
+    };
+    let (when_status, after_change) = when;
+    let params = [
+        ("job_id", job_id.into()),
+        ("at", at.into()),
+        ("kind", kind.as_str().into()),
+        ("actor", actor.into()),
+        ("attempt", attempt),
+        ("started_at", started),
+        ("outcome", outcome),
+        ("error", error),
+        ("http_status", http),
+        ("keep", HISTORY_KEEP.into()),
+        ("status", when_status.map(Status::as_str).into()),
+        ("after_change", Param::Int(i64::from(after_change))),
+    ];
+    with(sql!("event"), params)
+}
+
+/// Records a run in its job's history (whether or not its result could be recorded: the run
+/// happened).
+pub fn run(r: &Run) -> Stmt {
+    event(&r.job_id, r.finished_at, Kind::Attempt, &r.actor, Some(r), (None, false))
+}
+/// Records an operator's action on `job_id`; placed right after the action's statement in one
+/// batch, only if that statement changed a row and left the job `status`, updated at `at`.
+pub fn action(job_id: &str, at: i64, kind: Kind, status: Status) -> Stmt {
+    event(job_id, at, kind, API_ACTOR, None, (Some(status), true))
+}
+/// Records an operator's action that already applied (in an earlier round trip), if the job is
+/// still `status` as of `at`.
+pub fn action_applied(job_id: &str, at: i64, kind: Kind, status: Status) -> Stmt {
+    event(job_id, at, kind, API_ACTOR, None, (Some(status), false))
+}
+/// A job's history, oldest first.
+pub fn events(job_id: &str) -> Stmt {
+    with(sql!("events"), [("job_id", job_id.into())])
+}
+/// Runs per minute by outcome since `since`.
+pub fn activity_runs(since: i64) -> Stmt {
+    with(sql!("activity_runs"), [("since", since.into())])
+}
+/// Jobs created and finished per minute since `since`.
+pub fn activity_jobs(since: i64) -> Stmt {
+    with(sql!("activity_jobs"), [("since", since.into())])
+}

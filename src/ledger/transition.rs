@@ -1,0 +1,248 @@
+//! What can happen to a job's row: every change the consumer and maintenance make, as values.
+//! The consumer decides a [`Transition`] (River's executor builds its `JobSetStateIfRunning`
+//! params the same way) and hands it, with the run's history line, to [`Ledger::record_all`],
+//! which applies a batch of them in one round trip. A guarded transition (by the lease owner)
+//! that changes nothing means the lease was lost: the caller must not act on it.
+//!
+//! ```text
+//!   NoteDeferral ──► PENDING ◄── Defer / Snooze / Fail{Pending} ── RUNNING ── Complete ──► DONE
+//!   RecordDead ────► DEAD    ◄── Fail{Dead} ─────────────────────── RUNNING
+//! ```
+
+use super::history::{Run, RunOutcome};
+use super::{stmt, Job, JobSpec, Ledger, Sql, Status, Stmt};
+use crate::error::InfraError;
+
+/// One change to one job's row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transition {
+    /// RUNNING -> DONE by its lease owner, keeping the run's result (JSON text, bounded and sealed
+    /// as the job is) and the HTTP status it got.
+    Complete {
+        /// The job.
+        id: String,
+        /// Its lease owner.
+        owner: String,
+        /// ms.
+        at: i64,
+        /// What the run returned.
+        result: Option<String>,
+        /// The HTTP status the run got.
+        http_status: Option<u16>,
+    },
+    /// RUNNING -> PENDING (again at `next_run_at`) or DEAD, by its lease owner.
+    Fail {
+        /// The job.
+        id: String,
+        /// Its lease owner.
+        owner: String,
+        /// ms.
+        at: i64,
+        /// PENDING or DEAD.
+        to: Status,
+        /// ms; when it may run again.
+        next_run_at: i64,
+        /// Why.
+        error: String,
+    },
+    /// RUNNING -> PENDING at `next_run_at` by its lease owner, the attempt given back and a
+    /// snooze counted; the payload replaced when `payload` is given.
+    Snooze {
+        /// The job.
+        id: String,
+        /// Its lease owner.
+        owner: String,
+        /// ms.
+        at: i64,
+        /// ms.
+        next_run_at: i64,
+        /// The next run's payload (sealed when the job is).
+        payload: Option<String>,
+    },
+    /// RUNNING -> PENDING at `next_run_at` without a run (claimed, not run): the attempt given
+    /// back, a deferral counted.
+    Defer {
+        /// The job.
+        id: String,
+        /// Its lease owner.
+        owner: String,
+        /// ms.
+        at: i64,
+        /// ms.
+        next_run_at: i64,
+    },
+    /// A job that can never run (unreadable, dead-lettered, a dedupe clash): DEAD with `error`,
+    /// inserted if new. DONE rows and live leases are left alone.
+    RecordDead {
+        /// The job as its message describes it.
+        spec: JobSpec,
+        /// ms.
+        at: i64,
+        /// Why.
+        error: String,
+    },
+    /// Lock mode: a message put off behind a held key, recorded PENDING (a deferral counted), its
+    /// due time kept within `slack_ms` of `next_run_at`.
+    NoteDeferral {
+        /// The job as its message describes it.
+        spec: JobSpec,
+        /// ms.
+        at: i64,
+        /// ms.
+        next_run_at: i64,
+        /// ms.
+        slack_ms: i64,
+    },
+}
+
+impl Transition {
+    /// The job a guarded transition needs the lease of; `None` for the unguarded ones.
+    pub fn guarded_job(&self) -> Option<&str> {
+        match self {
+            Transition::Complete { id, .. }
+            | Transition::Fail { id, .. }
+            | Transition::Snooze { id, .. }
+            | Transition::Defer { id, .. } => Some(id),
+            Transition::RecordDead { .. } | Transition::NoteDeferral { .. } => None,
+        }
+    }
+
+    /// The statement whose returned row says the transition applied, and one that rides with it.
+    fn stmts(&self) -> (Stmt, Option<Stmt>) {
+        let one = |s| (s, None);
+        match self {
+            Transition::Complete { id, owner, at, result, http_status } => {
+                one(stmt::complete(id, owner, *at, result.as_deref(), *http_status))
+            }
+            Transition::Fail { id, owner, at, to, next_run_at, error } => {
+                one(stmt::fail(id, owner, *at, *to, *next_run_at, error))
+            }
+            Transition::Snooze { id, owner, at, next_run_at, payload } => {
+                one(stmt::snooze(id, owner, *at, *next_run_at, payload.as_deref()))
+            }
+            Transition::Defer { id, owner, at, next_run_at } => one(stmt::defer(id, owner, *at, *next_run_at)),
+            Transition::RecordDead { spec, at, error } => one(stmt::record_dead(spec, *at, error)),
+            Transition::NoteDeferral { spec, at, next_run_at, slack_ms } => (
+                stmt::note_deferral(spec, *at, *next_run_at),
+                Some(stmt::keep_due(&spec.id, *next_run_at, *at, *slack_ms)),
+            ),
+        }
+    }
+}
+
+/// A transition with the history line of the run it ends, if any (a success has none: its DONE
+/// row describes the run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// The change.
+    pub transition: Transition,
+    /// The run's line in the job's history.
+    pub run: Option<Run>,
+}
+
+impl From<Transition> for Record {
+    fn from(transition: Transition) -> Self {
+        Record { transition, run: None }
+    }
+}
+
+impl Record {
+    /// The statements, in order: the transition, what rides with it, the history line.
+    pub(super) fn stmts(&self) -> (Stmt, Vec<Stmt>) {
+        let (first, rides) = self.transition.stmts();
+        (first, rides.into_iter().chain(self.run.as_ref().map(stmt::run)).collect())
+    }
+}
+
+/// A job recorded DEAD, as [`Ledger::record_dead_all`] found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedDead {
+    /// Whether this call made it DEAD.
+    pub recorded: bool,
+    /// Its row afterwards.
+    pub job: Option<Job>,
+}
+
+impl<S: Sql> Ledger<S> {
+    /// Applies records in one round trip, in order: for each, whether its transition changed its
+    /// row (a guarded one that did not: the lease was lost).
+    pub async fn record_all(&self, records: &[Record]) -> Result<Vec<bool>, InfraError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmts = Vec::with_capacity(records.len() * 2);
+        let mut at = Vec::with_capacity(records.len());
+        for r in records {
+            let (first, rest) = r.stmts();
+            at.push(stmts.len());
+            stmts.push(first);
+            stmts.extend(rest);
+        }
+        let out = self.sql.batch(stmts).await?;
+        Ok(at.into_iter().map(|i| out.get(i).is_some_and(|rows| !rows.is_empty())).collect())
+    }
+
+    /// Records jobs that can never run DEAD with their errors, in one round trip, and reads each
+    /// row back (a job running elsewhere is left to its run).
+    pub async fn record_dead_all(&self, jobs: &[(JobSpec, String)], now: i64) -> Result<Vec<RecordedDead>, InfraError> {
+        let mut stmts = Vec::with_capacity(jobs.len() * 2);
+        for (spec, error) in jobs {
+            stmts.push(stmt::record_dead(spec, now, error));
+            stmts.push(stmt::get(&spec.id));
+        }
+        let out = self.sql.batch(stmts).await?;
+        out.chunks(2)
+            .map(|pair| {
+                let recorded = pair.first().is_some_and(|rows| !rows.is_empty());
+                Ok(RecordedDead { recorded, job: Job::first(pair.get(1).map(Vec::as_slice).unwrap_or_default())? })
+            })
+            .collect()
+    }
+
+    /// Ends the leases of `owners`, invocations known to have died, in one round trip: their
+    /// RUNNING jobs back to PENDING (or DEAD when out of attempts), `why` their error, each run in
+    /// its job's history. Returns the ended jobs' rows.
+    pub async fn end_leases(&self, owners: &[&str], now: i64, why: &str) -> Result<Vec<Job>, InfraError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = self.sql.batch(owners.iter().map(|o| stmt::end_leases(now, o, why)).collect()).await?;
+        let mut ended = Vec::new();
+        let mut runs = Vec::new();
+        for (owner, rows) in owners.iter().zip(&out) {
+            for j in Job::all(rows)? {
+                runs.push(Run::ended(&j, j.started_at.unwrap_or(now), now, Some(why.to_string()), owner));
+                ended.push(j);
+            }
+        }
+        // Best effort, like the reaper's: the transitions stand without their history lines.
+        let _ = self.record_runs(&runs).await;
+        Ok(ended)
+    }
+
+    /// Writes history lines of runs that ended without their runner recording them (an expired
+    /// or ended lease).
+    pub async fn record_runs(&self, runs: &[Run]) -> Result<(), InfraError> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        self.sql.batch(runs.iter().map(stmt::run).collect()).await.map(|_| ())
+    }
+}
+
+impl Run {
+    /// The history line of `job`'s run, ended by someone else than its runner (its row as the
+    /// ending left it: DEAD, or PENDING to retry).
+    pub fn ended(job: &Job, started_at: i64, finished_at: i64, error: Option<String>, actor: &str) -> Run {
+        Run {
+            job_id: job.id.clone(),
+            attempt: job.attempts,
+            started_at,
+            finished_at,
+            outcome: if job.status == Status::Dead { RunOutcome::Dead } else { RunOutcome::Retry },
+            error,
+            http_status: None,
+            actor: actor.to_string(),
+        }
+    }
+}
