@@ -10,8 +10,7 @@ use thiserror::Error;
 /// The most `BULK_REDRIVE_LIMIT` may be: three D1 statements a job plus one within Workers'
 /// 1,000 D1 queries per invocation.
 pub const MAX_BULK_REDRIVE: u32 = 333;
-/// Largest delay Cloudflare Queues accepts for `retry` and `send` (12 hours).
-pub const MAX_DELAY_SECONDS: u32 = 43_200;
+pub use crate::limits::MAX_DELAY_SECONDS;
 /// Shortest `expirationTtl` Workers KV accepts.
 pub const MIN_LOCK_TTL_SECONDS: u32 = 60;
 

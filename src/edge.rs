@@ -16,7 +16,7 @@ use worker::{
 use crate::api::ApiResponse;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
-use crate::envelope::MAX_BODY_JSON_BYTES;
+use crate::envelope::{BodyError, MAX_BODY_JSON_BYTES};
 use crate::error::InfraError;
 use crate::handlers::{HttpClient, HttpRequest, HttpResponse, SendError};
 use crate::lock::Kv;
@@ -71,7 +71,7 @@ pub fn secret(env: &Env, name: &str) -> Option<String> {
 }
 
 /// A message body as JSON. Bytes and values JSON cannot hold are refused with the reason.
-pub fn body_json(body: JsValue) -> Result<Value, String> {
+pub fn body_json(body: JsValue) -> Result<Value, BodyError> {
     if body.is_undefined() {
         return Err("the message has no body".into());
     }
@@ -91,12 +91,12 @@ pub fn body_json(body: JsValue) -> Result<Value, String> {
         }
         return Ok(Value::String(text));
     }
-    let text = js_sys::JSON::stringify(&body).map_err(|e| format!("JSON.stringify failed: {e:?}"))?;
-    let text = text.as_string().ok_or("the body has no JSON form")?;
+    let text = js_sys::JSON::stringify(&body).map_err(|e| BodyError(format!("JSON.stringify failed: {e:?}")))?;
+    let text = text.as_string().ok_or(BodyError::from("the body has no JSON form"))?;
     if text.len() > MAX_BODY_JSON_BYTES {
-        return Err(format!("the body is {} bytes as JSON, over the {MAX_BODY_JSON_BYTES}-byte limit", text.len()));
+        return Err(BodyError(format!("the body is {} bytes as JSON, over the {MAX_BODY_JSON_BYTES}-byte limit", text.len())));
     }
-    serde_json::from_str(&text).map_err(|e| e.to_string())
+    serde_json::from_str(&text).map_err(|e| BodyError(e.to_string()))
 }
 
 /// Reads a request body, at most `limit` bytes, whether or not it declares its length: a body

@@ -8,6 +8,8 @@
 use serde_json::{Map, Value};
 use thiserror::Error;
 
+use crate::limits::MAX_PRIORITY;
+
 /// Fedify's ordering key field.
 pub const ORDERING_KEY_FIELD: &str = "__fedify_ordering_key__";
 /// Fedify's payload field.
@@ -57,9 +59,6 @@ pub struct JobMeta {
 /// Why a body cannot be read. Permanent: the same bytes will never decode, so the job is DEAD.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum EnvelopeError {
-    /// The body is not JSON at all (bytes, undefined, a value JSON cannot hold).
-    #[error("body is not JSON: {0}")]
-    NotJson(String),
     /// An envelope field has the wrong type or value.
     #[error("bad envelope: {0}")]
     BadField(String),
@@ -161,23 +160,53 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
     Ok(JobMeta { id, dedupe_key, max_attempts, priority, queued_at })
 }
 
-/// Checks a `priority` value: a whole number in 0..=9. Shared with the HTTP API.
-pub fn checked_priority(v: &Value) -> Result<u8, String> {
-    match v.as_u64() {
-        Some(n) if n <= u64::from(crate::ledger::MAX_PRIORITY) => Ok(n as u8),
-        _ => Err(format!(
-            "priority must be a whole number from 0 (most urgent) to {}, got {v}",
-            crate::ledger::MAX_PRIORITY
-        )),
+/// Why a message body is not JSON (bytes, no body, a value JSON cannot hold), as the edge read it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BodyError(pub String);
+
+impl From<&str> for BodyError {
+    fn from(why: &str) -> Self {
+        BodyError(why.to_string())
     }
 }
 
+/// A whole-number field outside its range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} must be a whole number from {low}{low_means} to {high}, got {got}")]
+pub struct OutOfRange {
+    /// The field.
+    pub field: &'static str,
+    /// The least allowed.
+    pub low: u64,
+    /// What the least means, if it needs saying.
+    pub low_means: &'static str,
+    /// The most allowed.
+    pub high: u64,
+    /// The value given, as JSON.
+    pub got: String,
+}
+
+fn whole_in(field: &'static str, v: &Value, low: u64, low_means: &'static str, high: u64) -> Result<u64, OutOfRange> {
+    v.as_u64().filter(|n| (low..=high).contains(n)).ok_or_else(|| OutOfRange {
+        field,
+        low,
+        low_means,
+        high,
+        got: v.to_string(),
+    })
+}
+
+/// Checks a `priority` value: a whole number in 0..=9. Shared with the HTTP API.
+pub fn checked_priority(v: &Value) -> Result<u8, OutOfRange> {
+    let n = whole_in("priority", v, 0, " (most urgent)", u64::from(MAX_PRIORITY))?;
+    Ok(u8::try_from(n).unwrap_or(MAX_PRIORITY))
+}
+
 /// Checks a `max_attempts` value: a whole number in 1..=1000. Shared with the HTTP API.
-pub fn checked_max_attempts(v: &Value) -> Result<u32, String> {
-    match v.as_u64() {
-        Some(n) if (1..=u64::from(MAX_ATTEMPTS_LIMIT)).contains(&n) => Ok(n as u32),
-        _ => Err(format!("max_attempts must be a whole number from 1 to {MAX_ATTEMPTS_LIMIT}, got {v}")),
-    }
+pub fn checked_max_attempts(v: &Value) -> Result<u32, OutOfRange> {
+    let n = whole_in("max_attempts", v, 1, "", u64::from(MAX_ATTEMPTS_LIMIT))?;
+    Ok(u32::try_from(n).unwrap_or(MAX_ATTEMPTS_LIMIT))
 }
 
 /// Checks an id-like string (ordering key, job id, dedupe key): non-empty, at most 256 bytes.

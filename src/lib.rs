@@ -88,6 +88,8 @@ pub mod handlers;
 #[doc(hidden)]
 pub mod ledger;
 #[doc(hidden)]
+pub mod limits;
+#[doc(hidden)]
 pub mod lock;
 #[doc(hidden)]
 pub mod log;

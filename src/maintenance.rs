@@ -13,10 +13,7 @@ use crate::error::InfraError;
 use crate::ledger::{Job, Ledger, Record, Sql, Status, Transition};
 use crate::producer::{self, QueueSender};
 
-/// How long past its `next_run_at` a PENDING job may wait before its message counts as lost.
-/// Generous: a backlog also delays delivery, and a needless re-send costs a duplicate delivery
-/// (which the ledger absorbs), never a second run.
-pub const RESEND_GRACE_MS: i64 = 15 * 60 * 1000;
+pub use crate::limits::RESEND_GRACE_MS;
 /// Strict mode: how long a key's head may be due with nothing running it before the cron wakes it.
 /// Well under the cron's one-minute period, so a stalled key is woken by the next run.
 pub const WAKE_GRACE_MS: i64 = 30 * 1000;

@@ -10,7 +10,7 @@ use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
 use super::{
-    until, Consumer, Decoded, Incoming, Leases, Outcome, Ran, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
+    until, Consumer, Incoming, Leases, Outcome, Ran, Read, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
     INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
 };
 use crate::batch::{self, Item};
@@ -23,7 +23,7 @@ use crate::producer::{self, OutMessage, QueueSender};
 
 /// How far a job polling a held key lets its `next_run_at` fall behind before it is written
 /// again: half the grace after which maintenance re-sends a PENDING job as lost.
-const DUE_SLACK_MS: i64 = crate::maintenance::RESEND_GRACE_MS / 2;
+const DUE_SLACK_MS: i64 = crate::limits::RESEND_GRACE_MS / 2;
 
 /// How old a waiting message must be (since it was sent) before its wait is a new message rather
 /// than a `retry()`. A message is retried for at most this long, so with waits of a second or
@@ -131,7 +131,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// Lock mode's batch (design §3), in four phases: lock each key group, claim every runnable
     /// message (one D1 round trip), run the groups, settle (one D1 round trip records every
     /// result, then locks are released or held for a failed job).
-    pub(super) async fn run_locked(&self, msgs: &[Incoming], decoded: &[Result<Decoded, String>]) -> Vec<Outcome> {
+    pub(super) async fn run_locked(&self, msgs: &[Incoming], decoded: &[Read]) -> Vec<Outcome> {
         let now = self.clock.now_ms();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
         let mut plan = self.plan(msgs, decoded, now);
@@ -152,7 +152,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// Plans a batch: unreadable bodies are recorded DEAD; a job delivered twice in one batch runs
     /// once (the later copy comes back and finds it finished); the rest are grouped by key.
-    fn plan<'a>(&self, msgs: &[Incoming], decoded: &'a [Result<Decoded, String>], now: i64) -> Plan<'a> {
+    fn plan<'a>(&self, msgs: &[Incoming], decoded: &'a [Read], now: i64) -> Plan<'a> {
         let mut settled = Vec::with_capacity(msgs.len());
         let mut seen: HashSet<&str> = HashSet::new();
         let mut items = Vec::new();
@@ -162,7 +162,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     let dead = Transition::RecordDead {
                         spec: self.undecodable_spec(&msgs[i]),
                         at: now,
-                        error: reason.clone(),
+                        error: reason.to_string(),
                     };
                     settled.push(Settle::recorded(i, dead, Outcome::Ack));
                 }
@@ -268,7 +268,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         plan: &mut Plan<'_>,
         locks: &[GroupLock],
         mut claims: HashMap<usize, Claim>,
-        decoded: &[Result<Decoded, String>],
+        decoded: &[Read],
         now: i64,
     ) -> Vec<LockEnd> {
         let leases = Leases::new(
@@ -321,7 +321,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         settled: Vec<Settle>,
         mut lock_ends: Vec<LockEnd>,
         msgs: &[Incoming],
-        decoded: &[Result<Decoded, String>],
+        decoded: &[Read],
     ) -> Vec<Outcome> {
         let n = msgs.len();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
@@ -380,7 +380,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         outcomes: &mut [Outcome],
         waiting: &[usize],
         msgs: &[Incoming],
-        decoded: &[Result<Decoded, String>],
+        decoded: &[Read],
     ) {
         let now = self.clock.now_ms();
         let mut sends: Vec<(usize, OutMessage)> = Vec::new();
@@ -463,7 +463,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     async fn run_group(
         &self,
         members: Vec<(usize, Claim)>,
-        decoded: &[Result<Decoded, String>],
+        decoded: &[Read],
         lock: Option<HeldLock>,
         leases: &Leases,
         held: &RefCell<Vec<(HeldLock, i64)>>,

@@ -24,7 +24,8 @@ use serde_json::Value;
 use crate::backoff::{backoff, jitter};
 use crate::clock::Clock;
 use crate::config::{Config, OrderingMode, MAX_DELAY_SECONDS};
-use crate::envelope::{Envelope, MAX_BODY_JSON_BYTES};
+use crate::envelope::{BodyError, Envelope, EnvelopeError, MAX_BODY_JSON_BYTES};
+use crate::error::InfraError;
 use crate::handlers::{bounded_result, Done, JobContext, JobError, Runner};
 use crate::ledger::history::{Run, RunOutcome};
 use crate::ledger::{Job, JobSpec, Ledger, Record, Sql, Status, Transition, DEFAULT_PRIORITY};
@@ -79,7 +80,7 @@ pub struct Incoming {
     /// Send time, ms.
     pub timestamp_ms: i64,
     /// The body as JSON, or why it is not JSON.
-    pub body: Result<Value, String>,
+    pub body: Result<Value, BodyError>,
 }
 
 /// Which queue a batch came from.
@@ -293,6 +294,29 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
     }
 }
 
+/// Why a message asks for no job it could run: it is recorded DEAD with this as its error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum Undecodable {
+    #[error("body is not JSON: {0}")]
+    NotJson(BodyError),
+    #[error("{0}")]
+    Envelope(EnvelopeError),
+    #[error("payload is {0} bytes as JSON, over the {MAX_BODY_JSON_BYTES}-byte limit")]
+    TooLarge(usize),
+}
+
+/// Why a sealed payload cannot be opened now: its job waits for the key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum Unopened {
+    #[error("the payload is sealed and PAYLOAD_KEY is not set")]
+    NoKey,
+    #[error("the sealed payload: {0}")]
+    Open(InfraError),
+}
+
+/// A message read: the job it asks for, or why it asks for none.
+type Read = Result<Decoded, Undecodable>;
+
 /// A decoded message: the job it asks for. Its payload is in `spec` for recording; what runs is
 /// always the ledger row's payload.
 #[derive(Debug, Clone)]
@@ -305,7 +329,7 @@ struct Decoded {
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
     /// Processes a batch; one outcome per message, in order. Never fails.
     pub async fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
-        let mut decoded: Vec<Result<Decoded, String>> = msgs.iter().map(|m| self.decode(m)).collect();
+        let mut decoded: Vec<Read> = msgs.iter().map(|m| self.decode(m)).collect();
         let unsealable = self.seal_plain(&mut decoded).await;
         if unsealable.iter().any(|&u| u) {
             // Fedify jobs (they carry private keys) sent straight to the queue while PAYLOAD_KEY is
@@ -325,7 +349,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         self.run(role, msgs, decoded).await
     }
 
-    async fn run(&self, role: Role, msgs: &[Incoming], decoded: Vec<Result<Decoded, String>>) -> Vec<Outcome> {
+    async fn run(&self, role: Role, msgs: &[Incoming], decoded: Vec<Read>) -> Vec<Outcome> {
         if msgs.is_empty() {
             return Vec::new();
         }
@@ -340,7 +364,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// not through `POST /jobs`, which seals it): Fedify's tasks carry the actor's private keys,
     /// which must never reach the ledger in plain. Returns, per message, whether it could not be
     /// sealed (no `PAYLOAD_KEY`, or sealing failed).
-    async fn seal_plain(&self, decoded: &mut [Result<Decoded, String>]) -> Vec<bool> {
+    async fn seal_plain(&self, decoded: &mut [Read]) -> Vec<bool> {
         let mut unsealable = vec![false; decoded.len()];
         for (i, d) in decoded.iter_mut().enumerate() {
             let Ok(d) = d else { continue };
@@ -361,7 +385,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// Strict mode: keyed jobs are sequenced by the ledger; everything else (unkeyed jobs,
     /// unreadable bodies) takes the lock-mode path, which needs no lock for them. Both at once.
-    async fn run_strict_batch(&self, msgs: &[Incoming], decoded: Vec<Result<Decoded, String>>) -> Vec<Outcome> {
+    async fn run_strict_batch(&self, msgs: &[Incoming], decoded: Vec<Read>) -> Vec<Outcome> {
         let mut keyed = Vec::new();
         let (mut rest_at, mut rest_msgs, mut rest_decoded) = (Vec::new(), Vec::new(), Vec::new());
         for (i, (m, d)) in msgs.iter().zip(decoded).enumerate() {
@@ -389,15 +413,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         placed(msgs.len(), rest_at.into_iter().zip(rest).chain(strict))
     }
 
-    fn decode(&self, m: &Incoming) -> Result<Decoded, String> {
-        let body = m.body.as_ref().map_err(|e| format!("body is not JSON: {e}"))?;
-        let env = Envelope::decode(body.clone()).map_err(|e| e.to_string())?;
+    fn decode(&self, m: &Incoming) -> Read {
+        let body = m.body.as_ref().map_err(|e| Undecodable::NotJson(e.clone()))?;
+        let env = Envelope::decode(body.clone()).map_err(Undecodable::Envelope)?;
         let payload = env.payload.to_string();
         if payload.len() > MAX_BODY_JSON_BYTES {
-            return Err(format!(
-                "payload is {} bytes as JSON, over the {MAX_BODY_JSON_BYTES}-byte limit",
-                payload.len()
-            ));
+            return Err(Undecodable::TooLarge(payload.len()));
         }
         let spec = JobSpec {
             id: env.meta.id.clone().unwrap_or_else(|| m.id.clone()),
@@ -441,7 +462,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         }
     }
 
-    async fn dead_letters(&self, msgs: &[Incoming], decoded: &[Result<Decoded, String>]) -> Vec<Outcome> {
+    async fn dead_letters(&self, msgs: &[Incoming], decoded: &[Read]) -> Vec<Outcome> {
         let now = self.clock.now_ms();
         let mut jobs = Vec::new();
         for (m, d) in msgs.iter().zip(decoded) {
@@ -667,7 +688,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// its key held (a job of its key must not overtake it), and says why in its history and the
     /// log: fixing `PAYLOAD_KEY` lets it run. Spending attempts on it would end it DEAD, and under
     /// `ON_DEAD = "skip"` its key would move past a job that was never run.
-    fn wait_for_key(&self, job: &Job, started_at: i64, why: String) -> Ran {
+    fn wait_for_key(&self, job: &Job, started_at: i64, why: Unopened) -> Ran {
         let now = self.clock.now_ms();
         let error = format!("{why}; waiting for PAYLOAD_KEY to open it, its key held, no attempt spent");
         self.outage(format!("job {} not run: {error}", job.id));
@@ -719,15 +740,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// The job's payload as JSON text: a sealed one opened with `PAYLOAD_KEY`. `None`: the row has
     /// none. Why a sealed payload cannot be opened (no `PAYLOAD_KEY`, a key rotated away) is the
     /// error: the job waits for the key ([`Self::wait_for_key`]).
-    async fn payload_of(&self, job: &Job) -> Result<Option<String>, String> {
+    async fn payload_of(&self, job: &Job) -> Result<Option<String>, Unopened> {
         let Some(text) = job.payload.as_deref() else { return Ok(None) };
         if !is_sealed(text) {
             return Ok(Some(text.to_string()));
         }
-        let Some(sealer) = self.sealer else {
-            return Err("the payload is sealed and PAYLOAD_KEY is not set".into());
-        };
-        sealer.open(&job.id, text).await.map(Some).map_err(|e| format!("the sealed payload: {e}"))
+        let Some(sealer) = self.sealer else { return Err(Unopened::NoKey) };
+        sealer.open(&job.id, text).await.map(Some).map_err(Unopened::Open)
     }
 
     /// Before a handler run: extends this invocation's leases when what is left of them might not
@@ -778,21 +797,7 @@ impl Leases {
     }
 }
 
-/// Whole seconds from `now` until `at`: 0 when `at` has passed, at most the Queues maximum (a
-/// send or retry delay).
-pub fn seconds_until(now: i64, at: i64) -> u32 {
-    if at <= now {
-        0
-    } else {
-        until(now, Some(at))
-    }
-}
-
-/// Whole seconds from `now` until `at` (at least 1, at most the Queues maximum).
-fn until(now: i64, at: Option<i64>) -> u32 {
-    let ms = at.unwrap_or(now).saturating_sub(now).max(0);
-    ((ms.saturating_add(999) / 1000).max(1) as u64).min(u64::from(MAX_DELAY_SECONDS)) as u32
-}
+use crate::limits::delay_until as until;
 
 #[cfg(test)]
 mod tests {
@@ -883,13 +888,5 @@ mod tests {
         assert_eq!(role_of(&cfg, "jobs-dead"), Some(Role::DeadLetter));
         assert_eq!(role_of(&cfg, "orderly-dlq"), None, "the old name is just another queue now");
         assert_eq!(role_of(&cfg, "orderly-jobs-urgent"), Some(Role::Main), "the urgent lane runs jobs");
-    }
-
-    #[test]
-    fn until_rounds_up_and_stays_in_range() {
-        assert_eq!(until(1000, Some(1001)), 1);
-        assert_eq!(until(1000, Some(3500)), 3);
-        assert_eq!(until(1000, Some(0)), 1);
-        assert_eq!(until(0, Some(i64::MAX)), MAX_DELAY_SECONDS);
     }
 }

@@ -74,7 +74,7 @@ pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobErr
                     http_status: Some(s),
                     payload,
                 }),
-                Err(why) => Err(JobError::Retryable { reason: why, retry_after: None, http_status: Some(s) }),
+                Err(why) => Err(JobError::Retryable { reason: why.to_string(), retry_after: None, http_status: Some(s) }),
             },
             // A broken contract is the handler's bug: retried (with backoff) until it is fixed.
             _ => Err(JobError::Retryable {
@@ -98,12 +98,17 @@ pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobErr
     }
 }
 
+/// A snooze answer's body says `payload` but is cut off: over the limit.
+#[derive(Debug, thiserror::Error)]
+#[error("the snooze's payload is over {MAX_PAYLOAD_BYTES} bytes")]
+struct PayloadTooLarge;
+
 /// A snooze answer's replacement payload: `payload` of its JSON object body, if any. A body that
 /// says `payload` but is cut off (over the limit) is the handler's bug, never a silent keep.
-fn replacement(resp: &HttpResponse) -> Result<Option<Value>, String> {
+fn replacement(resp: &HttpResponse) -> Result<Option<Value>, PayloadTooLarge> {
     let Ok(Value::Object(mut body)) = serde_json::from_str::<Value>(&resp.body_start) else {
         if resp.body_start.len() > MAX_PAYLOAD_BYTES && resp.body_start.trim_start().starts_with('{') {
-            return Err(format!("the snooze's payload is over {MAX_PAYLOAD_BYTES} bytes"));
+            return Err(PayloadTooLarge);
         }
         return Ok(None);
     };

@@ -225,10 +225,7 @@ impl Job {
     }
 }
 
-/// A job's priority when none is given: the middle of 0 (most urgent) .. 9.
-pub const DEFAULT_PRIORITY: u8 = 5;
-/// The least urgent priority.
-pub const MAX_PRIORITY: u8 = 9;
+pub use crate::limits::{DEFAULT_PRIORITY, MAX_PRIORITY};
 
 /// What a job is, as known from its message or API request.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,21 +9,22 @@
 //! and read a job's state and the counts ([`PRODUCER_ROUTES`]); the shell carries no data and asks for the token itself, because
 //! a browser cannot attach a bearer token to a page load. Errors are `{"error": ...}` JSON.
 
+mod submission;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::app::JobTypes;
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError, OnDead, OrderingMode, MAX_DELAY_SECONDS};
-use crate::envelope::{checked_id, checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
+use crate::config::{Config, ConfigError, OnDead, OrderingMode};
 use crate::ledger::strict::Skip;
-use crate::ledger::{
-    Cancel, DeadFilter, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, DEFAULT_PRIORITY, MAX_PRIORITY,
-};
-use crate::producer::{self, OutMessage, QueueSender, MAX_MESSAGE_BYTES, MAX_PAYLOAD_BYTES};
-use crate::seal::{Sealer, FEDIFY_TYPE};
+use crate::ledger::{Cancel, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, MAX_PRIORITY};
+use crate::producer::{self, QueueSender};
+use crate::seal::Sealer;
+pub use submission::BadInput;
+use submission::{parse_dead_filter, parse_job, Parsed};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -52,9 +53,9 @@ fn dashboard_csp() -> String {
 /// Largest page.
 pub const MAX_PAGE: u32 = 200;
 
-const DASHBOARD: &str = include_str!("dashboard.html");
+const DASHBOARD: &str = include_str!("../dashboard.html");
 /// The API described in OpenAPI 3.1, served at `GET /openapi.json`.
-pub const OPENAPI: &str = include_str!("openapi.json");
+pub const OPENAPI: &str = include_str!("../openapi.json");
 
 /// Every route: method and path pattern (`{name}` is one path segment). The router matches only
 /// these, in order (a literal segment before a `{name}` one), and `openapi.json` documents each.
@@ -438,7 +439,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         for (i, item) in items.into_iter().enumerate() {
             match parse_job(item, cfg, self.types, self.sealer.is_some(), (self.new_id)()) {
                 Ok(j) => jobs.push(j),
-                Err((status, msg)) => return Ok(Submission::refused(status, Some(i), msg)),
+                Err(e) => return Ok(Submission::refused(e.status(), Some(i), e.to_string())),
             }
         }
         // Sensitive payloads reach D1 sealed, never as plain text.
@@ -560,7 +561,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                     return Ok(ApiResponse::json(200, json!({ "job": j })));
                 };
                 let next = self.ledger.key_to_wake(key, cfg.ordering_mode, cfg.on_dead, now).await?;
-                let delay = next.as_ref().map_or(0, |n| crate::consumer::seconds_until(now, n.next_run_at));
+                let delay = next.as_ref().map_or(0, |n| crate::limits::seconds_until(now, n.next_run_at));
                 let wake = next.as_ref().and_then(|n| producer::message_for(n, delay));
                 let mut answer = json!({ "job": j, "woken": wake.as_ref().and(next.as_ref().map(|n| &n.id)) });
                 if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {
@@ -585,7 +586,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     async fn redrive_matching(&self, cfg: &Config, body: &[u8]) -> Result<ApiResponse, crate::error::InfraError> {
         let (filter, dry_run) = match parse_dead_filter(body) {
             Ok(f) => f,
-            Err(msg) => return Ok(ApiResponse::error(400, msg)),
+            Err(e) => return Ok(ApiResponse::error(e.status(), e.to_string())),
         };
         let now = self.clock.now_ms();
         let found = self.ledger.dead_matching(&filter, cfg.bulk_redrive_limit).await?;
@@ -713,152 +714,6 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     }
 }
 
-/// Reads one submitted job: its ledger spec, its message and its delay; or (status, error).
-/// A job read from a submission.
-struct Parsed {
-    spec: JobSpec,
-    msg: OutMessage,
-    delay: u32,
-    /// Its payload (and result) are sealed at rest; its message carries no payload.
-    sensitive: bool,
-}
-
-fn parse_job(
-    item: Value,
-    cfg: &Config,
-    types: &dyn JobTypes,
-    sealing: bool,
-    new_id: String,
-) -> Result<Parsed, (u16, String)> {
-    let bad = |m: String| (400u16, m);
-    let Value::Object(mut o) = item else { return Err(bad("a job must be an object".into())) };
-    let payload = o.remove("payload").ok_or_else(|| bad("\"payload\" is required".into()))?;
-    let text = |o: &mut Map<String, Value>, f: &str| -> Result<Option<String>, (u16, String)> {
-        match o.remove(f) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => checked_key(f, s).map(Some).map_err(|e| bad(e.to_string())),
-            Some(_) => Err(bad(format!("\"{f}\" must be a string"))),
-        }
-    };
-    let ordering_key = text(&mut o, "ordering_key")?;
-    let dedupe_key = text(&mut o, "dedupe_key")?;
-    // A caller's own id makes a submission idempotent: the same id again is a duplicate.
-    let id = match text(&mut o, "id")? {
-        Some(id) if crate::envelope::RESERVED_IDS.contains(&id.as_str()) => {
-            return Err(bad(format!("id {id:?} is reserved")))
-        }
-        Some(id) => checked_id("id", id).map_err(|e| bad(e.to_string()))?,
-        None => new_id,
-    };
-    let flagged = match o.remove("sensitive") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => b,
-        Some(_) => return Err(bad("\"sensitive\" must be true or false".into())),
-    };
-    let delay = match o.remove("delay_seconds") {
-        None | Some(Value::Null) => 0,
-        Some(v) => match v.as_u64() {
-            Some(n) if n <= u64::from(MAX_DELAY_SECONDS) => n as u32,
-            _ => return Err(bad(format!("delay_seconds must be a whole number from 0 to {MAX_DELAY_SECONDS}"))),
-        },
-    };
-    let max_attempts = match o.remove("max_attempts") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(checked_max_attempts(&v).map_err(bad)?),
-    };
-    let priority = match o.remove("priority") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(checked_priority(&v).map_err(bad)?),
-    };
-    if let Some(k) = o.keys().next() {
-        return Err(bad(format!("unknown field {k:?}")));
-    }
-    types.check(&payload, cfg).map_err(|e| bad(e.to_string()))?;
-    let job_type = crate::handlers::job_type(&payload).ok().map(str::to_string);
-    let sensitive = flagged || job_type.as_deref() == Some(FEDIFY_TYPE);
-    if sensitive && !sealing {
-        return Err(bad("PAYLOAD_KEY is not set: sensitive jobs (and every fedify job) are sealed at rest with it; \
-             set it with `wrangler secret put PAYLOAD_KEY` (README: Secrets at rest)"
-            .into()));
-    }
-    let plain = payload.to_string();
-    // One limit for every job, sealed or not: a sensitive job's message is a stub, but its row is
-    // read whole by claims, lists and redrives, so it may be no larger than a plain job's.
-    if plain.len() > MAX_PAYLOAD_BYTES {
-        return Err((
-            413,
-            format!(
-                "payload is {} bytes as JSON; a job's payload is at most {MAX_PAYLOAD_BYTES} (what one Cloudflare \
-                 Queues message of 128,000 bytes carries), sealed or not",
-                plain.len()
-            ),
-        ));
-    }
-    let env = Envelope {
-        ordering_key: ordering_key.clone(),
-        // A sensitive job's message names its type only: the ledger row is what runs.
-        payload: if sensitive { producer::sealed_stub(job_type.as_deref()) } else { payload },
-        meta: JobMeta { id: Some(id.clone()), dedupe_key: dedupe_key.clone(), max_attempts, priority, queued_at: None },
-    };
-    let msg = OutMessage::of(&env, delay);
-    if !msg.fits() {
-        return Err((
-            413,
-            format!(
-                "job is {} bytes as a queue message; Cloudflare Queues takes at most {MAX_MESSAGE_BYTES} \
-                 (128,000 with its metadata)",
-                msg.size()
-            ),
-        ));
-    }
-    let spec = JobSpec {
-        id,
-        job_type,
-        ordering_key,
-        dedupe_key,
-        payload: Some(plain),
-        max_attempts: max_attempts.unwrap_or(cfg.max_attempts),
-        priority: priority.unwrap_or(DEFAULT_PRIORITY),
-    };
-    Ok(Parsed { spec, msg, delay, sensitive })
-}
-
-/// Reads a bulk redrive's body: `{"filter": {"type"?, "ordering_key"?, "error"?, "from"?, "to"?},
-/// "dry_run"?: bool}` (times in ms since the epoch; `error` is text the job's error contains).
-fn parse_dead_filter(body: &[u8]) -> Result<(DeadFilter, bool), String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
-    let Value::Object(mut o) = v else { return Err("body must be an object".into()) };
-    let dry_run = match o.remove("dry_run") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => b,
-        Some(_) => return Err("\"dry_run\" must be true or false".into()),
-    };
-    let mut f = match o.remove("filter") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(f)) => f,
-        Some(_) => return Err("\"filter\" must be an object".into()),
-    };
-    if let Some(k) = o.keys().next() {
-        return Err(format!("unknown field {k:?}"));
-    }
-    let mut text = |k: &str| match f.remove(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.is_empty() => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(format!("filter.{k} must be a string")),
-    };
-    let (job_type, ordering_key, error) = (text("type")?, text("ordering_key")?, text("error")?);
-    let mut time = |k: &str| match f.remove(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_i64().map(Some).ok_or_else(|| format!("filter.{k} must be milliseconds since the epoch")),
-    };
-    let (from, to) = (time("from")?, time("to")?);
-    if let Some(k) = f.keys().next() {
-        return Err(format!("unknown filter field {k:?}"));
-    }
-    Ok((DeadFilter { job_type, ordering_key, error, from, to }, dry_run))
-}
-
 fn decode_cursor(c: &str) -> Option<(i64, String)> {
     let raw = String::from_utf8(B64URL.decode(c).ok()?).ok()?;
     let (at, id) = raw.split_once(':')?;
@@ -931,58 +786,5 @@ mod tests {
         assert_eq!(decode_cursor(&c), Some((1_700_000_000_000, "job:1".into())));
         assert_eq!(decode_cursor("!!"), None);
         assert_eq!(decode_cursor(&B64URL.encode("x:y")), None);
-    }
-
-    #[test]
-    fn a_job_is_validated_field_by_field() {
-        let cfg = Config::default();
-        let ok = parse_job(
-            json!({"payload": {"type": "webhook", "url": "https://h.test/"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}),
-            &cfg,
-            &crate::app::BuiltIn,
-            false,
-            "id1".into(),
-        )
-        .unwrap();
-        assert_eq!(ok.spec.max_attempts, 2);
-        assert_eq!(ok.delay, 5);
-        assert_eq!(
-            Envelope::decode(serde_json::from_str(ok.msg.json()).unwrap()).unwrap().meta.id.as_deref(),
-            Some("id1")
-        );
-        for (job, want) in [
-            (json!({}), "payload"),
-            (json!({"payload": 1, "delay_seconds": 43201}), "delay_seconds"),
-            (json!({"payload": 1, "delay_seconds": -1}), "delay_seconds"),
-            (json!({"payload": 1, "max_attempts": 0}), "max_attempts"),
-            (json!({"payload": 1, "ordering_key": 3}), "ordering_key"),
-            (json!({"payload": 1, "dedupe_key": ""}), "dedupe_key"),
-            (json!({"payload": 1, "priority": 10}), "priority must be"),
-            (json!({"payload": 1, "priorty": 1}), "unknown field"),
-            (json!([1]), "object"),
-            (json!({"payload": {"type": "fax"}}), "unknown job type \"fax\" (known: webhook)"),
-            (json!({"payload": [1]}), "no \"type\""),
-            (json!({"payload": {"type": "webhook", "url": "ftp://x"}}), "not http"),
-            (json!({"payload": 1, "id": "line\nbreak"}), "id has a character an HTTP header cannot carry"),
-            (json!({"payload": 1, "id": "\u{2603}"}), "id has a character an HTTP header cannot carry"),
-            (
-                json!({"payload": {"type": "webhook", "url": "https://h.test/", "headers": {"x-a": "\u{2603}"}}}),
-                "not a valid HTTP header",
-            ),
-        ] {
-            let Err((status, msg)) = parse_job(job.clone(), &cfg, &crate::app::BuiltIn, false, "x".into()) else {
-                panic!("{job} was accepted")
-            };
-            assert_eq!(status, 400, "{job}");
-            assert!(msg.contains(want), "{job}: {msg}");
-        }
-        let big =
-            json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(MAX_MESSAGE_BYTES)}});
-        assert!(matches!(parse_job(big, &cfg, &crate::app::BuiltIn, false, "x".into()), Err((413, _))));
-        // A sensitive job's message is a stub, but its payload is held to the same limit.
-        let big = json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(900_000)},
-                         "sensitive": true});
-        let refused = parse_job(big, &cfg, &crate::app::BuiltIn, true, "x".into());
-        assert!(matches!(&refused, Err((413, m)) if m.contains("a job's payload is at most")), "{:?}", refused.err());
     }
 }

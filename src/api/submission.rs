@@ -1,0 +1,276 @@
+//! What a request asks for, read and checked before anything is recorded: a submitted job
+//! (`POST /jobs`, `App::enqueue`) and a bulk redrive's filter. A refusal names its kind
+//! ([`BadInput`]); the HTTP layer turns the kind into a status.
+
+use serde_json::{Map, Value};
+
+use crate::app::JobTypes;
+use crate::config::{Config, MAX_DELAY_SECONDS};
+use crate::envelope::{checked_id, checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
+use crate::ledger::{DeadFilter, JobSpec, DEFAULT_PRIORITY};
+use crate::producer::{self, OutMessage, MAX_MESSAGE_BYTES, MAX_PAYLOAD_BYTES};
+use crate::seal::FEDIFY_TYPE;
+
+/// Why input is refused, nothing recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadInput {
+    /// It does not say what it must (HTTP 400).
+    #[error("{0}")]
+    Invalid(String),
+    /// It is over a limit (HTTP 413).
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+impl BadInput {
+    /// The HTTP status it is answered with.
+    pub fn status(&self) -> u16 {
+        match self {
+            BadInput::Invalid(_) => 400,
+            BadInput::TooLarge(_) => 413,
+        }
+    }
+
+    fn invalid(why: impl Into<String>) -> Self {
+        BadInput::Invalid(why.into())
+    }
+}
+
+/// A job read from a submission.
+pub(super) struct Parsed {
+    pub(super) spec: JobSpec,
+    pub(super) msg: OutMessage,
+    pub(super) delay: u32,
+    /// Its payload (and result) are sealed at rest; its message carries no payload.
+    pub(super) sensitive: bool,
+}
+
+/// A job object's fields besides its payload, each checked.
+struct Fields {
+    id: String,
+    ordering_key: Option<String>,
+    dedupe_key: Option<String>,
+    sensitive: bool,
+    delay: u32,
+    max_attempts: Option<u32>,
+    priority: Option<u8>,
+}
+
+fn key_field(o: &mut Map<String, Value>, f: &str) -> Result<Option<String>, BadInput> {
+    match o.remove(f) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => checked_key(f, s).map(Some).map_err(|e| BadInput::invalid(e.to_string())),
+        Some(_) => Err(BadInput::invalid(format!("\"{f}\" must be a string"))),
+    }
+}
+
+/// Reads the fields of a job object (its payload already taken out); any other field is refused.
+fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput> {
+    let ordering_key = key_field(&mut o, "ordering_key")?;
+    let dedupe_key = key_field(&mut o, "dedupe_key")?;
+    // A caller's own id makes a submission idempotent: the same id again is a duplicate.
+    let id = match key_field(&mut o, "id")? {
+        Some(id) if crate::envelope::RESERVED_IDS.contains(&id.as_str()) => {
+            return Err(BadInput::invalid(format!("id {id:?} is reserved")))
+        }
+        Some(id) => checked_id("id", id).map_err(|e| BadInput::invalid(e.to_string()))?,
+        None => new_id,
+    };
+    let sensitive = match o.remove("sensitive") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => return Err(BadInput::invalid("\"sensitive\" must be true or false")),
+    };
+    let delay = match o.remove("delay_seconds") {
+        None | Some(Value::Null) => 0,
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= u64::from(MAX_DELAY_SECONDS) => n as u32,
+            _ => {
+                return Err(BadInput::invalid(format!(
+                    "delay_seconds must be a whole number from 0 to {MAX_DELAY_SECONDS}"
+                )))
+            }
+        },
+    };
+    let invalid = |e: crate::envelope::OutOfRange| BadInput::invalid(e.to_string());
+    let max_attempts = match o.remove("max_attempts") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(checked_max_attempts(&v).map_err(invalid)?),
+    };
+    let priority = match o.remove("priority") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(checked_priority(&v).map_err(invalid)?),
+    };
+    if let Some(k) = o.keys().next() {
+        return Err(BadInput::invalid(format!("unknown field {k:?}")));
+    }
+    Ok(Fields { id, ordering_key, dedupe_key, sensitive, delay, max_attempts, priority })
+}
+
+/// Reads one submitted job: its ledger spec, its message and its delay. `sealing`: whether
+/// `PAYLOAD_KEY` is set (sensitive jobs need it); `new_id`: its id unless it names its own.
+pub(super) fn parse_job(
+    item: Value,
+    cfg: &Config,
+    types: &dyn JobTypes,
+    sealing: bool,
+    new_id: String,
+) -> Result<Parsed, BadInput> {
+    let Value::Object(mut o) = item else { return Err(BadInput::invalid("a job must be an object")) };
+    let payload = o.remove("payload").ok_or_else(|| BadInput::invalid("\"payload\" is required"))?;
+    let f = fields(o, new_id)?;
+    types.check(&payload, cfg).map_err(|e| BadInput::invalid(e.to_string()))?;
+    let job_type = crate::handlers::job_type(&payload).ok().map(str::to_string);
+    let sensitive = f.sensitive || job_type.as_deref() == Some(FEDIFY_TYPE);
+    if sensitive && !sealing {
+        return Err(BadInput::invalid(
+            "PAYLOAD_KEY is not set: sensitive jobs (and every fedify job) are sealed at rest with it; \
+             set it with `wrangler secret put PAYLOAD_KEY` (README: Secrets at rest)",
+        ));
+    }
+    let plain = payload.to_string();
+    // One limit for every job, sealed or not: a sensitive job's message is a stub, but its row is
+    // read whole by claims, lists and redrives, so it may be no larger than a plain job's.
+    if plain.len() > MAX_PAYLOAD_BYTES {
+        return Err(BadInput::TooLarge(format!(
+            "payload is {} bytes as JSON; a job's payload is at most {MAX_PAYLOAD_BYTES} (what one Cloudflare \
+             Queues message of 128,000 bytes carries), sealed or not",
+            plain.len()
+        )));
+    }
+    let meta = JobMeta {
+        id: Some(f.id.clone()),
+        dedupe_key: f.dedupe_key.clone(),
+        max_attempts: f.max_attempts,
+        priority: f.priority,
+        queued_at: None,
+    };
+    let env = Envelope {
+        ordering_key: f.ordering_key.clone(),
+        // A sensitive job's message names its type only: the ledger row is what runs.
+        payload: if sensitive { producer::sealed_stub(job_type.as_deref()) } else { payload },
+        meta,
+    };
+    let msg = OutMessage::of(&env, f.delay);
+    if !msg.fits() {
+        return Err(BadInput::TooLarge(format!(
+            "job is {} bytes as a queue message; Cloudflare Queues takes at most {MAX_MESSAGE_BYTES} \
+             (128,000 with its metadata)",
+            msg.size()
+        )));
+    }
+    let spec = JobSpec {
+        id: f.id,
+        job_type,
+        ordering_key: f.ordering_key,
+        dedupe_key: f.dedupe_key,
+        payload: Some(plain),
+        max_attempts: f.max_attempts.unwrap_or(cfg.max_attempts),
+        priority: f.priority.unwrap_or(DEFAULT_PRIORITY),
+    };
+    Ok(Parsed { spec, msg, delay: f.delay, sensitive })
+}
+
+/// Reads a bulk redrive's body: `{"filter": {"type"?, "ordering_key"?, "error"?, "from"?, "to"?},
+/// "dry_run"?: bool}` (times in ms since the epoch; `error` is text the job's error contains).
+pub(super) fn parse_dead_filter(body: &[u8]) -> Result<(DeadFilter, bool), BadInput> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| BadInput::invalid(format!("body is not JSON: {e}")))?;
+    let Value::Object(mut o) = v else { return Err(BadInput::invalid("body must be an object")) };
+    let dry_run = match o.remove("dry_run") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => return Err(BadInput::invalid("\"dry_run\" must be true or false")),
+    };
+    let mut f = match o.remove("filter") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(f)) => f,
+        Some(_) => return Err(BadInput::invalid("\"filter\" must be an object")),
+    };
+    if let Some(k) = o.keys().next() {
+        return Err(BadInput::invalid(format!("unknown field {k:?}")));
+    }
+    let mut text = |k: &str| match f.remove(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(BadInput::invalid(format!("filter.{k} must be a string"))),
+    };
+    let (job_type, ordering_key, error) = (text("type")?, text("ordering_key")?, text("error")?);
+    let mut time = |k: &str| match f.remove(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| BadInput::invalid(format!("filter.{k} must be milliseconds since the epoch"))),
+    };
+    let (from, to) = (time("from")?, time("to")?);
+    if let Some(k) = f.keys().next() {
+        return Err(BadInput::invalid(format!("unknown filter field {k:?}")));
+    }
+    Ok((DeadFilter { job_type, ordering_key, error, from, to }, dry_run))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_job_is_validated_field_by_field() {
+        let cfg = Config::default();
+        let ok = parse_job(
+            json!({"payload": {"type": "webhook", "url": "https://h.test/"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}),
+            &cfg,
+            &crate::app::BuiltIn,
+            false,
+            "id1".into(),
+        )
+        .unwrap();
+        assert_eq!(ok.spec.max_attempts, 2);
+        assert_eq!(ok.delay, 5);
+        assert_eq!(
+            Envelope::decode(serde_json::from_str(ok.msg.json()).unwrap()).unwrap().meta.id.as_deref(),
+            Some("id1")
+        );
+        for (job, want) in [
+            (json!({}), "payload"),
+            (json!({"payload": 1, "delay_seconds": 43201}), "delay_seconds"),
+            (json!({"payload": 1, "delay_seconds": -1}), "delay_seconds"),
+            (json!({"payload": 1, "max_attempts": 0}), "max_attempts"),
+            (json!({"payload": 1, "ordering_key": 3}), "ordering_key"),
+            (json!({"payload": 1, "dedupe_key": ""}), "dedupe_key"),
+            (json!({"payload": 1, "priority": 10}), "priority must be"),
+            (json!({"payload": 1, "priorty": 1}), "unknown field"),
+            (json!([1]), "object"),
+            (json!({"payload": {"type": "fax"}}), "unknown job type \"fax\" (known: webhook)"),
+            (json!({"payload": [1]}), "no \"type\""),
+            (json!({"payload": {"type": "webhook", "url": "ftp://x"}}), "not http"),
+            (json!({"payload": 1, "id": "line\nbreak"}), "id has a character an HTTP header cannot carry"),
+            (json!({"payload": 1, "id": "\u{2603}"}), "id has a character an HTTP header cannot carry"),
+            (
+                json!({"payload": {"type": "webhook", "url": "https://h.test/", "headers": {"x-a": "\u{2603}"}}}),
+                "not a valid HTTP header",
+            ),
+        ] {
+            let Err(e) = parse_job(job.clone(), &cfg, &crate::app::BuiltIn, false, "x".into()) else {
+                panic!("{job} was accepted")
+            };
+            let (status, msg) = (e.status(), e.to_string());
+            assert_eq!(status, 400, "{job}");
+            assert!(msg.contains(want), "{job}: {msg}");
+        }
+        let big =
+            json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(MAX_MESSAGE_BYTES)}});
+        assert!(matches!(parse_job(big, &cfg, &crate::app::BuiltIn, false, "x".into()), Err(BadInput::TooLarge(_))));
+        // A sensitive job's message is a stub, but its payload is held to the same limit.
+        let big = json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(900_000)},
+                         "sensitive": true});
+        let refused = parse_job(big, &cfg, &crate::app::BuiltIn, true, "x".into());
+        assert!(
+            matches!(&refused, Err(BadInput::TooLarge(m)) if m.contains("a job's payload is at most")),
+            "{:?}",
+            refused.err()
+        );
+    }
+}

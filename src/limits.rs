@@ -1,0 +1,44 @@
+//! The limits and grace periods the other modules share, in one place at the bottom of the
+//! import graph (each module re-exports what it owns the meaning of). Cloudflare's numbers come
+//! from its documentation (design §8).
+
+/// A job's priority when none is given: the middle of 0 (most urgent) .. 9.
+pub const DEFAULT_PRIORITY: u8 = 5;
+/// The least urgent priority.
+pub const MAX_PRIORITY: u8 = 9;
+/// Largest delay Cloudflare Queues accepts for `retry` and `send` (12 hours).
+pub const MAX_DELAY_SECONDS: u32 = 43_200;
+/// How long past its `next_run_at` a PENDING job may wait before its message counts as lost.
+/// Generous: a backlog also delays delivery, and a needless re-send costs a duplicate delivery
+/// (which the ledger absorbs), never a second run.
+pub const RESEND_GRACE_MS: i64 = 15 * 60 * 1000;
+
+/// Whole seconds from `now` until `at`: 0 when `at` has passed, at most the Queues maximum (a
+/// send or retry delay).
+pub fn seconds_until(now: i64, at: i64) -> u32 {
+    if at <= now {
+        0
+    } else {
+        delay_until(now, Some(at))
+    }
+}
+
+/// Whole seconds from `now` until `at` (at least 1, at most the Queues maximum).
+pub fn delay_until(now: i64, at: Option<i64>) -> u32 {
+    let ms = at.unwrap_or(now).saturating_sub(now).max(0);
+    ((ms.saturating_add(999) / 1000).max(1) as u64).min(u64::from(MAX_DELAY_SECONDS)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delay_rounds_up_and_stays_in_range() {
+        assert_eq!(delay_until(1000, Some(1001)), 1);
+        assert_eq!(delay_until(1000, Some(3500)), 3);
+        assert_eq!(delay_until(1000, Some(0)), 1);
+        assert_eq!(delay_until(0, Some(i64::MAX)), MAX_DELAY_SECONDS);
+        assert_eq!(seconds_until(5000, 1000), 0);
+    }
+}

@@ -1,0 +1,216 @@
+//! The house rules of `src/`, checked on every test run so they hold without anyone remembering
+//! them (design §18): the ledger alone holds SQL, errors are typed, functions fit in the head, and
+//! the modules import one way only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The longest a function of `src/` may be, tests aside.
+const MAX_FN_LINES: usize = 70;
+/// Files of `src/` compiled only into the unit tests (`#[cfg(test)] mod ...;`).
+const TEST_ONLY: &[&str] = &["src/ledger/params.rs"];
+
+fn sources() -> Vec<(String, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("src/") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    walk(&root.join("src"), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter(|p| !TEST_ONLY.iter().any(|t| p.ends_with(t)))
+        .map(|p| {
+            let rel = p.strip_prefix(root).expect("under the root").to_string_lossy().replace('\\', "/");
+            (rel, std::fs::read_to_string(&p).expect("readable"))
+        })
+        .collect()
+}
+
+/// The text of a file before its `#[cfg(test)]` module (tests may be as long as they like).
+fn code(text: &str) -> &str {
+    text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text)
+}
+
+/// Lines that are code, not comments.
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    code(text).lines().enumerate().map(|(i, l)| (i + 1, l)).filter(|(_, l)| !l.trim_start().starts_with("//"))
+}
+
+#[test]
+fn outside_the_ledger_no_file_sees_a_statement_or_a_row() {
+    let mut found = Vec::new();
+    for (file, text) in sources().iter().filter(|(f, _)| !f.starts_with("src/ledger/")) {
+        for (n, line) in code_lines(text) {
+            for word in ["Stmt", "Sql::batch", "stmt::", ".batch(vec", "Row"] {
+                let hit = match word {
+                    // `Row` as a type, not inside a longer name.
+                    "Row" => line.match_indices("Row").any(|(i, _)| {
+                        !line[..i].ends_with(char::is_alphanumeric) && !line[i + 3..].starts_with(char::is_alphanumeric)
+                    }),
+                    w => line.contains(w),
+                };
+                if hit {
+                    found.push(format!("{file}:{n}: {word}: {}", line.trim()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "SQL outside src/ledger/:\n{}", found.join("\n"));
+}
+
+#[test]
+fn errors_are_types_not_strings_or_status_pairs() {
+    let mut found = Vec::new();
+    for (file, text) in sources() {
+        for (n, line) in code_lines(&text) {
+            let squeezed: String = line.split_whitespace().collect();
+            if squeezed.contains("(u16,String)") || (squeezed.contains("Result<") && squeezed.contains(",String>")) {
+                found.push(format!("{file}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "untyped errors:\n{}", found.join("\n"));
+}
+
+/// Each `fn` of a file with how many lines it spans (its signature to its closing brace, found by
+/// indentation: rustfmt closes a function at the column it opened).
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = code(text).lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        let is_fn = [
+            "fn ",
+            "pub fn ",
+            "pub(crate) fn ",
+            "pub(super) fn ",
+            "async fn ",
+            "pub async fn ",
+            "pub(crate) async fn ",
+            "pub(super) async fn ",
+            "const fn ",
+            "pub const fn ",
+        ]
+        .iter()
+        .any(|p| t.starts_with(p));
+        if !is_fn || t.ends_with(';') {
+            continue;
+        }
+        let indent = line.len() - t.len();
+        let name = t.split("fn ").nth(1).unwrap_or_default().split(['(', '<']).next().unwrap_or_default().to_string();
+        let end = lines[i..]
+            .iter()
+            .position(|l| l.len() - l.trim_start().len() == indent && l.trim_start().starts_with('}'))
+            .map(|p| i + p);
+        if let Some(end) = end {
+            if lines[i..=end].iter().any(|l| l.contains('{')) {
+                out.push((name, i + 1, end - i + 1));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_too_long_to_hold_in_the_head() {
+    let mut long = Vec::new();
+    for (file, text) in sources() {
+        for (name, line, len) in functions(&text) {
+            if len > MAX_FN_LINES {
+                long.push(format!("{file}:{line}: {name} is {len} lines"));
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions over {MAX_FN_LINES} lines:\n{}", long.join("\n"));
+}
+
+/// The module a file is (`consumer/locked.rs` is `consumer`: a folder is one module to the rest).
+fn module_of(file: &str) -> String {
+    let rel = file.trim_start_matches("src/").trim_end_matches(".rs");
+    rel.split('/').next().unwrap_or(rel).to_string()
+}
+
+/// Which top-level modules each top-level module imports (`use crate::x`, `crate::x::` paths).
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, text) in sources() {
+        let from = module_of(&file);
+        if from == "lib" {
+            continue;
+        }
+        let deps = graph.entry(from.clone()).or_default();
+        for (_, line) in code_lines(&text) {
+            for (i, _) in line.match_indices("crate::") {
+                let rest = &line[i + "crate::".len()..];
+                let to: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !to.is_empty() && to != from {
+                    deps.insert(to);
+                }
+            }
+            // `use crate::{a, b::c}`
+            if let Some(list) = line.trim().strip_prefix("use crate::{") {
+                for part in list.split(',') {
+                    let to: String = part.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if !to.is_empty() && to != from {
+                        deps.insert(to);
+                    }
+                }
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_modules_import_one_way_only() {
+    let graph = imports();
+    // Depth-first search for a cycle, reporting its path.
+    fn visit(
+        m: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == m) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(m.to_string());
+            return Some(cycle);
+        }
+        if done.contains(m) {
+            return None;
+        }
+        path.push(m.to_string());
+        for d in graph.get(m).into_iter().flatten() {
+            if let Some(c) = visit(d, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(m.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for m in graph.keys() {
+        if let Some(cycle) = visit(m, &graph, &mut Vec::new(), &mut done) {
+            panic!("import cycle: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn the_checks_find_what_they_look_for() {
+    let long = format!("fn long() {{\n{}}}\n", "    let x = 1;\n".repeat(MAX_FN_LINES));
+    assert_eq!(functions(&long), vec![("long".to_string(), 1, MAX_FN_LINES + 2)]);
+    let nested = "impl A {\n    pub async fn f(&self) {\n        if x {\n        }\n    }\n}\n";
+    assert_eq!(functions(nested), vec![("f".to_string(), 2, 4)]);
+    assert_eq!(module_of("src/consumer/locked.rs"), "consumer");
+}
