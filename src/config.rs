@@ -11,6 +11,9 @@ use thiserror::Error;
 /// 1,000 D1 queries per invocation.
 pub const MAX_BULK_REDRIVE: u32 = 333;
 pub use crate::limits::MAX_DELAY_SECONDS;
+/// The job types orderly itself handles (`handlers::TYPES` says the same, checked by a test):
+/// named here so that configuration is read without the handlers.
+pub const BUILT_IN_TYPES: &[&str] = &["webhook"];
 /// Shortest `expirationTtl` Workers KV accepts.
 pub const MIN_LOCK_TTL_SECONDS: u32 = 60;
 
@@ -157,19 +160,8 @@ impl Config {
     /// Reads every var through `lookup` (None = unset = default) and checks it.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let d = Config::default();
-        let num = |var: &'static str, default: u32, min: u32, max: u32| -> Result<u32, ConfigError> {
-            let Some(raw) = lookup(var) else { return Ok(default) };
-            let bad = |reason| ConfigError { var, value: raw.clone(), reason };
-            let n: u64 = raw.trim().parse().map_err(|_| bad("not a whole number"))?;
-            if n < u64::from(min) {
-                return Err(bad("too small"));
-            }
-            if n > u64::from(max) {
-                return Err(bad("too large"));
-            }
-            Ok(n as u32)
-        };
-        let ordering_key_prefix = lookup("ORDERING_KEY_PREFIX").unwrap_or(d.ordering_key_prefix);
+        let num = |var: &'static str, default: u32, min: u32, max: u32| number(&lookup, var, default, (min, max));
+        let ordering_key_prefix = lookup("ORDERING_KEY_PREFIX").unwrap_or_else(|| d.ordering_key_prefix.clone());
         if ordering_key_prefix.len() > 256 {
             return Err(ConfigError {
                 var: "ORDERING_KEY_PREFIX",
@@ -197,47 +189,11 @@ impl Config {
         )?;
         let on_dead =
             choice(&lookup, "ON_DEAD", &[("skip", OnDead::Skip), ("block", OnDead::Block)], "not skip or block")?;
-        let jobs_queue = lookup("JOBS_QUEUE").map(|q| q.trim().to_string()).unwrap_or(d.jobs_queue);
-        let dead_letter_queue =
-            lookup("DEAD_LETTER_QUEUE").map(|q| q.trim().to_string()).unwrap_or(d.dead_letter_queue);
-        if jobs_queue.is_empty() || jobs_queue == dead_letter_queue {
-            return Err(ConfigError {
-                var: "JOBS_QUEUE",
-                value: jobs_queue,
-                reason: "empty, or the same as DEAD_LETTER_QUEUE",
-            });
-        }
-        if dead_letter_queue.is_empty() {
-            return Err(ConfigError { var: "DEAD_LETTER_QUEUE", value: dead_letter_queue, reason: "empty" });
-        }
-        let urgent_queue = lookup("URGENT_QUEUE").map(|q| q.trim().to_string()).unwrap_or(d.urgent_queue);
-        if urgent_queue.is_empty() || urgent_queue == jobs_queue || urgent_queue == dead_letter_queue {
-            return Err(ConfigError {
-                var: "URGENT_QUEUE",
-                value: urgent_queue,
-                reason: "empty, or the same as JOBS_QUEUE or DEAD_LETTER_QUEUE",
-            });
-        }
+        let (jobs_queue, dead_letter_queue, urgent_queue) = queues(&lookup, &d)?;
         let urgent_priority = num("URGENT_PRIORITY", u32::from(d.urgent_priority), 0, 9)? as u8;
         let webhook_timeout_seconds = num("WEBHOOK_TIMEOUT_SECONDS", d.webhook_timeout_seconds, 1, 300)?;
         let lease_seconds = num("LEASE_SECONDS", d.lease_seconds, 10, MAX_DELAY_SECONDS)?;
-        // A lease or lock must outlive the longest handler run, or the reaper (or another group)
-        // could take a job or key while it still runs.
-        let floor = webhook_timeout_seconds + KEEPALIVE_MARGIN_SECONDS;
-        if lease_seconds < floor {
-            return Err(ConfigError {
-                var: "LEASE_SECONDS",
-                value: lease_seconds.to_string(),
-                reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lease must outlive the longest run",
-            });
-        }
-        if lock_ttl_seconds < floor {
-            return Err(ConfigError {
-                var: "ORDERING_LOCK_TTL",
-                value: lock_ttl_seconds.to_string(),
-                reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lock must outlive the longest run",
-            });
-        }
+        outlive_a_run(lease_seconds, lock_ttl_seconds, webhook_timeout_seconds)?;
         let allow_private_targets =
             choice(&lookup, "WEBHOOK_ALLOW_PRIVATE", &[("false", false), ("true", true)], "not true or false")?;
         Ok(Config {
@@ -290,7 +246,7 @@ pub fn service_handlers(var: &str) -> Result<Vec<(String, String)>, ConfigError>
         if !binding_ok {
             return Err(bad("a binding must be a service binding's name (letters, digits, _)"));
         }
-        if crate::handlers::TYPES.contains(&ty) {
+        if BUILT_IN_TYPES.contains(&ty) {
             return Err(bad("a built-in type (webhook) cannot also be a service handler"));
         }
         if out.iter().any(|(t, _)| t == ty) {
@@ -302,6 +258,72 @@ pub fn service_handlers(var: &str) -> Result<Vec<(String, String)>, ConfigError>
 }
 
 /// A var that takes one of `options` (the first is the default when unset).
+/// A whole-number var in `range` (inclusive), or `default` when unset.
+fn number(
+    lookup: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: u32,
+    (min, max): (u32, u32),
+) -> Result<u32, ConfigError> {
+    let Some(raw) = lookup(var) else { return Ok(default) };
+    let bad = |reason| ConfigError { var, value: raw.clone(), reason };
+    let n: u64 = raw.trim().parse().map_err(|_| bad("not a whole number"))?;
+    if n < u64::from(min) {
+        return Err(bad("too small"));
+    }
+    if n > u64::from(max) {
+        return Err(bad("too large"));
+    }
+    Ok(n as u32)
+}
+
+/// The three queues' names (jobs, dead letters, urgent): none empty, no two the same.
+fn queues(lookup: &impl Fn(&str) -> Option<String>, d: &Config) -> Result<(String, String, String), ConfigError> {
+    let name = |var: &str, default: &str| lookup(var).map(|q| q.trim().to_string()).unwrap_or(default.to_string());
+    let jobs_queue = name("JOBS_QUEUE", &d.jobs_queue);
+    let dead_letter_queue = name("DEAD_LETTER_QUEUE", &d.dead_letter_queue);
+    if jobs_queue.is_empty() || jobs_queue == dead_letter_queue {
+        return Err(ConfigError {
+            var: "JOBS_QUEUE",
+            value: jobs_queue,
+            reason: "empty, or the same as DEAD_LETTER_QUEUE",
+        });
+    }
+    if dead_letter_queue.is_empty() {
+        return Err(ConfigError { var: "DEAD_LETTER_QUEUE", value: dead_letter_queue, reason: "empty" });
+    }
+    let urgent_queue = name("URGENT_QUEUE", &d.urgent_queue);
+    if urgent_queue.is_empty() || urgent_queue == jobs_queue || urgent_queue == dead_letter_queue {
+        return Err(ConfigError {
+            var: "URGENT_QUEUE",
+            value: urgent_queue,
+            reason: "empty, or the same as JOBS_QUEUE or DEAD_LETTER_QUEUE",
+        });
+    }
+    Ok((jobs_queue, dead_letter_queue, urgent_queue))
+}
+
+/// A lease or lock must outlive the longest handler run, or the reaper (or another group) could
+/// take a job or key while it still runs.
+fn outlive_a_run(lease_seconds: u32, lock_ttl_seconds: u32, webhook_timeout_seconds: u32) -> Result<(), ConfigError> {
+    let floor = webhook_timeout_seconds + KEEPALIVE_MARGIN_SECONDS;
+    if lease_seconds < floor {
+        return Err(ConfigError {
+            var: "LEASE_SECONDS",
+            value: lease_seconds.to_string(),
+            reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lease must outlive the longest run",
+        });
+    }
+    if lock_ttl_seconds < floor {
+        return Err(ConfigError {
+            var: "ORDERING_LOCK_TTL",
+            value: lock_ttl_seconds.to_string(),
+            reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lock must outlive the longest run",
+        });
+    }
+    Ok(())
+}
+
 fn choice<T: Copy>(
     lookup: &impl Fn(&str) -> Option<String>,
     var: &'static str,

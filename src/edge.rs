@@ -94,7 +94,10 @@ pub fn body_json(body: JsValue) -> Result<Value, BodyError> {
     let text = js_sys::JSON::stringify(&body).map_err(|e| BodyError(format!("JSON.stringify failed: {e:?}")))?;
     let text = text.as_string().ok_or(BodyError::from("the body has no JSON form"))?;
     if text.len() > MAX_BODY_JSON_BYTES {
-        return Err(BodyError(format!("the body is {} bytes as JSON, over the {MAX_BODY_JSON_BYTES}-byte limit", text.len())));
+        return Err(BodyError(format!(
+            "the body is {} bytes as JSON, over the {MAX_BODY_JSON_BYTES}-byte limit",
+            text.len()
+        )));
     }
     serde_json::from_str(&text).map_err(|e| BodyError(e.to_string()))
 }

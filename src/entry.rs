@@ -88,6 +88,59 @@ impl AppBuilder {
     }
 }
 
+/// What every entry point opens, the same way and with the same checks ([`App::start`]).
+struct Started {
+    cfg: crate::config::Config,
+    db: D1Sql,
+    queue: crate::producer::Lanes<edge::WorkerQueue>,
+    sealer: Option<edge::WebCryptoSealer>,
+    /// (type, binding) pairs of `SERVICE_HANDLERS` whose binding the worker lacks.
+    missing: Vec<(String, String)>,
+}
+
+impl App {
+    /// The bindings alone, under the default configuration: what `fetch` answers a configuration
+    /// error with.
+    fn start_unconfigured(&self, env: &Env) -> Result<Started, StartError> {
+        let cfg = crate::config::Config::default();
+        let db = env.d1(edge::DB_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
+        let queue = edge::lanes(env, &cfg).map_err(|e| StartError::Binding(e.to_string()))?;
+        Ok(Started { cfg, db: D1Sql(db), queue, sealer: None, missing: Vec::new() })
+    }
+}
+
+/// Why an entry point cannot start.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    /// A var, the job types or `PAYLOAD_KEY` is wrong.
+    #[error("configuration error: {0}")]
+    Config(crate::config::ConfigError),
+    /// A binding the worker needs is missing.
+    #[error("binding missing: {0}")]
+    Binding(String),
+}
+
+impl App {
+    /// Opens the configuration and the bindings every entry point uses, with every check: the
+    /// vars, the app's job types, `PAYLOAD_KEY`, then `DB` and the queues. A `SERVICE_HANDLERS`
+    /// binding the worker lacks is not an error here: each entry point says what it means.
+    fn start(&self, env: &Env) -> Result<Started, StartError> {
+        let cfg = edge::config(env).map_err(StartError::Config)?;
+        if let Some(problem) = self.handlers.problem(&cfg) {
+            return Err(StartError::Config(crate::config::ConfigError {
+                var: "the worker's job types",
+                value: problem,
+                reason: "a job type must have one handler",
+            }));
+        }
+        let sealer = edge::WebCryptoSealer::from_env(env).map_err(StartError::Config)?;
+        let db = env.d1(edge::DB_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
+        let queue = edge::lanes(env, &cfg).map_err(|e| StartError::Binding(e.to_string()))?;
+        let missing = missing_bindings(env, &cfg);
+        Ok(Started { cfg, db: D1Sql(db), queue, sealer, missing })
+    }
+}
+
 impl App {
     /// An app with no job types yet.
     pub fn builder() -> AppBuilder {
@@ -114,16 +167,11 @@ impl App {
         env: &Env,
         jobs: Vec<(P, Enqueue)>,
     ) -> Result<Vec<Submitted>, EnqueueError> {
-        let unavailable = |what: String| EnqueueError::Unavailable(InfraError::new("config", what));
-        let cfg = edge::config(env).map_err(|e| unavailable(format!("configuration error: {e}")))?;
-        let db = env.d1(edge::DB_BINDING).map_err(|e| unavailable(format!("binding missing: {e}")))?;
-        let queue = edge::lanes(env, &cfg).map_err(|e| unavailable(format!("binding missing: {e}")))?;
-        let ledger = Ledger::new(D1Sql(db));
-        let sealer =
-            edge::WebCryptoSealer::from_env(env).map_err(|e| unavailable(format!("configuration error: {e}")))?;
-        let sealer = sealer.as_ref().map(|s| s as &dyn Sealer);
-        let types = Bound { types: &self.handlers, missing: missing_bindings(env, &cfg) };
-        let producer = Producer::new(&ledger, &queue, &SystemClock, &cfg, &types, &edge::random_id, sealer);
+        let s = self.start(env).map_err(|e| EnqueueError::Unavailable(InfraError::new("config", e.to_string())))?;
+        let sealer = s.sealer.as_ref().map(|s| s as &dyn Sealer);
+        let types = Bound { types: &self.handlers, missing: s.missing.clone() };
+        let ledger = Ledger::new(&s.db);
+        let producer = Producer::new(&ledger, &s.queue, &SystemClock, &s.cfg, &types, &edge::random_id, sealer);
         producer.enqueue_all(jobs).await
     }
 
@@ -138,37 +186,21 @@ impl App {
             let opts = QueueRetryOptionsBuilder::new().with_delay_seconds(INFRA_RETRY_DELAY_SECONDS).build();
             msgs.iter().for_each(|m| m.retry_with_options(&opts));
         };
-        let cfg = match edge::config(&env) {
-            Ok(c) => c,
-            Err(e) => {
-                defer_all(&format!("configuration error: {e}"));
+        let (s, kv, services) = match self.start_consumer(&env) {
+            Ok(opened) => opened,
+            Err(why) => {
+                defer_all(&why.to_string());
                 return Ok(());
             }
         };
-        if let Some(problem) = self.handlers.problem(&cfg) {
-            defer_all(&format!("configuration error: {problem}"));
-            return Ok(());
-        }
-        let bindings = (env.kv(edge::KV_BINDING), env.d1(edge::DB_BINDING), edge::lanes(&env, &cfg));
-        let (kv, db, queue) = match bindings {
-            (Ok(kv), Ok(db), Ok(q)) => (WorkerKv(kv), D1Sql(db), q),
-            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-                defer_all(&format!("binding missing: {e}"));
-                return Ok(());
-            }
-        };
-        if let Some((ty, binding)) = missing_bindings(&env, &cfg).first() {
+        let Some(role) = crate::consumer::role_of(&s.cfg, &batch.queue()) else {
             defer_all(&format!(
-                "configuration error: SERVICE_HANDLERS names binding {binding:?} for type {ty:?}, but the worker has no such service binding"
+                "queue {:?} is neither JOBS_QUEUE ({:?}) nor DEAD_LETTER_QUEUE ({:?})",
+                batch.queue(),
+                s.cfg.jobs_queue,
+                s.cfg.dead_letter_queue
             ));
             return Ok(());
-        }
-        let sealer = match edge::WebCryptoSealer::from_env(&env) {
-            Ok(s) => s,
-            Err(e) => {
-                defer_all(&format!("configuration error: {e}"));
-                return Ok(());
-            }
         };
         let incoming: Vec<Incoming> = msgs
             .iter()
@@ -178,67 +210,50 @@ impl App {
                 body: edge::body_json(m.body()),
             })
             .collect();
-        let secrets = (edge::secret(&env, "WEBHOOK_SECRET"), edge::secret(&env, "HANDLER_SECRET"));
-        let (webhook_key, handler_key) =
-            match crate::handlers::webhook::signing_keys(secrets.0.as_deref(), secrets.1.as_deref()) {
-                Ok(keys) => keys,
-                Err(e) => {
-                    defer_all(&format!("configuration error: {e}"));
-                    return Ok(());
-                }
-            };
-        let services = Services {
-            http: WorkerFetch { env: env.clone() },
-            clock: SystemClock,
-            webhook_key,
-            handler_key,
-            allow_private_targets: cfg.allow_private_targets,
-            retry_after_cap_seconds: cfg.backoff_cap_seconds,
-            http_timeout_ms: cfg.webhook_timeout_seconds * 1000,
-            service_handlers: cfg.service_handlers.clone(),
-        };
-        let runner = self.handlers.runner(env.clone(), &cfg, services);
+        let runner = self.handlers.runner(env.clone(), &s.cfg, services);
         let owner = format!("inv-{}", edge::random_id());
         // Live while it runs: a panic in this instance ends this invocation's runs too.
         let _live = crate::panics::Live::new(&owner);
-        let consumer = Consumer::new(&cfg, &kv, &db, &runner, &SystemClock, &queue, owner.clone())
+        let consumer = Consumer::new(&s.cfg, &kv, &s.db, &runner, &SystemClock, &s.queue, owner.clone())
             .with_random(&edge::random)
             .with_log(&log)
-            .with_sealer(sealer.as_ref().map(|s| s as &dyn Sealer));
-        let Some(role) = crate::consumer::role_of(&cfg, &batch.queue()) else {
-            defer_all(&format!(
-                "queue {:?} is neither JOBS_QUEUE ({:?}) nor DEAD_LETTER_QUEUE ({:?})",
-                batch.queue(),
-                cfg.jobs_queue,
-                cfg.dead_letter_queue
-            ));
-            return Ok(());
-        };
+            .with_sealer(s.sealer.as_ref().map(|s| s as &dyn Sealer));
         let panicked = crate::panics::take();
         if !panicked.is_empty() {
             consumer.record_panics(&panicked).await;
         }
         let outcomes = consumer.process(role, &incoming).await;
-        let count = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
-        let queue_name = batch.queue();
-        log(&Event::Batch {
-            queue: &queue_name,
-            mode: cfg.ordering_mode.as_str(),
-            messages: outcomes.len(),
-            acked: count(|o| matches!(o, Outcome::Ack)),
-            retried: count(|o| matches!(o, Outcome::Retry { .. })),
-            deferred: count(|o| matches!(o, Outcome::Defer { .. })),
-            duration_ms: js_sys::Date::now() as i64 - started,
-        });
-        for (m, o) in msgs.iter().zip(outcomes) {
-            match o {
-                Outcome::Ack => m.ack(),
-                Outcome::Retry { delay_seconds } | Outcome::Defer { delay_seconds } => {
-                    m.retry_with_options(&QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build())
-                }
-            }
-        }
+        settle(&batch.queue(), &s.cfg, &msgs, outcomes, started);
         Ok(())
+    }
+
+    /// What the consumer needs besides [`App::start`]'s: the lock's KV, every service handler's
+    /// binding, and the signing keys. `Err`: why the batch waits.
+    fn start_consumer(&self, env: &Env) -> Result<(Started, WorkerKv, Services<WorkerFetch, SystemClock>), StartError> {
+        let s = self.start(env)?;
+        let kv = env.kv(edge::KV_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
+        if let Some((ty, binding)) = s.missing.first() {
+            return Err(StartError::Config(crate::config::ConfigError {
+                var: "SERVICE_HANDLERS",
+                value: format!("{ty}={binding}"),
+                reason: "names a service binding the worker does not have",
+            }));
+        }
+        let secrets = (edge::secret(env, "WEBHOOK_SECRET"), edge::secret(env, "HANDLER_SECRET"));
+        let (webhook_key, handler_key) =
+            crate::handlers::webhook::signing_keys(secrets.0.as_deref(), secrets.1.as_deref())
+                .map_err(StartError::Config)?;
+        let services = Services {
+            http: WorkerFetch { env: env.clone() },
+            clock: SystemClock,
+            webhook_key,
+            handler_key,
+            allow_private_targets: s.cfg.allow_private_targets,
+            retry_after_cap_seconds: s.cfg.backoff_cap_seconds,
+            http_timeout_ms: s.cfg.webhook_timeout_seconds * 1000,
+            service_handlers: s.cfg.service_handlers.clone(),
+        };
+        Ok((s, WorkerKv(kv), services))
     }
 
     /// The HTTP API and dashboard.
@@ -251,43 +266,33 @@ impl App {
             authorization: req.headers().get("authorization").ok().flatten(),
             body: Vec::new(),
         };
-        let cfg = edge::config(&env).and_then(|c| match self.handlers.problem(&c) {
-            // Reported as a configuration error, like a bad var.
-            Some(problem) => Err(crate::config::ConfigError {
-                var: "the worker's job types",
-                value: problem,
-                reason: "a job type must have one handler",
-            }),
-            None => Ok(c),
-        });
         let admin_token = edge::secret(&env, "ADMIN_TOKEN");
         let producer_token = edge::secret(&env, "PRODUCER_TOKEN");
-        let fallback = crate::config::Config::default();
-        let lanes = edge::lanes(&env, cfg.as_ref().unwrap_or(&fallback));
-        let (db, queue) = match (env.d1(edge::DB_BINDING), lanes) {
-            (Ok(db), Ok(q)) => (db, q),
-            (Err(e), _) | (_, Err(e)) => {
+        let (s, cfg_error) = match self.start(&env) {
+            Ok(s) => (s, None),
+            Err(StartError::Binding(e)) => {
                 let body = serde_json::json!({ "error": format!("binding missing: {e}") });
                 return respond(ApiResponse::json_error(500, body));
             }
+            // Every route answers with the configuration error (the shell and the document
+            // still load); the ledger and the queue are never reached, so the defaults do.
+            Err(StartError::Config(e)) => match self.start_unconfigured(&env) {
+                Ok(s) => (s, Some(e)),
+                Err(e) => return respond(ApiResponse::json_error(500, serde_json::json!({ "error": e.to_string() }))),
+            },
         };
-        let ledger = Ledger::new(D1Sql(db));
-        let (sealer, cfg) = match edge::WebCryptoSealer::from_env(&env) {
-            Ok(s) => (s, cfg),
-            Err(e) => (None, Err(e)),
-        };
-        let missing = cfg.as_ref().map(|c| missing_bindings(&env, c)).unwrap_or_default();
-        let types = Bound { types: &self.handlers, missing };
+        let types = Bound { types: &self.handlers, missing: s.missing.clone() };
+        let ledger = Ledger::new(&s.db);
         let api = Api {
             ledger: &ledger,
-            queue: &queue,
+            queue: &s.queue,
             clock: &SystemClock,
-            cfg: cfg.as_ref(),
+            cfg: cfg_error.as_ref().map_or(Ok(&s.cfg), Err),
             admin_token: admin_token.as_deref(),
             producer_token: producer_token.as_deref(),
             new_id: &edge::random_id,
             types: &types,
-            sealer: sealer.as_ref().map(|s| s as &dyn Sealer),
+            sealer: s.sealer.as_ref().map(|s| s as &dyn Sealer),
         };
         // The token is checked before a byte of the body is read.
         if let Some(answer) = api.gate(&api_req.method, &api_req.path, api_req.authorization.as_deref()) {
@@ -304,18 +309,34 @@ impl App {
 
     /// The cron's maintenance.
     pub async fn scheduled(&self, _event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
-        let cfg = match edge::config(&env) {
-            Ok(c) => c,
+        let s = match self.start(&env) {
+            Ok(s) => s,
             Err(e) => return log(&Event::ConfigError { error: format!("maintenance skipped: {e}") }),
         };
-        let (db, queue) = match (env.d1(edge::DB_BINDING), edge::lanes(&env, &cfg)) {
-            (Ok(db), Ok(q)) => (db, q),
-            (Err(e), _) | (_, Err(e)) => {
-                return log(&Event::ConfigError { error: format!("maintenance skipped: binding missing: {e}") })
-            }
-        };
-        let r = crate::maintenance::run(&Ledger::new(D1Sql(db)), &queue, &SystemClock, &cfg).await;
+        let r = crate::maintenance::run(&Ledger::new(&s.db), &s.queue, &SystemClock, &s.cfg).await;
         log(&Event::Maintenance { report: serde_json::to_value(&r).unwrap_or_default(), failed: !r.errors.is_empty() });
+    }
+}
+
+/// Applies a batch's outcomes (ack, or retry with a delay) and logs the batch.
+fn settle(queue: &str, cfg: &crate::config::Config, msgs: &[worker::RawMessage], outcomes: Vec<Outcome>, started: i64) {
+    let count = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
+    log(&Event::Batch {
+        queue,
+        mode: cfg.ordering_mode.as_str(),
+        messages: outcomes.len(),
+        acked: count(|o| matches!(o, Outcome::Ack)),
+        retried: count(|o| matches!(o, Outcome::Retry { .. })),
+        deferred: count(|o| matches!(o, Outcome::Defer { .. })),
+        duration_ms: js_sys::Date::now() as i64 - started,
+    });
+    for (m, o) in msgs.iter().zip(outcomes) {
+        match o {
+            Outcome::Ack => m.ack(),
+            Outcome::Retry { delay_seconds } | Outcome::Defer { delay_seconds } => {
+                m.retry_with_options(&QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build())
+            }
+        }
     }
 }
 

@@ -101,6 +101,17 @@ impl Settle {
     }
 }
 
+/// A group's run so far.
+struct GroupRun {
+    /// It has an ordering key (and its lock).
+    keyed: bool,
+    settled: Vec<Settle>,
+    /// The key is held for a job that waits: the rest wait this long.
+    stopped: Option<u32>,
+    /// The job the key is held in the name of, and for how long.
+    hold_for: Option<(String, u32)>,
+}
+
 /// What running one group produced.
 struct GroupResult {
     settled: Vec<Settle>,
@@ -375,13 +386,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// Sends each waiting message older than [`RESEND_WAITING_AFTER_MS`] again with its delay and
     /// acks the old one (a batch that cannot be sent leaves its messages to `retry()`). Only waits
     /// already recorded come here.
-    async fn resend_waiting(
-        &self,
-        outcomes: &mut [Outcome],
-        waiting: &[usize],
-        msgs: &[Incoming],
-        decoded: &[Read],
-    ) {
+    async fn resend_waiting(&self, outcomes: &mut [Outcome], waiting: &[usize], msgs: &[Incoming], decoded: &[Read]) {
         let now = self.clock.now_ms();
         let mut sends: Vec<(usize, OutMessage)> = Vec::new();
         for &i in waiting {
@@ -460,6 +465,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         }
     }
 
+    /// Runs one key group's claimed messages in order (an unkeyed group has no lock): each one's
+    /// settlement, and how the group's lock ends.
     async fn run_group(
         &self,
         members: Vec<(usize, Claim)>,
@@ -469,80 +476,93 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         held: &RefCell<Vec<(HeldLock, i64)>>,
         deadline: i64,
     ) -> GroupResult {
-        let keyed = lock.is_some();
-        let mut settled = Vec::with_capacity(members.len());
-        let mut stopped: Option<u32> = None; // the key is held: the rest wait this long
-        let mut hold_for: Option<(String, u32)> = None;
+        let mut g = GroupRun {
+            keyed: lock.is_some(),
+            settled: Vec::with_capacity(members.len()),
+            stopped: None,
+            hold_for: None,
+        };
         for (i, claim) in members {
             let Ok(d) = &decoded[i] else { continue };
             let now = self.clock.now_ms();
             match claim {
-                Claim::Finished => settled.push(Settle::plain(i, Outcome::Ack)),
+                Claim::Finished => g.settled.push(Settle::plain(i, Outcome::Ack)),
                 Claim::Clash => {
                     let why = format!(
                         "duplicate: dedupe_key {:?} belongs to another active job",
                         d.spec.dedupe_key.as_deref().unwrap_or_default()
                     );
                     let dead = Transition::RecordDead { spec: d.spec.clone(), at: now, error: why };
-                    settled.push(Settle::recorded(i, dead, Outcome::Ack));
+                    g.settled.push(Settle::recorded(i, dead, Outcome::Ack));
                 }
                 Claim::NotNow(delay) => {
-                    if keyed {
-                        stopped = Some(stopped.unwrap_or(0).max(delay));
+                    if g.keyed {
+                        g.stopped = Some(g.stopped.unwrap_or(0).max(delay));
                         // The job waits for its retry (or runs elsewhere): the key stays held in
                         // its name, so nothing behind it overtakes it when this group releases.
-                        hold_for.get_or_insert_with(|| (d.spec.id.clone(), delay));
+                        g.hold_for.get_or_insert_with(|| (d.spec.id.clone(), delay));
                     }
-                    settled.push(Settle::plain(i, Outcome::Defer { delay_seconds: delay }));
+                    g.settled.push(Settle::plain(i, Outcome::Defer { delay_seconds: delay }));
                 }
-                Claim::Won(job) => {
-                    if stopped.is_none() && now >= deadline {
-                        // Out of time: this job and the rest come back shortly, still in order.
-                        stopped = Some(1);
-                        if keyed {
-                            hold_for.get_or_insert_with(|| (job.id.clone(), 1));
-                        }
-                    }
-                    if let Some(delay) = stopped {
-                        let at = now + i64::from(delay) * 1000;
-                        let defer = self.defer(&job.id, now, at);
-                        let settle = Settle::recorded(i, defer, Outcome::Defer { delay_seconds: delay });
-                        // Behind a job of its key that waits: it waits as long.
-                        settled.push(if keyed { settle.waiting() } else { settle });
-                        continue;
-                    }
-                    self.keep_alive(held, leases).await;
-                    if leases.lost(&job.id) {
-                        // Stalled past the lease: the job may be another invocation's now. Not
-                        // run here; the message comes back and the ledger decides.
-                        self.outage(format!("job {:?}: lease lost before it started; not run", job.id));
-                        settled.push(Settle::plain(
-                            i,
-                            Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds.max(1) },
-                        ));
-                        continue;
-                    }
-                    let ran = self.run_claimed(&job).await;
-                    if let (true, Some(delay_seconds)) = (keyed, ran.end.again_after()) {
-                        // Hold the key: nothing behind this job may overtake it.
-                        stopped = Some(delay_seconds);
-                        hold_for = Some((job.id.clone(), delay_seconds));
-                    }
-                    let (outcome, waits) = match ran.end {
-                        RunEnd::Done | RunEnd::Dead => (Outcome::Ack, false),
-                        RunEnd::Retry { delay_seconds } => (Outcome::Retry { delay_seconds }, false),
-                        // Not a failed attempt: the message is put off like a busy key's.
-                        RunEnd::Snooze { delay_seconds } => (Outcome::Defer { delay_seconds }, true),
-                    };
-                    let settle = Settle::ran(i, ran, outcome);
-                    settled.push(if waits { settle.waiting() } else { settle });
-                }
+                Claim::Won(job) => self.run_won(i, &job, &mut g, leases, held, deadline).await,
             }
         }
         // A held key outlives the retry, so the failed job finds it still held when it returns.
         let ttl = |delay: u32| delay.saturating_add(self.cfg.lock_ttl_seconds);
-        let lock_end = lock.map(|lock| LockEnd { lock, hold_for: hold_for.map(|(job, delay)| (job, ttl(delay))) });
-        GroupResult { settled, lock_end }
+        let lock_end = lock.map(|lock| LockEnd { lock, hold_for: g.hold_for.map(|(job, delay)| (job, ttl(delay))) });
+        GroupResult { settled: g.settled, lock_end }
+    }
+
+    /// A job of the group this invocation claimed: run, unless the key is held for a job before it
+    /// that waits (or time is up), or its lease was lost while the group stalled.
+    async fn run_won(
+        &self,
+        i: usize,
+        job: &Job,
+        g: &mut GroupRun,
+        leases: &Leases,
+        held: &RefCell<Vec<(HeldLock, i64)>>,
+        deadline: i64,
+    ) {
+        let now = self.clock.now_ms();
+        if g.stopped.is_none() && now >= deadline {
+            // Out of time: this job and the rest come back shortly, still in order.
+            g.stopped = Some(1);
+            if g.keyed {
+                g.hold_for.get_or_insert_with(|| (job.id.clone(), 1));
+            }
+        }
+        if let Some(delay) = g.stopped {
+            let at = now + i64::from(delay) * 1000;
+            let defer = self.defer(&job.id, now, at);
+            let settle = Settle::recorded(i, defer, Outcome::Defer { delay_seconds: delay });
+            // Behind a job of its key that waits: it waits as long.
+            g.settled.push(if g.keyed { settle.waiting() } else { settle });
+            return;
+        }
+        self.keep_alive(held, leases).await;
+        if leases.lost(&job.id) {
+            // Stalled past the lease: the job may be another invocation's now. Not run here; the
+            // message comes back and the ledger decides.
+            self.outage(format!("job {:?}: lease lost before it started; not run", job.id));
+            let delay_seconds = self.cfg.lock_retry_delay_seconds.max(1);
+            g.settled.push(Settle::plain(i, Outcome::Defer { delay_seconds }));
+            return;
+        }
+        let ran = self.run_claimed(job).await;
+        if let (true, Some(delay_seconds)) = (g.keyed, ran.end.again_after()) {
+            // Hold the key: nothing behind this job may overtake it.
+            g.stopped = Some(delay_seconds);
+            g.hold_for = Some((job.id.clone(), delay_seconds));
+        }
+        let (outcome, waits) = match ran.end {
+            RunEnd::Done | RunEnd::Dead => (Outcome::Ack, false),
+            RunEnd::Retry { delay_seconds } => (Outcome::Retry { delay_seconds }, false),
+            // Not a failed attempt: the message is put off like a busy key's.
+            RunEnd::Snooze { delay_seconds } => (Outcome::Defer { delay_seconds }, true),
+        };
+        let settle = Settle::ran(i, ran, outcome);
+        g.settled.push(if waits { settle.waiting() } else { settle });
     }
 
     /// Before each job: keeps every lock of the batch and the invocation's leases alive for at

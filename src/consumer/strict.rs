@@ -28,7 +28,7 @@ use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::config::OnDead;
 use crate::handlers::Runner;
-use crate::ledger::strict::{ClaimSpec, Intake, KeyState, Parked};
+use crate::ledger::strict::{ClaimSpec, Intake, KeyIntake, KeyState, Parked};
 use crate::ledger::{Job, Lease, Record, Sql, Status, Transition};
 use crate::lock::Kv;
 use crate::producer::{self, OutMessage, QueueSender};
@@ -72,6 +72,18 @@ enum Start {
     Claimed(Vec<Job>),
     /// By claiming when a slot frees; the key's head as parking saw it.
     Later(Box<Job>),
+}
+
+/// What parking a batch's keyed messages said (see `Consumer::intook`).
+struct Intook<'k> {
+    /// Each parked message's outcome, by batch position.
+    outcomes: Vec<(usize, Outcome)>,
+    /// Messages whose dedupe key is active in another job: recorded DEAD.
+    clashes: Vec<(usize, Record)>,
+    /// Per key group, how its chain starts, if it runs here.
+    chains: Vec<Option<(&'k str, Start)>>,
+    /// Jobs claimed while parking.
+    claimed_first: usize,
 }
 
 /// What one invocation may still spend on chains.
@@ -119,20 +131,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             })
             .collect();
         let groups = batch::plan(&items);
-        // Keys in a random order, and only as many claimed at once as run at once: concurrent
-        // invocations with the same keys in their batches then start different keys, and each
-        // claims the rest of its keys as its chains finish (unless another invocation has by then).
-        let mut order: Vec<usize> = (0..groups.len()).collect();
-        for i in (1..order.len()).rev() {
-            let j = (((self.random)() * (i + 1) as f64) as usize).min(i);
-            order.swap(i, j);
-        }
-        // The most urgent keys first (design §12); random among equals.
-        order.sort_by_key(|&g| groups[g].priority);
-        let mut first_wave = vec![false; groups.len()];
-        for &g in order.iter().take(GROUP_CONCURRENCY) {
-            first_wave[g] = true;
-        }
+        let (order, first_wave) = self.key_order(&groups);
         let intake: Vec<Intake> = groups
             .iter()
             .zip(&first_wave)
@@ -160,13 +159,56 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 return members.iter().map(|m| (m.index, infra)).collect();
             }
         };
+        let mut intook = self.intook(&groups, &intake, parked, &members, now);
+        budget.settle(took, intook.claimed_first);
+        self.run_chains(intook.chains, order, &budget, now).await;
+        if !intook.clashes.is_empty() {
+            let records: Vec<Record> = intook.clashes.iter().map(|(_, r)| r.clone()).collect();
+            let recorded = self.ledger.record_all(&records).await.is_ok();
+            intook
+                .outcomes
+                .extend(intook.clashes.iter().map(|(i, _)| (*i, if recorded { Outcome::Ack } else { infra })));
+        }
+        intook.outcomes
+    }
 
-        let mut outcomes = Vec::with_capacity(members.len());
-        let mut clashes = Vec::new();
-        let mut chains: Vec<Option<(&str, Start)>> = vec![None; groups.len()];
-        let mut claimed_first = 0;
-        for (gi, ((g, key), verdict)) in groups.iter().zip(&intake).zip(parked).enumerate() {
-            claimed_first += verdict.state.claimed.len();
+    /// The order a batch's keys are started in, and which start at once (claimed while parking).
+    /// Keys in a random order, and only as many claimed at once as run at once: concurrent
+    /// invocations with the same keys in their batches then start different keys, and each claims
+    /// the rest of its keys as its chains finish (unless another invocation has by then).
+    fn key_order(&self, groups: &[batch::Group<'_>]) -> (Vec<usize>, Vec<bool>) {
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        for i in (1..order.len()).rev() {
+            let j = (((self.random)() * (i + 1) as f64) as usize).min(i);
+            order.swap(i, j);
+        }
+        // The most urgent keys first (design §12); random among equals.
+        order.sort_by_key(|&g| groups[g].priority);
+        let mut first_wave = vec![false; groups.len()];
+        for &g in order.iter().take(GROUP_CONCURRENCY) {
+            first_wave[g] = true;
+        }
+        (order, first_wave)
+    }
+
+    /// What parking said, per key: each parked message's outcome, the dedupe clashes to record
+    /// DEAD, and how each key's chain starts (claimed already, or to claim when a slot frees).
+    fn intook<'k>(
+        &self,
+        groups: &[batch::Group<'_>],
+        intake: &[Intake<'k>],
+        parked: Vec<KeyIntake>,
+        members: &[Member],
+        now: i64,
+    ) -> Intook<'k> {
+        let mut out = Intook {
+            outcomes: Vec::with_capacity(members.len()),
+            clashes: Vec::new(),
+            chains: vec![None; groups.len()],
+            claimed_first: 0,
+        };
+        for (gi, ((g, key), verdict)) in groups.iter().zip(intake).zip(parked).enumerate() {
+            out.claimed_first += verdict.state.claimed.len();
             for (&p, parked) in g.members.iter().zip(&verdict.parked) {
                 let m = &members[p];
                 match parked {
@@ -176,21 +218,25 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                             m.decoded.spec.dedupe_key.as_deref().unwrap_or_default()
                         );
                         let dead = Transition::RecordDead { spec: m.decoded.spec.clone(), at: now, error: why };
-                        clashes.push((m.index, Record::from(dead)));
+                        out.clashes.push((m.index, Record::from(dead)));
                     }
-                    Parked::Recorded(job) => outcomes.push((m.index, self.settle_parked(job, &verdict.state, now))),
+                    Parked::Recorded(job) => out.outcomes.push((m.index, self.settle_parked(job, &verdict.state, now))),
                 }
             }
             let due = |h: &Job| h.status == Status::Pending && h.next_run_at <= now + EARLY_DELIVERY_ALLOWANCE_MS;
-            chains[gi] = match (key.claim, verdict.state.claimed, verdict.state.head) {
+            out.chains[gi] = match (key.claim, verdict.state.claimed, verdict.state.head) {
                 (true, claimed, _) if !claimed.is_empty() => Some((key.key, Start::Claimed(claimed))),
                 // Not claimed yet, and nothing runs it: claim it when a slot frees.
                 (false, _, Some(head)) if due(&head) => Some((key.key, Start::Later(Box::new(head)))),
                 _ => None,
             };
         }
-        budget.settle(took, claimed_first);
+        out
+    }
 
+    /// Runs the keys' chains, `order` first, as many at once as groups run; sends the wake-ups
+    /// of the keys left with work.
+    async fn run_chains(&self, mut chains: Vec<Option<(&str, Start)>>, order: Vec<usize>, budget: &Budget, now: i64) {
         let leases = Leases::new(
             now,
             chains.iter().flatten().flat_map(|(_, start)| match start {
@@ -199,7 +245,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             }),
         );
         let wakes: Vec<OutMessage> = stream::iter(order.into_iter().filter_map(|g| chains[g].take()))
-            .map(|(key, start)| self.chain(key, start, &budget, &leases))
+            .map(|(key, start)| self.chain(key, start, budget, &leases))
             .buffer_unordered(GROUP_CONCURRENCY)
             .filter_map(|w| async move { w })
             .collect()
@@ -207,13 +253,6 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         if let Err(e) = producer::send_all(self.queue, wakes).await {
             self.outage(format!("wake-up messages not sent, the cron wakes their keys: {e}"));
         }
-
-        if !clashes.is_empty() {
-            let records: Vec<Record> = clashes.iter().map(|(_, r)| r.clone()).collect();
-            let recorded = self.ledger.record_all(&records).await.is_ok();
-            outcomes.extend(clashes.iter().map(|(i, _)| (*i, if recorded { Outcome::Ack } else { infra })));
-        }
-        outcomes
     }
 
     /// A parked message is done with, unless its job is the key's head and not yet due: then it
@@ -251,71 +290,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         let mut chunk = FIRST_CHUNK;
         let mut claimed = match start {
             Start::Claimed(jobs) => jobs,
-            Start::Later(head) => {
-                let now = self.clock.now_ms();
-                let took = if now < budget.deadline_ms { budget.take(chunk) } else { 0 };
-                if took == 0 {
-                    // Parked and acked here, and nothing runs the key: it needs its wake-up.
-                    return producer::message_for(&head, 0);
-                }
-                let claim = self.claim_spec(now, took);
-                let step = self.ledger.step(key, &[], Some((claim, None)), self.cfg.on_dead).await;
-                budget.settle(took, step.as_ref().map_or(0, |s| s.state.claimed.len()));
-                match step {
-                    Ok(step) if step.state.claimed.is_empty() => return None,
-                    Ok(step) => {
-                        leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
-                        step.state.claimed
-                    }
-                    Err(e) => {
-                        self.outage(format!("key {key:?}: not claimed, waking it for later: {e}"));
-                        return producer::message_for(&head, INFRA_RETRY_DELAY_SECONDS);
-                    }
-                }
-            }
+            Start::Later(head) => match self.claim_later(key, &head, budget, leases).await {
+                Ok(jobs) => jobs,
+                Err(wake) => return wake,
+            },
         };
         loop {
-            let mut records: Vec<Record> = Vec::with_capacity(claimed.len());
-            let mut prev: Option<String> = None;
-            let mut stop: Option<Stop> = None;
-            for job in claimed {
-                let now = self.clock.now_ms();
-                if stop.is_none() && (budget.runs.get() == 0 || now >= budget.deadline_ms) {
-                    stop = Some(Stop::Budget);
-                }
-                if stop.is_some() {
-                    // Not run: handed back, its attempt returned, due now (the wake-up runs it).
-                    records.push(self.defer(&job.id, now, now).into());
-                    continue;
-                }
-                self.renew_leases(leases).await;
-                if leases.lost(&job.id) {
-                    // Stalled past the lease: the reaper may have given the key's jobs to another
-                    // invocation. Record what ran, run nothing more here.
-                    self.outage(format!("key {key:?}: lease lost while the chain stalled; stopping"));
-                    stop = Some(Stop::LeaseLost);
-                    records.push(self.defer(&job.id, now, now).into());
-                    continue;
-                }
-                budget.runs.set(budget.runs.get() - 1);
-                let ran = self.run_claimed(&job).await;
-                let end = ran.end;
-                records.push(ran.record);
-                match end {
-                    RunEnd::Done => {}
-                    RunEnd::Dead => {
-                        if self.cfg.on_dead == OnDead::Block {
-                            stop = Some(Stop::Blocked);
-                        }
-                    }
-                    RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => {
-                        stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds))
-                    }
-                }
-                if stop.is_none() {
-                    prev = Some(job.id.clone());
-                }
-            }
+            let (records, prev, mut stop) = self.run_chunk(key, claimed, budget, leases).await;
             chunk = chunk.saturating_mul(2).min(CHAIN_CHUNK);
             let took = if stop.is_none() { budget.take(chunk) } else { 0 };
             if stop.is_none() && took == 0 {
@@ -352,5 +333,89 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 }
             }
         }
+    }
+
+    /// Claims the first jobs of a key parking did not claim (`head`, as parking saw it). `Err`:
+    /// the chain ends here, with the key's wake-up if it needs one.
+    async fn claim_later(
+        &self,
+        key: &str,
+        head: &Job,
+        budget: &Budget,
+        leases: &Leases,
+    ) -> Result<Vec<Job>, Option<OutMessage>> {
+        let now = self.clock.now_ms();
+        let took = if now < budget.deadline_ms { budget.take(FIRST_CHUNK) } else { 0 };
+        if took == 0 {
+            // Parked and acked here, and nothing runs the key: it needs its wake-up.
+            return Err(producer::message_for(head, 0));
+        }
+        let claim = self.claim_spec(now, took);
+        let step = self.ledger.step(key, &[], Some((claim, None)), self.cfg.on_dead).await;
+        budget.settle(took, step.as_ref().map_or(0, |s| s.state.claimed.len()));
+        match step {
+            Ok(step) if step.state.claimed.is_empty() => Err(None),
+            Ok(step) => {
+                leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
+                Ok(step.state.claimed)
+            }
+            Err(e) => {
+                self.outage(format!("key {key:?}: not claimed, waking it for later: {e}"));
+                Err(producer::message_for(head, INFRA_RETRY_DELAY_SECONDS))
+            }
+        }
+    }
+
+    /// Runs a chunk of a key's claimed jobs in order: what to record for each, the last job that
+    /// let the chain go on, and why it stopped, if it did (the jobs after a stop are handed back).
+    async fn run_chunk(
+        &self,
+        key: &str,
+        claimed: Vec<Job>,
+        budget: &Budget,
+        leases: &Leases,
+    ) -> (Vec<Record>, Option<String>, Option<Stop>) {
+        let mut records: Vec<Record> = Vec::with_capacity(claimed.len());
+        let mut prev: Option<String> = None;
+        let mut stop: Option<Stop> = None;
+        for job in claimed {
+            let now = self.clock.now_ms();
+            if stop.is_none() && (budget.runs.get() == 0 || now >= budget.deadline_ms) {
+                stop = Some(Stop::Budget);
+            }
+            if stop.is_some() {
+                // Not run: handed back, its attempt returned, due now (the wake-up runs it).
+                records.push(self.defer(&job.id, now, now).into());
+                continue;
+            }
+            self.renew_leases(leases).await;
+            if leases.lost(&job.id) {
+                // Stalled past the lease: the reaper may have given the key's jobs to another
+                // invocation. Record what ran, run nothing more here.
+                self.outage(format!("key {key:?}: lease lost while the chain stalled; stopping"));
+                stop = Some(Stop::LeaseLost);
+                records.push(self.defer(&job.id, now, now).into());
+                continue;
+            }
+            budget.runs.set(budget.runs.get() - 1);
+            let ran = self.run_claimed(&job).await;
+            let end = ran.end;
+            records.push(ran.record);
+            match end {
+                RunEnd::Done => {}
+                RunEnd::Dead => {
+                    if self.cfg.on_dead == OnDead::Block {
+                        stop = Some(Stop::Blocked);
+                    }
+                }
+                RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => {
+                    stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds))
+                }
+            }
+            if stop.is_none() {
+                prev = Some(job.id.clone());
+            }
+        }
+        (records, prev, stop)
     }
 }

@@ -275,6 +275,11 @@ pub fn check(payload: &Value, cfg: &Config) -> Result<(), JobError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn configuration_knows_every_built_in_type() {
+        assert_eq!(TYPES, crate::config::BUILT_IN_TYPES);
+    }
     use serde_json::json;
 
     #[test]

@@ -74,7 +74,9 @@ pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobErr
                     http_status: Some(s),
                     payload,
                 }),
-                Err(why) => Err(JobError::Retryable { reason: why.to_string(), retry_after: None, http_status: Some(s) }),
+                Err(why) => {
+                    Err(JobError::Retryable { reason: why.to_string(), retry_after: None, http_status: Some(s) })
+                }
             },
             // A broken contract is the handler's bug: retried (with backoff) until it is fixed.
             _ => Err(JobError::Retryable {
