@@ -21,6 +21,8 @@
 //!                                            operator cancel (PENDING only)
 //! ```
 
+#[cfg(feature = "testing")]
+pub mod conformance;
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
 pub mod history;

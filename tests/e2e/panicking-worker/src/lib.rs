@@ -1,9 +1,12 @@
-//! A test fixture (tests/e2e/panic.test.mjs): a worker on the orderly library with one job type,
-//! `panicky`, whose handler panics in its first `panics` attempts (a bug in a user's handler), and
-//! succeeds after. It shows a panic recorded as the job's failed attempt, not lost to a lease.
+//! A test fixture: a worker on the orderly library with one job type, `panicky`, whose handler
+//! panics in its first `panics` attempts (a bug in a user's handler), and succeeds after
+//! (tests/e2e/panic.test.mjs: a panic recorded as the job's failed attempt, not lost to a lease).
+//! Its `GET /__conformance` runs the ledger's conformance suite on its D1 database
+//! (tests/e2e/conformance.test.mjs), the same cases `tests/conformance.rs` runs on SQLite.
 
 #[cfg(target_arch = "wasm32")]
 mod worker_app {
+    use orderly::ledger::{conformance, d1::D1Sql, Ledger};
     use orderly::{App, Cx, Done, Job, JobError};
     use serde::Deserialize;
     use worker::{event, Context, Env, MessageBatch, Request, Response};
@@ -34,6 +37,11 @@ mod worker_app {
 
     #[event(fetch)]
     async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Response> {
+        if req.path() == "/__conformance" {
+            let ledger = Ledger::new(D1Sql(env.d1("DB")?));
+            let prefix = req.url()?.query().unwrap_or("d1").to_string();
+            return Response::from_json(&conformance::exercise(&ledger, &prefix).await);
+        }
         app().fetch(req, env, ctx).await
     }
 }
