@@ -43,19 +43,28 @@
 //! The library holds no `#[event]` function: every worker depending on it would export it.
 //!
 //! # Layout
+//! Imports go one way (checked by `tests/house.rs`): the entry points over the API, the consumer
+//! and maintenance, over the ledger, the lock and the handlers, over the envelope, the
+//! configuration and `limits.rs`.
 //! - `app.rs`: your job types, typed handlers by name ([`Handlers`], [`Job`], [`Cx`]);
-//!   `entry.rs`: `App`, the Workers entry points (wasm only). `enqueue.rs`: enqueueing from Rust.
+//!   `entry.rs`: `App`, the Workers entry points, one start-up for all (wasm only).
+//!   `enqueue.rs`: enqueueing from Rust.
 //! - `envelope.rs`: what a message body means (Fedify's envelope, raw bodies, `__orderly_job__`).
 //! - `batch.rs`: grouping a batch by ordering key, in send order.
 //! - `consumer/`: the batch algorithm; an ack/retry/defer outcome per message. `locked.rs` is
 //!   lock mode (design §3), `strict.rs` strict mode (design §3b), `mod.rs` what both share.
 //! - `lock.rs`: the KV ordering lock, and an in-memory KV with real expiry.
-//! - `ledger/`: job states, the guarded SQL (`ledger/sql/*.sql`), strict mode's operations
-//!   (`ledger/strict.rs`; its run rule is `ledger/sql/claim_next.sql`), the D1 backend.
+//! - `ledger/`: the one owner of SQL (design §18). Job states and rows; `transition.rs`, what can
+//!   happen to a row ([`ledger::Transition`], applied by `Ledger::record_all`); strict mode's
+//!   operations (`strict.rs`; its run rule is `ledger/sql/claim_next.sql`); `maintain.rs`, lease
+//!   renewal and the cron's scans; `stmt.rs`, the statements, each bound by the names its SQL
+//!   file declares; the D1 backend; the conformance suite every backend passes.
 //! - `handlers/`: the built-in `webhook` job type and the service handler contract (design §13b).
-//! - `api.rs` (+ `dashboard.html`): the operator HTTP API. `producer.rs`: sending to the queue.
+//! - `api/` (+ `dashboard.html`): the operator HTTP API; `api/submission.rs` reads what a request
+//!   asks for. `producer.rs`: sending to the queue.
 //! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge. `backoff.rs`,
-//!   `config.rs`, `clock.rs`. `log.rs`: the structured log lines.
+//!   `config.rs`, `clock.rs`, `limits.rs` (shared limits and grace periods). `log.rs`: the
+//!   structured log lines.
 //! - `edge.rs`: `worker` adapters for the ports above (wasm only).
 //!
 //! Everything but `edge.rs`, `entry.rs` and `ledger/d1.rs` builds and is tested natively.
