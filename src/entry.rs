@@ -98,17 +98,6 @@ struct Started {
     missing: Vec<(String, String)>,
 }
 
-impl App {
-    /// The bindings alone, under the default configuration: what `fetch` answers a configuration
-    /// error with.
-    fn start_unconfigured(&self, env: &Env) -> Result<Started, StartError> {
-        let cfg = crate::config::Config::default();
-        let db = env.d1(edge::DB_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
-        let queue = edge::lanes(env, &cfg).map_err(|e| StartError::Binding(e.to_string()))?;
-        Ok(Started { cfg, db: D1Sql(db), queue, sealer: None, missing: Vec::new() })
-    }
-}
-
 /// Why an entry point cannot start.
 #[derive(Debug, thiserror::Error)]
 enum StartError {
@@ -139,9 +128,16 @@ impl App {
         let missing = missing_bindings(env, &cfg);
         Ok(Started { cfg, db: D1Sql(db), queue, sealer, missing })
     }
-}
 
-impl App {
+    /// The bindings alone, under the default configuration: what `fetch` answers a configuration
+    /// error with.
+    fn start_unconfigured(&self, env: &Env) -> Result<Started, StartError> {
+        let cfg = crate::config::Config::default();
+        let db = env.d1(edge::DB_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
+        let queue = edge::lanes(env, &cfg).map_err(|e| StartError::Binding(e.to_string()))?;
+        Ok(Started { cfg, db: D1Sql(db), queue, sealer: None, missing: Vec::new() })
+    }
+
     /// An app with no job types yet.
     pub fn builder() -> AppBuilder {
         console_error_panic_hook::set_once();

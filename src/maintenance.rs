@@ -77,13 +77,12 @@ fn report_error(errors: &mut Vec<String>, step: &str, e: InfraError) {
 
 async fn reap<S: Sql, Q: QueueSender>(ledger: &Ledger<S>, queue: &Q, now: i64) -> Result<(usize, usize), InfraError> {
     let reaped = ledger.reap(now, STEP_LIMIT).await?;
-    let (pending, dead): (Vec<Job>, Vec<Job>) = reaped.iter().cloned().partition(|j| j.status == Status::Pending);
+    let pending: Vec<Job> = reaped.iter().filter(|j| j.status == Status::Pending).cloned().collect();
     send_jobs(ledger, queue, &pending, now).await?;
     // Each reaped lease was a run that never reported: it goes in the job's history (after the
     // re-send, so a failure here delays nothing).
-    let in_order: Vec<Job> = pending.iter().chain(&dead).cloned().collect();
-    ledger.record_reaped(&in_order, now).await?;
-    Ok((pending.len(), dead.len()))
+    ledger.record_reaped(&reaped, now).await?;
+    Ok((pending.len(), reaped.len() - pending.len()))
 }
 
 /// Re-sends the PENDING jobs a scan `found`, each taken first so two overlapping runs never both

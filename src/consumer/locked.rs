@@ -10,7 +10,7 @@ use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
 use super::{
-    until, Consumer, Incoming, Leases, Outcome, Ran, Read, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
+    until, Consumer, Incoming, Leases, Outcome, Read, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
     INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
 };
 use crate::batch::{self, Item};
@@ -94,10 +94,6 @@ impl Settle {
     /// This settlement, for a message that waits.
     fn waiting(self) -> Self {
         Settle { waits: true, ..self }
-    }
-    /// A handler run: its guarded transition and its history line.
-    fn ran(index: usize, ran: Ran, outcome: Outcome) -> Self {
-        Settle::recorded(index, ran.record, outcome)
     }
 }
 
@@ -561,7 +557,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             // Not a failed attempt: the message is put off like a busy key's.
             RunEnd::Snooze { delay_seconds } => (Outcome::Defer { delay_seconds }, true),
         };
-        let settle = Settle::ran(i, ran, outcome);
+        let settle = Settle::recorded(i, ran.record, outcome);
         g.settled.push(if waits { settle.waiting() } else { settle });
     }
 

@@ -163,11 +163,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         budget.settle(took, intook.claimed_first);
         self.run_chains(intook.chains, order, &budget, now).await;
         if !intook.clashes.is_empty() {
-            let records: Vec<Record> = intook.clashes.iter().map(|(_, r)| r.clone()).collect();
+            let (at, records): (Vec<usize>, Vec<Record>) = intook.clashes.into_iter().unzip();
             let recorded = self.ledger.record_all(&records).await.is_ok();
-            intook
-                .outcomes
-                .extend(intook.clashes.iter().map(|(i, _)| (*i, if recorded { Outcome::Ack } else { infra })));
+            intook.outcomes.extend(at.into_iter().map(|i| (i, if recorded { Outcome::Ack } else { infra })));
         }
         intook.outcomes
     }

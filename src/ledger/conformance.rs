@@ -5,8 +5,6 @@
 //! Object's SQLite) is held to the same. Every case names its own jobs and keys by `prefix`, so
 //! the suite runs on a database that holds other jobs, and twice on the same one.
 
-use futures::future::LocalBoxFuture;
-
 use super::history::{Run, RunOutcome};
 use super::strict::{ClaimSpec, Intake, Parked};
 use super::transition::{Record, Transition};
@@ -46,9 +44,6 @@ fn check(ok: bool, why: impl FnOnce() -> String) -> Verdict {
 fn infra(e: InfraError) -> String {
     format!("backend error: {e}")
 }
-
-/// The cases, each with its name.
-type Case<'a, S> = (&'static str, fn(&'a Ledger<S>, &'a Names) -> LocalBoxFuture<'a, Verdict>);
 
 /// Ids and keys of one run, unique by its prefix.
 pub struct Names {
@@ -94,23 +89,19 @@ fn complete(id: &str, owner: &str, at: i64) -> Record {
 
 /// Runs every case on `ledger`; each case's jobs are named by `prefix`.
 pub async fn exercise<S: Sql>(ledger: &Ledger<S>, prefix: &str) -> Report {
-    let names = Names { prefix: prefix.to_string() };
-    let cases: [Case<'_, S>; 7] = [
-        ("a claim wins once and only its owner completes", |l, n| Box::pin(claim_and_complete(l, n))),
-        ("a retry waits until due, then runs its next attempt", |l, n| Box::pin(retry_waits(l, n))),
-        ("an active dedupe key refuses a second job", |l, n| Box::pin(dedupe_clash(l, n))),
-        ("an enqueue of a known id is a duplicate", |l, n| Box::pin(enqueue_duplicate(l, n))),
-        ("cancel and redrive move only the right states", |l, n| Box::pin(cancel_and_redrive(l, n))),
-        ("strict mode parks in order and chains to the next job", |l, n| Box::pin(strict_chain(l, n))),
-        ("an expired lease is reaped and its run kept in history", |l, n| Box::pin(reap_expired(l, n))),
-    ];
+    let n = &Names { prefix: prefix.to_string() };
     let mut report = Report::default();
-    for (case, run) in cases {
-        match run(ledger, &names).await {
-            Ok(()) => report.passed.push(case),
-            Err(why) => report.failed.push(Failure { case, why }),
-        }
-    }
+    let mut note = |case: &'static str, verdict: Verdict| match verdict {
+        Ok(()) => report.passed.push(case),
+        Err(why) => report.failed.push(Failure { case, why }),
+    };
+    note("a claim wins once and only its owner completes", claim_and_complete(ledger, n).await);
+    note("a retry waits until due, then runs its next attempt", retry_waits(ledger, n).await);
+    note("an active dedupe key refuses a second job", dedupe_clash(ledger, n).await);
+    note("an enqueue of a known id is a duplicate", enqueue_duplicate(ledger, n).await);
+    note("cancel and redrive move only the right states", cancel_and_redrive(ledger, n).await);
+    note("strict mode parks in order and chains to the next job", strict_chain(ledger, n).await);
+    note("an expired lease is reaped and its run kept in history", reap_expired(ledger, n).await);
     report
 }
 
