@@ -208,8 +208,10 @@ fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
         )))
         .unwrap();
         let (id, owner) = (id.to_string(), "inv".to_string());
+        let route = job.route();
         let fail = |to, next_run_at, error: &str| Transition::Fail {
             id: id.clone(),
+            route,
             owner: owner.clone(),
             at,
             to,
@@ -218,12 +220,12 @@ fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
         };
         let transition = match outcome {
             RunOutcome::Done => {
-                Transition::Complete { id: id.clone(), owner: owner.clone(), at, result: None, http_status: None }
+                Transition::Complete { id: id.clone(), route, owner: owner.clone(), at, result: None, http_status: None }
             }
             RunOutcome::Retry => fail(Status::Pending, at + 5_000, "HTTP 503"),
             RunOutcome::Dead => fail(Status::Dead, at, "HTTP 404"),
             RunOutcome::Snooze => {
-                Transition::Defer { id: id.clone(), owner: owner.clone(), at, next_run_at: at + 5_000 }
+                Transition::Defer { id: id.clone(), route, owner: owner.clone(), at, next_run_at: at + 5_000 }
             }
         };
         // As the consumer records them: a success is described by its DONE row alone.

@@ -7,7 +7,7 @@ mod support;
 use futures::executor::block_on;
 use orderly::config::{OnDead, OrderingMode};
 use orderly::ledger::strict::{ClaimSpec, Intake, Parked, Skip};
-use orderly::ledger::{stmt, Job, JobSpec, Lease, Ledger, Record, Sql, Status, Stmt, Transition};
+use orderly::ledger::{stmt, Job, JobSpec, Lease, Ledger, Record, Route, Sql, Status, Stmt, Transition};
 use support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
@@ -29,9 +29,10 @@ fn rows(db: &Sqlite, s: Stmt) -> Vec<Job> {
     Job::all(&block_on(db.query(s)).expect("statement runs")).unwrap()
 }
 
-/// `owner`'s completion of `id`, as the consumer records it.
+/// `owner`'s completion of `id`, a job of key "k", as the consumer records it.
 fn complete(id: &str, owner: &str, at: i64) -> Record {
-    Transition::Complete { id: id.into(), owner: owner.into(), at, result: None, http_status: None }.into()
+    let route = Route::key("k");
+    Transition::Complete { id: id.into(), route, owner: owner.into(), at, result: None, http_status: None }.into()
 }
 
 fn get(db: &Sqlite, id: &str) -> Job {

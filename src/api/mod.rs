@@ -700,7 +700,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Skip::Skipped { skipped, next } => {
                 // Audited after the fact (the skip names a key, not a job): a failure here is
                 // only a missing history line.
-                self.ledger.audit_skip(&skipped.id, skipped.updated_at).await;
+                self.ledger.audit_skip(&skipped).await;
                 let wake = next.filter(|j| j.status == Status::Pending).and_then(|j| producer::message_for(&j, 0));
                 if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {
                     return Ok(ApiResponse::json(

@@ -17,7 +17,7 @@ use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::error::InfraError;
 use crate::handlers::Runner;
-use crate::ledger::{Claimed, Job, JobSpec, Lease, Record, Sql, Status, Transition};
+use crate::ledger::{Claimed, Job, JobSpec, Lease, Record, Route, Sql, Status, Transition};
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::{self, OutMessage, QueueSender};
 
@@ -280,7 +280,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     ) -> Vec<LockEnd> {
         let leases = Leases::new(
             now,
-            claims.values().filter_map(|c| if let Claim::Won(job) = c { Some(job.id.as_str()) } else { None }),
+            claims.values().filter_map(|c| if let Claim::Won(job) = c { Some(&**job) } else { None }),
         );
         // No job starts unless it can finish, and its result be recorded, within the invocation's
         // wall-clock limit: past it the runtime kills the invocation and every result unrecorded.
@@ -415,11 +415,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         mut locks: Vec<GroupLock>,
     ) -> (Vec<GroupLock>, HashMap<usize, Job>) {
         let groups = &plan.groups;
-        let held: Vec<(usize, &str)> = locks
+        // A holder is a job of the held key: it lives in the key's shard.
+        let held: Vec<(usize, (&str, Route))> = locks
             .iter()
             .enumerate()
-            .filter_map(|(gi, l)| match l {
-                GroupLock::Held { holder } => lock::token_job(holder).map(|job| (gi, job)),
+            .filter_map(|(gi, l)| match (l, groups[gi].key) {
+                (GroupLock::Held { holder }, Some(key)) => lock::token_job(holder).map(|job| (gi, (job, Route::key(key)))),
                 _ => None,
             })
             .collect();
@@ -427,8 +428,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         if held.is_empty() {
             return (locks, holders);
         }
-        let ids: Vec<&str> = held.iter().map(|(_, job)| *job).collect();
-        let rows = match self.ledger.get_all(&ids).await {
+        let ids: Vec<(&str, Route)> = held.iter().map(|(_, job)| *job).collect();
+        let rows = match self.ledger.get_routed(&ids).await {
             Ok(rows) => rows,
             Err(e) => {
                 self.outage(format!("holders of held keys not read, their messages wait: {e}"));
@@ -530,7 +531,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         }
         if let Some(delay) = g.stopped {
             let at = now + i64::from(delay) * 1000;
-            let defer = self.defer(&job.id, now, at);
+            let defer = self.defer(job, now, at);
             let settle = Settle::recorded(i, defer, Outcome::Defer { delay_seconds: delay });
             // Behind a job of its key that waits: it waits as long.
             g.settled.push(if g.keyed { settle.waiting() } else { settle });

@@ -28,7 +28,7 @@ use crate::envelope::{BodyError, Envelope, EnvelopeError, MAX_BODY_JSON_BYTES};
 use crate::error::InfraError;
 use crate::handlers::{bounded_result, Done, JobContext, JobError, Runner};
 use crate::ledger::history::{Run, RunOutcome};
-use crate::ledger::{Job, JobSpec, Ledger, Record, Sql, Status, Transition, DEFAULT_PRIORITY};
+use crate::ledger::{Job, JobSpec, Ledger, Record, Route, Sql, Status, Transition, DEFAULT_PRIORITY};
 use crate::lock::Kv;
 use crate::log::Event;
 use crate::panics::Panicked;
@@ -509,18 +509,19 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// `job`'s failed run by `owner`: PENDING again at `next_run_at`, or DEAD.
     fn fail(&self, job: &Job, owner: &str, at: i64, to: Status, next_run_at: i64, error: &str) -> Transition {
         let (id, owner, error) = (job.id.clone(), owner.to_string(), error.to_string());
-        Transition::Fail { id, owner, at, to, next_run_at, error }
+        Transition::Fail { id, route: job.route(), owner, at, to, next_run_at, error }
     }
 
     /// `job`'s snoozed run by `owner`: PENDING again at `next_run_at`, no attempt spent, the next
     /// run's payload in place of its own when given.
     fn snooze(&self, job: &Job, owner: &str, at: i64, next_run_at: i64, payload: Option<String>) -> Transition {
-        Transition::Snooze { id: job.id.clone(), owner: owner.to_string(), at, next_run_at, payload }
+        let (id, owner) = (job.id.clone(), owner.to_string());
+        Transition::Snooze { id, route: job.route(), owner, at, next_run_at, payload }
     }
 
     /// A job this invocation claimed and does not run: handed back, due at `next_run_at`.
-    fn defer(&self, id: &str, at: i64, next_run_at: i64) -> Transition {
-        Transition::Defer { id: id.to_string(), owner: self.owner.clone(), at, next_run_at }
+    fn defer(&self, job: &Job, at: i64, next_run_at: i64) -> Transition {
+        Transition::Defer { id: job.id.clone(), route: job.route(), owner: self.owner.clone(), at, next_run_at }
     }
 
     /// Runs a job this invocation claimed and says what to record. The ledger row is the truth:
@@ -596,6 +597,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         }
         let complete = Transition::Complete {
             id: job.id.clone(),
+            route: job.route(),
             owner: owner.to_string(),
             at: now,
             result: kept,
@@ -703,7 +705,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             actor: self.owner.clone(),
         };
         let delay_seconds = SEAL_WAIT_SECONDS;
-        let defer = self.defer(&job.id, now, now + i64::from(delay_seconds) * 1000);
+        let defer = self.defer(job, now, now + i64::from(delay_seconds) * 1000);
         Ran { record: Record { transition: defer, run: Some(run) }, end: RunEnd::Snooze { delay_seconds } }
     }
 
@@ -770,15 +772,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 /// given it to another invocation): it must not run here.
 struct Leases {
     renewed_at: Cell<i64>,
-    /// Every job this invocation claimed: a renewal extends these (by id, never a table scan).
-    ids: RefCell<Vec<String>>,
+    /// Every job this invocation claimed: a renewal extends these (by id in each job's shard,
+    /// never a table scan).
+    ids: RefCell<Vec<(String, Route)>>,
     held: RefCell<Option<HashSet<String>>>,
 }
 
 impl Leases {
-    /// The leases of the jobs claimed so far (`ids`), taken at `now`.
-    fn new<'a>(now: i64, ids: impl IntoIterator<Item = &'a str>) -> Leases {
-        let ids = ids.into_iter().map(str::to_string).collect();
+    /// The leases of the jobs claimed so far, taken at `now`.
+    fn new<'a>(now: i64, jobs: impl IntoIterator<Item = &'a Job>) -> Leases {
+        let ids = jobs.into_iter().map(|j| (j.id.clone(), j.route())).collect();
         Leases { renewed_at: Cell::new(now), ids: RefCell::new(ids), held: RefCell::new(None) }
     }
 
@@ -788,10 +791,10 @@ impl Leases {
     }
 
     /// Jobs claimed since the last renewal are ours too.
-    fn claimed<'a>(&self, jobs: impl IntoIterator<Item = &'a str>) {
-        let jobs: Vec<String> = jobs.into_iter().map(str::to_string).collect();
+    fn claimed<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) {
+        let jobs: Vec<(String, Route)> = jobs.into_iter().map(|j| (j.id.clone(), j.route())).collect();
         if let Some(held) = self.held.borrow_mut().as_mut() {
-            held.extend(jobs.iter().cloned());
+            held.extend(jobs.iter().map(|j| j.0.clone()));
         }
         self.ids.borrow_mut().extend(jobs);
     }

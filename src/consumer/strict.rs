@@ -238,7 +238,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         let leases = Leases::new(
             now,
             chains.iter().flatten().flat_map(|(_, start)| match start {
-                Start::Claimed(jobs) => jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+                Start::Claimed(jobs) => jobs.iter().collect::<Vec<_>>(),
                 Start::Later(_) => Vec::new(),
             }),
         );
@@ -326,7 +326,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 }
                 None if step.state.claimed.is_empty() => return None,
                 None => {
-                    leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
+                    leases.claimed(&step.state.claimed);
                     claimed = step.state.claimed;
                 }
             }
@@ -354,7 +354,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         match step {
             Ok(step) if step.state.claimed.is_empty() => Err(None),
             Ok(step) => {
-                leases.claimed(step.state.claimed.iter().map(|j| j.id.as_str()));
+                leases.claimed(&step.state.claimed);
                 Ok(step.state.claimed)
             }
             Err(e) => {
@@ -383,7 +383,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             }
             if stop.is_some() {
                 // Not run: handed back, its attempt returned, due now (the wake-up runs it).
-                records.push(self.defer(&job.id, now, now).into());
+                records.push(self.defer(&job, now, now).into());
                 continue;
             }
             self.renew_leases(leases).await;
@@ -392,7 +392,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 // invocation. Record what ran, run nothing more here.
                 self.outage(format!("key {key:?}: lease lost while the chain stalled; stopping"));
                 stop = Some(Stop::LeaseLost);
-                records.push(self.defer(&job.id, now, now).into());
+                records.push(self.defer(&job, now, now).into());
                 continue;
             }
             budget.runs.set(budget.runs.get() - 1);

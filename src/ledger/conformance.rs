@@ -76,9 +76,10 @@ fn spec(id: String, key: Option<String>, dedupe: Option<String>) -> JobSpec {
     }
 }
 
-fn complete(id: &str, owner: &str, at: i64) -> Record {
+fn complete(job: &JobSpec, owner: &str, at: i64) -> Record {
     Transition::Complete {
-        id: id.into(),
+        id: job.id.clone(),
+        route: job.route(),
         owner: owner.into(),
         at,
         result: Some("{\"ok\":1}".into()),
@@ -113,7 +114,7 @@ async fn claim_and_complete<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     })?;
     let again = l.claim_all(&[&a], "w2", lease(T0 + 1)).await.map_err(infra)?;
     check(matches!(again.as_slice(), [Claimed::Running(Some(_))]), || format!("second claim: {again:?}"))?;
-    let applied = l.record_all(&[complete(&a.id, "w2", T0 + 2), complete(&a.id, "w1", T0 + 3)]).await.map_err(infra)?;
+    let applied = l.record_all(&[complete(&a, "w2", T0 + 2), complete(&a, "w1", T0 + 3)]).await.map_err(infra)?;
     check(applied == [false, true], || format!("completions by w2 then w1 applied {applied:?}"))?;
     let done = l.get(&a.id).await.map_err(infra)?;
     check(done.as_ref().is_some_and(|j| j.status == Status::Done && j.result.is_some()), || format!("{done:?}"))?;
@@ -126,6 +127,7 @@ async fn retry_waits<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     l.claim_all(&[&a], "w1", lease(T0)).await.map_err(infra)?;
     let fail = Transition::Fail {
         id: a.id.clone(),
+        route: a.route(),
         owner: "w1".into(),
         at: T0 + 1,
         to: Status::Pending,
@@ -203,7 +205,7 @@ async fn strict_chain<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
         format!("claimed {:?}", k.state.claimed)
     })?;
     let next = ClaimSpec { owner: "w1", lease: lease(T0 + 10), on_dead: OnDead::Block, limit: 5 };
-    let step = l.step(&key, &[complete(&x.id, "w1", T0 + 10)], Some((next, Some(&x.id))), OnDead::Block).await;
+    let step = l.step(&key, &[complete(&x, "w1", T0 + 10)], Some((next, Some(&x.id))), OnDead::Block).await;
     let step = step.map_err(infra)?;
     check(step.recorded == [true], || format!("recorded {:?}", step.recorded))?;
     check(step.state.claimed.iter().map(|j| j.id.as_str()).eq([y.id.as_str()]), || {
@@ -214,7 +216,7 @@ async fn strict_chain<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
 async fn reap_expired<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     let a = spec(n.id("reap", "a"), None, None);
     l.claim_all(&[&a], "w-dead", lease(T0)).await.map_err(infra)?;
-    let held = l.renew("w-dead", T0 + 1, T0 + LEASE_MS, std::slice::from_ref(&a.id)).await.map_err(infra)?;
+    let held = l.renew("w-dead", T0 + 1, T0 + LEASE_MS, &[(a.id.clone(), a.route())]).await.map_err(infra)?;
     check(held.contains(&a.id), || format!("renewal held {held:?}"))?;
     let reaped = l.reap(T0 + 10 * LEASE_MS, 1000).await.map_err(infra)?;
     let ours: Vec<_> = reaped.iter().filter(|j| j.id == a.id).collect();

@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{int_of, stmt, Counts, Ledger, Row, Sql, Status};
+use super::{int_of, stmt, Counts, Row, Shard, Sql, Status};
 use crate::error::InfraError;
 
 /// Events kept per job (the ring's size; the schema's CHECK allows up to 20).
@@ -259,12 +259,7 @@ pub fn activity(now: i64, now_open: i64, runs: &[Row], jobs: &[Row]) -> Vec<Minu
     minutes
 }
 
-impl<S: Sql> Ledger<S> {
-    /// A job's history, oldest first, its row's successful run included.
-    pub async fn events(&self, job_id: &str) -> Result<Vec<Event>, InfraError> {
-        Ok(self.get_with_history(job_id).await?.map(|(_, events)| events).unwrap_or_default())
-    }
-
+impl<S: Sql> Shard<S> {
     /// The activity of the last hour, in one round trip.
     pub async fn activity(&self, now: i64) -> Result<Vec<Minute>, InfraError> {
         let since = (now.div_euclid(60_000) - (ACTIVITY_MINUTES - 1)) * 60_000;

@@ -6,14 +6,14 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use super::history::Run;
-use super::{stmt, Job, Ledger, Sql};
+use super::{stmt, Job, Shard, Sql};
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 
 /// Who the cron's reaper records expired runs as.
 const MAINTENANCE_ACTOR: &str = "maintenance";
 
-impl<S: Sql> Ledger<S> {
+impl<S: Sql> Shard<S> {
     /// Extends `owner`'s leases on `ids` (the jobs it claimed) until `until`: the ids still ours.
     pub async fn renew(
         &self,
@@ -33,7 +33,7 @@ impl<S: Sql> Ledger<S> {
     }
 
     /// The history lines of reaped runs.
-    pub async fn record_reaped(&self, reaped: &[Job], now: i64) -> Result<(), InfraError> {
+    pub async fn record_reaped(&self, reaped: &[&Job], now: i64) -> Result<(), InfraError> {
         let runs: Vec<Run> =
             reaped.iter().map(|j| Run::ended(j, now, now, j.last_error.clone(), MAINTENANCE_ACTOR)).collect();
         self.record_runs(&runs).await
@@ -52,7 +52,7 @@ impl<S: Sql> Ledger<S> {
 
     /// Takes each found PENDING job for re-sending, if unchanged since it was read (so two
     /// overlapping runs never both send it): the jobs taken.
-    pub async fn take_for_resend(&self, found: &[Job], now: i64) -> Result<Vec<Job>, InfraError> {
+    pub async fn take_for_resend(&self, found: &[&Job], now: i64) -> Result<Vec<Job>, InfraError> {
         if found.is_empty() {
             return Ok(Vec::new());
         }

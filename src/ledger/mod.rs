@@ -26,6 +26,7 @@ pub mod conformance;
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
 pub mod history;
+mod shards;
 mod maintain;
 #[cfg(test)]
 mod params;
@@ -35,6 +36,7 @@ mod params;
 pub mod stmt;
 #[cfg(not(feature = "testing"))]
 mod stmt;
+pub mod route;
 pub mod store;
 pub mod strict;
 pub mod transition;
@@ -44,6 +46,8 @@ use serde_json::Value;
 
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
+pub use route::Route;
+pub use shards::{Ledger, MAX_SHARDS};
 pub use store::{Param, Row, Sql, Stmt};
 pub use transition::{Record, RecordedDead, Transition};
 
@@ -213,6 +217,11 @@ impl Job {
         rows.iter().map(Job::from_row).collect()
     }
 
+    /// Where the job lives (which shard of a sharded ledger).
+    pub fn route(&self) -> Route {
+        Route::of(self.ordering_key.as_deref(), self.dedupe_key.as_deref(), &self.id)
+    }
+
     /// What the row says the job is (for statements that take a spec).
     pub fn spec(&self) -> JobSpec {
         JobSpec {
@@ -246,6 +255,13 @@ pub struct JobSpec {
     pub max_attempts: u32,
     /// 0 most urgent .. 9.
     pub priority: u8,
+}
+
+impl JobSpec {
+    /// Where the job lives (which shard of a sharded ledger).
+    pub fn route(&self) -> Route {
+        Route::of(self.ordering_key.as_deref(), self.dedupe_key.as_deref(), &self.id)
+    }
 }
 
 /// The times a claim binds: now, the lease's end, and how early a PENDING job may be taken.
@@ -348,6 +364,15 @@ pub struct DeadMatches {
     pub ids: Vec<String>,
 }
 
+/// One shard's [`DeadMatches`], each id with when it died.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct DeadFound {
+    pub matched: i64,
+    pub redrivable: i64,
+    /// (finished_at, id), oldest death first.
+    pub ids: Vec<(i64, String)>,
+}
+
 /// What a cancel did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cancel {
@@ -370,27 +395,14 @@ pub enum Redrive {
     Refused(Job),
 }
 
-/// The job ledger over any [`Sql`] backend: every read and write of a job's row is a method
-/// here (or in `strict.rs`, `transition.rs`, `history.rs`, `maintain.rs`), taking typed values
-/// and answering verdicts or rows. No other module sees a statement.
-pub struct Ledger<S> {
+/// One database of the ledger (D1, one SQLite Durable Object, or SQLite in tests): every read and
+/// write of a job's row is a method here (or in `strict.rs`, `transition.rs`, `history.rs`,
+/// `maintain.rs`), taking typed values and answering verdicts or rows. [`Ledger`] routes to these.
+pub(crate) struct Shard<S> {
     sql: S,
 }
 
-impl<S> Ledger<S> {
-    /// Wraps a backend.
-    pub fn new(sql: S) -> Self {
-        Ledger { sql }
-    }
-
-    /// The backend, for the project's tests that look under the ledger.
-    #[cfg(feature = "testing")]
-    pub fn backend(&self) -> &S {
-        &self.sql
-    }
-}
-
-impl<S: Sql> Ledger<S> {
+impl<S: Sql> Shard<S> {
     /// One job.
     pub async fn get(&self, id: &str) -> Result<Option<Job>, InfraError> {
         Job::first(&self.sql.query(stmt::get(id)).await?)
@@ -468,14 +480,14 @@ impl<S: Sql> Ledger<S> {
 
     /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
     pub async fn enqueue(&self, job: &JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
-        let mut out = self.enqueue_all(&[(job, next_run_at)], now).await?;
+        let mut out = self.enqueue_all(&[&(job, next_run_at)], now).await?;
         out.pop().ok_or_else(|| InfraError::new("D1", "enqueue returned no result"))
     }
 
     /// Records many API jobs PENDING in one round trip, in order (one statement each): for each,
     /// `(job, inserted)`; when not inserted, the job it duplicates (same id, or the active holder of
     /// its dedupe key), read in a second round trip only when there are duplicates.
-    pub async fn enqueue_all(&self, jobs: &[(&JobSpec, i64)], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
+    pub async fn enqueue_all(&self, jobs: &[&(&JobSpec, i64)], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
         let out = self
             .sql
             .batch(jobs.iter().map(|(job, next_run_at)| stmt::enqueue(job, now, *next_run_at)).collect())
@@ -529,16 +541,19 @@ impl<S: Sql> Ledger<S> {
     }
 
     /// DEAD jobs matching `filter`: how many, how many can be redriven, and the first `limit` of
-    /// those (oldest death first).
-    pub async fn dead_matching(&self, filter: &DeadFilter, limit: u32) -> Result<DeadMatches, InfraError> {
+    /// those (oldest death first), each with when it died (to merge shards by).
+    pub async fn dead_matching(&self, filter: &DeadFilter, limit: u32) -> Result<DeadFound, InfraError> {
         let rows = self.sql.query(stmt::dead_matching(filter, limit)).await?;
         let count = |c: &str| rows.first().and_then(|r| r.get(c)).and_then(int_of).unwrap_or(0);
         let ids = rows
             .iter()
             .filter(|r| r.get("redrivable_row").and_then(int_of) == Some(1))
-            .filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_string))
+            .filter_map(|r| {
+                let id = r.get("id").and_then(Value::as_str)?;
+                Some((r.get("finished_at").and_then(int_of).unwrap_or(0), id.to_string()))
+            })
             .collect();
-        Ok(DeadMatches { matched: count("matched"), redrivable: count("redrivable"), ids })
+        Ok(DeadFound { matched: count("matched"), redrivable: count("redrivable"), ids })
     }
 
     /// The job to wake once `key`'s holder is gone (cancelled): in strict mode the key's head; in

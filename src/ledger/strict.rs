@@ -4,7 +4,7 @@
 //! (parked, claimed, recorded, the key's head), never raw rows. Must not: run handlers or decide
 //! acks (the consumer's `strict` module does).
 
-use super::{int_of, stmt, Job, JobSpec, Lease, Ledger, Record, Row, Sql};
+use super::{int_of, stmt, Job, JobSpec, Lease, Record, Row, Shard, Sql};
 use crate::config::OnDead;
 use crate::error::InfraError;
 
@@ -103,13 +103,13 @@ pub enum Skip {
     NotBlocked,
 }
 
-impl<S: Sql> Ledger<S> {
+impl<S: Sql> Shard<S> {
     /// Parks every delivered keyed job and, in the same transaction, tries the claim of each key
     /// marked `claim`: so a runner finishing the key either sees our jobs or has finished before our
     /// claim looks. Every key's head is read afterwards.
     pub async fn park_and_claim(
         &self,
-        keys: &[Intake<'_>],
+        keys: &[&Intake<'_>],
         claim: ClaimSpec<'_>,
     ) -> Result<Vec<KeyIntake>, InfraError> {
         let now = claim.lease.now;
@@ -154,12 +154,12 @@ impl<S: Sql> Ledger<S> {
     pub async fn step(
         &self,
         key: &str,
-        records: &[Record],
+        records: &[&Record],
         next: Option<(ClaimSpec<'_>, Option<&str>)>,
         on_dead: OnDead,
     ) -> Result<Step, InfraError> {
         let n = records.len();
-        let (mut stmts, rides): (Vec<_>, Vec<_>) = records.iter().map(Record::stmts).unzip();
+        let (mut stmts, rides): (Vec<_>, Vec<_>) = records.iter().map(|r| r.stmts()).unzip();
         // History rows ride in the same round trip, after every transition; what they return is not
         // looked at.
         stmts.extend(rides.into_iter().flatten());

@@ -10,7 +10,7 @@
 //! ```
 
 use super::history::{Run, RunOutcome};
-use super::{stmt, Job, JobSpec, Ledger, Sql, Status, Stmt};
+use super::{stmt, Job, JobSpec, Route, Shard, Sql, Status, Stmt};
 use crate::error::InfraError;
 
 /// One change to one job's row.
@@ -21,6 +21,8 @@ pub enum Transition {
     Complete {
         /// The job.
         id: String,
+        /// Where it lives ([`Job::route`]).
+        route: Route,
         /// Its lease owner.
         owner: String,
         /// ms.
@@ -34,6 +36,8 @@ pub enum Transition {
     Fail {
         /// The job.
         id: String,
+        /// Where it lives ([`Job::route`]).
+        route: Route,
         /// Its lease owner.
         owner: String,
         /// ms.
@@ -50,6 +54,8 @@ pub enum Transition {
     Snooze {
         /// The job.
         id: String,
+        /// Where it lives ([`Job::route`]).
+        route: Route,
         /// Its lease owner.
         owner: String,
         /// ms.
@@ -64,6 +70,8 @@ pub enum Transition {
     Defer {
         /// The job.
         id: String,
+        /// Where it lives ([`Job::route`]).
+        route: Route,
         /// Its lease owner.
         owner: String,
         /// ms.
@@ -107,20 +115,31 @@ impl Transition {
         }
     }
 
+    /// Where the job lives.
+    pub fn route(&self) -> Route {
+        match self {
+            Transition::Complete { route, .. }
+            | Transition::Fail { route, .. }
+            | Transition::Snooze { route, .. }
+            | Transition::Defer { route, .. } => *route,
+            Transition::RecordDead { spec, .. } | Transition::NoteDeferral { spec, .. } => spec.route(),
+        }
+    }
+
     /// The statement whose returned row says the transition applied, and one that rides with it.
     fn stmts(&self) -> (Stmt, Option<Stmt>) {
         let one = |s| (s, None);
         match self {
-            Transition::Complete { id, owner, at, result, http_status } => {
+            Transition::Complete { id, owner, at, result, http_status, .. } => {
                 one(stmt::complete(id, owner, *at, result.as_deref(), *http_status))
             }
-            Transition::Fail { id, owner, at, to, next_run_at, error } => {
+            Transition::Fail { id, owner, at, to, next_run_at, error, .. } => {
                 one(stmt::fail(id, owner, *at, *to, *next_run_at, error))
             }
-            Transition::Snooze { id, owner, at, next_run_at, payload } => {
+            Transition::Snooze { id, owner, at, next_run_at, payload, .. } => {
                 one(stmt::snooze(id, owner, *at, *next_run_at, payload.as_deref()))
             }
-            Transition::Defer { id, owner, at, next_run_at } => one(stmt::defer(id, owner, *at, *next_run_at)),
+            Transition::Defer { id, owner, at, next_run_at, .. } => one(stmt::defer(id, owner, *at, *next_run_at)),
             Transition::RecordDead { spec, at, error } => one(stmt::record_dead(spec, *at, error)),
             Transition::NoteDeferral { spec, at, next_run_at, slack_ms } => (
                 stmt::note_deferral(spec, *at, *next_run_at),
@@ -163,10 +182,10 @@ pub struct RecordedDead {
     pub job: Option<Job>,
 }
 
-impl<S: Sql> Ledger<S> {
+impl<S: Sql> Shard<S> {
     /// Applies records in one round trip, in order: for each, whether its transition changed its
     /// row (a guarded one that did not: the lease was lost).
-    pub async fn record_all(&self, records: &[Record]) -> Result<Vec<bool>, InfraError> {
+    pub async fn record_all(&self, records: &[&Record]) -> Result<Vec<bool>, InfraError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
@@ -184,9 +203,9 @@ impl<S: Sql> Ledger<S> {
 
     /// Records jobs that can never run DEAD with their errors, in one round trip, and reads each
     /// row back (a job running elsewhere is left to its run).
-    pub async fn record_dead_all(&self, jobs: &[(JobSpec, String)], now: i64) -> Result<Vec<RecordedDead>, InfraError> {
+    pub async fn record_dead_all(&self, jobs: &[&(JobSpec, String)], now: i64) -> Result<Vec<RecordedDead>, InfraError> {
         let mut stmts = Vec::with_capacity(jobs.len() * 2);
-        for (spec, error) in jobs {
+        for (spec, error) in jobs.iter().copied() {
             stmts.push(stmt::record_dead(spec, now, error));
             stmts.push(stmt::get(&spec.id));
         }

@@ -5,7 +5,7 @@
 -- Each filter is NULL for any: ?1 type, ?2 ordering_key, ?3 text the error contains, ?4 died at or
 -- after (ms), ?5 died before (ms); ?6 limit
 -- params: ?1 type, ?2 ordering_key, ?3 error, ?4 from, ?5 to, ?6 limit
-SELECT id, redrivable_now AS redrivable_row, count(*) OVER () AS matched,
+SELECT id, finished_at, redrivable_now AS redrivable_row, count(*) OVER () AS matched,
        sum(redrivable_now) OVER () AS redrivable
 FROM (
   SELECT id, finished_at,

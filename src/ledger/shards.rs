@@ -1,0 +1,430 @@
+//! The ledger over its shards (design §19): one database (D1, `LEDGER = "d1"`) or N SQLite
+//! Durable Objects (`LEDGER = "do"`). Every method the crate calls is here, with the same shape
+//! whatever N is: work on jobs goes to the shard of each job's [`Route`] (one request per shard
+//! touched, the shards concurrently, answers put back in the caller's order), lookups by id alone
+//! ask every shard, and lists, counts and scans ask every shard and merge.
+//!
+//! With one shard every call is exactly the single database's: the same statements, the same
+//! round trips. Must not: hold SQL (the shard methods in the sibling modules do), or let a key's
+//! jobs reach two shards (routing is only [`Route::shard`]).
+
+use std::collections::{BTreeMap, HashSet};
+
+use futures::future::join_all;
+
+use super::history::{Event, Minute};
+use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Skip, Step};
+use super::{
+    Cancel, Claimed, Counts, DeadFilter, DeadMatches, Job, JobSpec, Lease, ListFilter, Record, RecordedDead, Redrive,
+    Route, Shard, Sql,
+};
+use crate::config::{OnDead, OrderingMode};
+use crate::error::InfraError;
+
+/// Most shards a ledger may have: an API list asks every shard, and the free plan allows 50
+/// subrequests per invocation.
+pub const MAX_SHARDS: usize = 32;
+
+/// The job ledger: every read and write of a job's row is a method here, taking typed values and
+/// answering verdicts or rows. No other module sees a statement or a shard.
+pub struct Ledger<S> {
+    shards: Vec<Shard<S>>,
+}
+
+fn mismatch() -> InfraError {
+    InfraError::new("ledger", "a shard answered a different number of results than it was asked")
+}
+
+impl<S> Ledger<S> {
+    /// A ledger in one database.
+    pub fn new(sql: S) -> Self {
+        Ledger { shards: vec![Shard { sql }] }
+    }
+
+    /// A ledger over `shards` databases (at least one), in shard order: shard `i` must always be
+    /// the same database.
+    pub fn sharded(shards: Vec<S>) -> Self {
+        Ledger { shards: shards.into_iter().map(|sql| Shard { sql }).collect() }
+    }
+
+    /// How many shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The first shard's backend, for the project's tests that look under the ledger.
+    #[cfg(feature = "testing")]
+    pub fn backend(&self) -> &S {
+        &self.shards[0].sql
+    }
+
+    /// Every shard's backend, in shard order.
+    #[cfg(feature = "testing")]
+    pub fn backends(&self) -> impl Iterator<Item = &S> {
+        self.shards.iter().map(|s| &s.sql)
+    }
+
+    fn at(&self, route: Route) -> &Shard<S> {
+        &self.shards[route.shard(self.shards.len())]
+    }
+}
+
+impl<S: Sql> Ledger<S> {
+    /// Splits `items` by shard, runs `f` on each shard touched with its items (in their order),
+    /// every shard at once, and puts the answers back in the order of `items`. Any shard's error is
+    /// the call's error (what the other shards applied stands, as after a lost answer).
+    async fn routed<'t, T, R>(
+        &self,
+        items: &'t [T],
+        route: impl Fn(&T) -> Route,
+        f: impl AsyncFn(&Shard<S>, Vec<&'t T>) -> Result<Vec<R>, InfraError>,
+    ) -> Result<Vec<R>, InfraError> {
+        if let [one] = self.shards.as_slice() {
+            return f(one, items.iter().collect()).await;
+        }
+        let mut parts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (i, item) in items.iter().enumerate() {
+            parts.entry(route(item).shard(self.shards.len())).or_default().push(i);
+        }
+        let answers =
+            join_all(parts.iter().map(|(&s, at)| f(&self.shards[s], at.iter().map(|&i| &items[i]).collect()))).await;
+        let mut out: Vec<Option<R>> = items.iter().map(|_| None).collect();
+        for ((_, at), answer) in parts.iter().zip(answers) {
+            let answer = answer?;
+            if answer.len() != at.len() {
+                return Err(mismatch());
+            }
+            for (&i, r) in at.iter().zip(answer) {
+                out[i] = Some(r);
+            }
+        }
+        out.into_iter().map(|r| r.ok_or_else(mismatch)).collect()
+    }
+
+    /// Runs `f` on every shard at once: the answers in shard order.
+    async fn every<R>(&self, f: impl AsyncFn(&Shard<S>) -> Result<R, InfraError>) -> Result<Vec<R>, InfraError> {
+        join_all(self.shards.iter().map(|s| f(s))).await.into_iter().collect()
+    }
+
+    /// The shard holding `id` (asked of every shard when there are several), or `None`.
+    async fn holder(&self, id: &str) -> Result<Option<&Shard<S>>, InfraError> {
+        if let [one] = self.shards.as_slice() {
+            return Ok(Some(one));
+        }
+        let found = self.every(async |s| s.get(id).await).await?;
+        Ok(found.iter().position(Option::is_some).map(|i| &self.shards[i]))
+    }
+
+    /// One job (asked of every shard when there are several: an id does not say its shard).
+    pub async fn get(&self, id: &str) -> Result<Option<Job>, InfraError> {
+        Ok(self.every(async |s| s.get(id).await).await?.into_iter().flatten().next())
+    }
+
+    /// One job with its history (oldest event first), in one round trip per shard.
+    pub async fn get_with_history(&self, id: &str) -> Result<Option<(Job, Vec<Event>)>, InfraError> {
+        Ok(self.every(async |s| s.get_with_history(id).await).await?.into_iter().flatten().next())
+    }
+
+    /// Jobs by id (each shard asked for all of them): `None` for each id without a row.
+    pub async fn get_all(&self, ids: &[&str]) -> Result<Vec<Option<Job>>, InfraError> {
+        let per_shard = self.every(async |s| s.get_all(ids).await).await?;
+        Ok((0..ids.len()).map(|i| per_shard.iter().find_map(|rows| rows.get(i).cloned().flatten())).collect())
+    }
+
+    /// Jobs by id, each looked up in the shard of its route only.
+    pub async fn get_routed(&self, jobs: &[(&str, Route)]) -> Result<Vec<Option<Job>>, InfraError> {
+        self.routed(jobs, |j| j.1, async |s, part| s.get_all(&part.iter().map(|j| j.0).collect::<Vec<_>>()).await)
+            .await
+    }
+
+    /// Claims each delivered job for `owner` (lock mode, and strict mode's unkeyed jobs): a new
+    /// job is inserted RUNNING, a due PENDING one (or one whose lease expired with attempts left)
+    /// becomes RUNNING; each refusal says why, from the row read after it.
+    pub async fn claim_all(&self, jobs: &[&JobSpec], owner: &str, lease: Lease) -> Result<Vec<Claimed>, InfraError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.routed(jobs, |j| j.route(), async |s, part| {
+            s.claim_all(&part.into_iter().copied().collect::<Vec<_>>(), owner, lease).await
+        })
+        .await
+    }
+
+    /// Counts by status, zeros included, summed over the shards.
+    pub async fn counts(&self) -> Result<Counts, InfraError> {
+        Ok(self.every(async |s| s.counts().await).await?.into_iter().fold(Counts::default(), |a, c| Counts {
+            pending: a.pending + c.pending,
+            running: a.running + c.running,
+            done: a.done + c.done,
+            dead: a.dead + c.dead,
+        }))
+    }
+
+    /// A page of jobs, newest first (by `(created_at, id)`, which orders every shard alike, so a
+    /// page is each shard's page merged and cut); the cursor for the next page when there may be
+    /// more. A key's jobs are all in its shard: a list by key asks that shard alone.
+    pub async fn list(
+        &self,
+        filter: &ListFilter<'_>,
+        cursor: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<(Vec<Job>, Option<(i64, String)>), InfraError> {
+        if let Some(key) = filter.ordering_key {
+            return self.at(Route::key(key)).list(filter, cursor, limit).await;
+        }
+        let pages = self.every(async |s| s.list(filter, cursor, limit).await).await?;
+        if pages.len() == 1 {
+            return Ok(pages.into_iter().next().unwrap_or_default());
+        }
+        let mut jobs: Vec<Job> = pages.into_iter().flat_map(|(jobs, _)| jobs).collect();
+        jobs.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        jobs.truncate(limit as usize);
+        let next = if jobs.len() as u32 == limit { jobs.last().map(|j| (j.created_at, j.id.clone())) } else { None };
+        Ok((jobs, next))
+    }
+
+    /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
+    pub async fn enqueue(&self, job: &JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
+        self.at(job.route()).enqueue(job, now, next_run_at).await
+    }
+
+    /// Records many API jobs PENDING, in order, one round trip per shard: for each, `(job,
+    /// inserted)`; when not inserted, the job it duplicates (same id, or the active holder of its
+    /// dedupe key in its shard).
+    pub async fn enqueue_all(&self, jobs: &[(&JobSpec, i64)], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
+        self.routed(jobs, |j| j.0.route(), async |s, part| s.enqueue_all(&part, now).await).await
+    }
+
+    /// DEAD -> PENDING, or why not; audited in the job's history.
+    pub async fn redrive(&self, id: &str, now: i64) -> Result<Redrive, InfraError> {
+        match self.holder(id).await? {
+            Some(s) => s.redrive(id, now).await,
+            None => Ok(Redrive::NotFound),
+        }
+    }
+
+    /// Redrives many jobs, in order, one round trip per shard holding some (found first when
+    /// there are several shards); each audited.
+    pub async fn redrive_all(&self, ids: &[&str], now: i64) -> Result<Vec<Redrive>, InfraError> {
+        if self.shards.len() == 1 {
+            return self.shards[0].redrive_all(ids, now).await;
+        }
+        let found = self.get_all(ids).await?;
+        let known: Vec<(&str, Route)> =
+            ids.iter().zip(&found).filter_map(|(id, j)| j.as_ref().map(|j| (*id, j.route()))).collect();
+        let mut done = self
+            .routed(&known, |j| j.1, async |s, part| s.redrive_all(&part.iter().map(|j| j.0).collect::<Vec<_>>(), now).await)
+            .await?
+            .into_iter();
+        Ok(found.iter().map(|j| if j.is_some() { done.next().unwrap_or(Redrive::NotFound) } else { Redrive::NotFound }).collect())
+    }
+
+    /// DEAD jobs matching `filter`: how many, how many can be redriven, and the first `limit` of
+    /// those (oldest death first, merged over the shards).
+    pub async fn dead_matching(&self, filter: &DeadFilter, limit: u32) -> Result<DeadMatches, InfraError> {
+        let found = match filter.ordering_key.as_deref() {
+            Some(key) => vec![self.at(Route::key(key)).dead_matching(filter, limit).await?],
+            None => self.every(async |s| s.dead_matching(filter, limit).await).await?,
+        };
+        let mut ids: Vec<(i64, String)> = found.iter().flat_map(|f| f.ids.iter().cloned()).collect();
+        ids.sort();
+        ids.truncate(limit as usize);
+        Ok(DeadMatches {
+            matched: found.iter().map(|f| f.matched).sum(),
+            redrivable: found.iter().map(|f| f.redrivable).sum(),
+            ids: ids.into_iter().map(|(_, id)| id).collect(),
+        })
+    }
+
+    /// The job to wake once `key`'s holder is gone (cancelled): in strict mode the key's head; in
+    /// lock mode its oldest PENDING job if it was put off behind the holder (made due now).
+    /// `None` when there is no PENDING job to wake.
+    pub async fn key_to_wake(
+        &self,
+        key: &str,
+        mode: OrderingMode,
+        on_dead: OnDead,
+        now: i64,
+    ) -> Result<Option<Job>, InfraError> {
+        self.at(Route::key(key)).key_to_wake(key, mode, on_dead, now).await
+    }
+
+    /// PENDING -> DEAD "cancelled", or why not; audited in the job's history.
+    pub async fn cancel(&self, id: &str, now: i64) -> Result<Cancel, InfraError> {
+        match self.holder(id).await? {
+            Some(s) => s.cancel(id, now).await,
+            None => Ok(Cancel::NotFound),
+        }
+    }
+
+    /// Applies records, in order, one round trip per shard: for each, whether its transition
+    /// changed its row (a guarded one that did not: the lease was lost).
+    pub async fn record_all(&self, records: &[Record]) -> Result<Vec<bool>, InfraError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.routed(records, |r| r.transition.route(), async |s, part| s.record_all(&part).await).await
+    }
+
+    /// Records jobs that can never run DEAD with their errors, one round trip per shard, and reads
+    /// each row back (a job running elsewhere is left to its run).
+    pub async fn record_dead_all(&self, jobs: &[(JobSpec, String)], now: i64) -> Result<Vec<RecordedDead>, InfraError> {
+        self.routed(jobs, |j| j.0.route(), async |s, part| s.record_dead_all(&part, now).await).await
+    }
+
+    /// Ends the leases of `owners`, invocations known to have died, in every shard: their RUNNING
+    /// jobs back to PENDING (or DEAD when out of attempts), `why` their error, each run in its
+    /// job's history. Returns the ended jobs' rows.
+    pub async fn end_leases(&self, owners: &[&str], now: i64, why: &str) -> Result<Vec<Job>, InfraError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.every(async |s| s.end_leases(owners, now, why).await).await?.into_iter().flatten().collect())
+    }
+
+    /// Extends `owner`'s leases on `jobs` (the jobs it claimed) until `until`: the ids still ours.
+    pub async fn renew(
+        &self,
+        owner: &str,
+        now: i64,
+        until: i64,
+        jobs: &[(String, Route)],
+    ) -> Result<HashSet<String>, InfraError> {
+        let held = self
+            .routed(jobs, |j| j.1, async |s, part| {
+                let ids: Vec<String> = part.iter().map(|j| j.0.clone()).collect();
+                let held = s.renew(owner, now, until, &ids).await?;
+                Ok(ids.into_iter().map(|id| held.contains(&id).then_some(id)).collect())
+            })
+            .await?;
+        Ok(held.into_iter().flatten().collect())
+    }
+
+    /// Expired leases back to PENDING (or DEAD when out of attempts), at most `limit` per shard:
+    /// their rows. Each expired lease was a run that never reported; [`Self::record_reaped`]
+    /// writes its line.
+    pub async fn reap(&self, now: i64, limit: u32) -> Result<Vec<Job>, InfraError> {
+        Ok(self.every(async |s| s.reap(now, limit).await).await?.into_iter().flatten().collect())
+    }
+
+    /// The history lines of reaped runs.
+    pub async fn record_reaped(&self, reaped: &[Job], now: i64) -> Result<(), InfraError> {
+        if reaped.is_empty() {
+            return Ok(());
+        }
+        self.routed(reaped, Job::route, async |s, part| {
+            let n = part.len();
+            s.record_reaped(&part, now).await.map(|()| vec![(); n])
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// PENDING jobs due before `due_before` (their message was probably lost), at most `limit` in
+    /// all, most urgent and longest due first; in strict mode only those outside a key's sequence.
+    pub async fn overdue(&self, due_before: i64, limit: u32, mode: OrderingMode) -> Result<Vec<Job>, InfraError> {
+        let found = self.every(async |s| s.overdue(due_before, limit, mode).await).await?;
+        Ok(most_urgent(found, limit))
+    }
+
+    /// Strict mode: the due heads of keys nothing runs, at most `limit` in all.
+    pub async fn stalled_heads(&self, due_before: i64, on_dead: OnDead, limit: u32) -> Result<Vec<Job>, InfraError> {
+        let found = self.every(async |s| s.stalled_heads(due_before, on_dead, limit).await).await?;
+        Ok(most_urgent(found, limit))
+    }
+
+    /// Takes each found PENDING job for re-sending, if unchanged since it was read (so two
+    /// overlapping runs never both send it): the jobs taken.
+    pub async fn take_for_resend(&self, found: &[Job], now: i64) -> Result<Vec<Job>, InfraError> {
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let taken = self
+            .routed(found, Job::route, async |s, part| {
+                let taken = s.take_for_resend(&part, now).await?;
+                Ok(part.iter().map(|j| taken.iter().find(|t| t.id == j.id).cloned()).collect())
+            })
+            .await?;
+        Ok(taken.into_iter().flatten().collect())
+    }
+
+    /// Deletes at most `limit` DONE rows per shard finished before `before`, with their history:
+    /// how many.
+    pub async fn purge(&self, before: i64, limit: u32) -> Result<usize, InfraError> {
+        Ok(self.every(async |s| s.purge(before, limit).await).await?.into_iter().sum())
+    }
+
+    /// Parks every delivered keyed job and, in the same transaction, tries the claim of each key
+    /// marked `claim` (design §3b), one round trip per shard touched. Every key's head is read
+    /// afterwards.
+    pub async fn park_and_claim(
+        &self,
+        keys: &[Intake<'_>],
+        claim: ClaimSpec<'_>,
+    ) -> Result<Vec<KeyIntake>, InfraError> {
+        self.routed(keys, |k| Route::key(k.key), async |s, part| s.park_and_claim(&part, claim).await).await
+    }
+
+    /// Records a chain's results for `key` and, when `next` is given, claims the key's next jobs
+    /// chaining from `prev`, all in one round trip to the key's shard; then reads the key's head.
+    pub async fn step(
+        &self,
+        key: &str,
+        records: &[Record],
+        next: Option<(ClaimSpec<'_>, Option<&str>)>,
+        on_dead: OnDead,
+    ) -> Result<Step, InfraError> {
+        self.at(Route::key(key)).step(key, &records.iter().collect::<Vec<_>>(), next, on_dead).await
+    }
+
+    /// Keys blocked by a DEAD head, oldest first, at most `limit` in all.
+    pub async fn blocked_keys(&self, limit: u32) -> Result<Vec<BlockedKey>, InfraError> {
+        let mut keys: Vec<BlockedKey> =
+            self.every(async |s| s.blocked_keys(limit).await).await?.into_iter().flatten().collect();
+        keys.sort_by(|a, b| (a.head.finished_at, &a.head.id).cmp(&(b.head.finished_at, &b.head.id)));
+        keys.truncate(limit as usize);
+        Ok(keys)
+    }
+
+    /// Lets `key` move past its DEAD head.
+    pub async fn skip(&self, key: &str, now: i64) -> Result<Skip, InfraError> {
+        self.at(Route::key(key)).skip(key, now).await
+    }
+
+    /// A job's history, oldest first, its row's successful run included.
+    pub async fn events(&self, job_id: &str) -> Result<Vec<Event>, InfraError> {
+        Ok(self.get_with_history(job_id).await?.map(|(_, events)| events).unwrap_or_default())
+    }
+
+    /// The activity of the last hour, minute by minute, summed over the shards.
+    pub async fn activity(&self, now: i64) -> Result<Vec<Minute>, InfraError> {
+        let per_shard = self.every(async |s| s.activity(now).await).await?;
+        let mut sum = per_shard.first().cloned().unwrap_or_default();
+        for shard in per_shard.iter().skip(1) {
+            for (m, n) in sum.iter_mut().zip(shard) {
+                m.done += n.done;
+                m.failed += n.failed;
+                m.dead += n.dead;
+                m.backlog += n.backlog;
+            }
+        }
+        Ok(sum)
+    }
+
+    /// Audits an operator's skip of `skipped` (DEAD, as the skip left it). Best effort: the skip
+    /// stands without its line.
+    pub async fn audit_skip(&self, skipped: &Job) {
+        self.at(skipped.route()).audit_skip(&skipped.id, skipped.updated_at).await;
+    }
+}
+
+/// At most `limit` of the shards' finds, most urgent first, then longest due.
+fn most_urgent(found: Vec<Vec<Job>>, limit: u32) -> Vec<Job> {
+    if found.len() == 1 {
+        return found.into_iter().flatten().collect();
+    }
+    let mut jobs: Vec<Job> = found.into_iter().flatten().collect();
+    jobs.sort_by_key(|j| (j.priority, j.next_run_at));
+    jobs.truncate(limit as usize);
+    jobs
+}
