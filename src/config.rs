@@ -40,6 +40,15 @@ impl OrderingMode {
     }
 }
 
+/// Where the job ledger lives (`LEDGER`, `LEDGER_SHARDS`; design §19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerBackend {
+    /// One D1 database (`DB`): small deployments, a few hundred jobs a second.
+    D1,
+    /// This many SQLite-backed Durable Objects (`LEDGER_OBJECT`), each key's jobs in one of them.
+    Objects(u32),
+}
+
 /// What a DEAD head does to its key in strict mode (`ON_DEAD`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnDead {
@@ -88,6 +97,8 @@ pub struct Config {
     pub ordering_mode: OrderingMode,
     /// Strict mode: whether a DEAD head lets its key move on.
     pub on_dead: OnDead,
+    /// Where the ledger lives.
+    pub ledger: LedgerBackend,
     /// Whether webhooks may target loopback, private and link-local addresses (`WEBHOOK_ALLOW_PRIVATE`).
     pub allow_private_targets: bool,
     /// The main queue's name: its batches are run as jobs.
@@ -125,6 +136,7 @@ impl Default for Config {
             webhook_timeout_seconds: 30,
             ordering_mode: OrderingMode::Lock,
             on_dead: OnDead::Skip,
+            ledger: LedgerBackend::D1,
             strict_run_budget: 200,
             bulk_redrive_limit: 250,
             service_handlers: Vec::new(),
@@ -206,6 +218,7 @@ impl Config {
             urgent_priority,
             ordering_mode,
             on_dead,
+            ledger: ledger_backend(&lookup)?,
             strict_run_budget: num("STRICT_RUN_BUDGET", d.strict_run_budget, 1, 1000)?,
             bulk_redrive_limit: num("BULK_REDRIVE_LIMIT", d.bulk_redrive_limit, 1, MAX_BULK_REDRIVE)?,
             service_handlers: service_handlers(lookup("SERVICE_HANDLERS").as_deref().unwrap_or(""))?,
@@ -225,6 +238,26 @@ impl Config {
         })
     }
 }
+
+/// Reads `LEDGER` ("d1", the default, or "do") and, for "do", `LEDGER_SHARDS` (1 to
+/// [`MAX_SHARDS`](crate::ledger::MAX_SHARDS), 16 by default). The count can never change once a
+/// ledger exists: every shard stores it and refuses another (design §19).
+fn ledger_backend(lookup: &impl Fn(&str) -> Option<String>) -> Result<LedgerBackend, ConfigError> {
+    let objects = choice(lookup, "LEDGER", &[("d1", false), ("do", true)], "not d1 or do")?;
+    let max = crate::ledger::MAX_SHARDS as u32;
+    let shards = number(lookup, "LEDGER_SHARDS", DEFAULT_SHARDS, (1, max))?;
+    if !objects && lookup("LEDGER_SHARDS").is_some_and(|v| v.trim() != "1") {
+        return Err(ConfigError {
+            var: "LEDGER_SHARDS",
+            value: lookup("LEDGER_SHARDS").unwrap_or_default(),
+            reason: "shards are Durable Objects: set LEDGER = \"do\" (a D1 ledger is one database)",
+        });
+    }
+    Ok(if objects { LedgerBackend::Objects(shards) } else { LedgerBackend::D1 })
+}
+
+/// Shards of a `LEDGER = "do"` ledger when `LEDGER_SHARDS` is unset.
+pub const DEFAULT_SHARDS: u32 = 16;
 
 /// Reads `SERVICE_HANDLERS`: comma-separated `type=BINDING` pairs. A type is 1..64 of letters,
 /// digits and `_.:-`; a binding a JavaScript identifier; a type given twice, or the name of a
@@ -368,6 +401,17 @@ mod tests {
         assert!(with(&[("BACKOFF_BASE_SECONDS", "50"), ("BACKOFF_CAP_SECONDS", "10")]).is_err());
         assert_eq!(with(&[("WEBHOOK_TIMEOUT_SECONDS", "0")]).unwrap_err().var, "WEBHOOK_TIMEOUT_SECONDS");
         assert_eq!(with(&[("WEBHOOK_TIMEOUT_SECONDS", "301")]).unwrap_err().reason, "too large");
+    }
+
+    #[test]
+    fn the_ledger_backend_and_its_shards_are_read_and_checked() {
+        assert_eq!(with(&[]).unwrap().ledger, LedgerBackend::D1);
+        assert_eq!(with(&[("LEDGER", "do")]).unwrap().ledger, LedgerBackend::Objects(DEFAULT_SHARDS));
+        assert_eq!(with(&[("LEDGER", "do"), ("LEDGER_SHARDS", "4")]).unwrap().ledger, LedgerBackend::Objects(4));
+        assert_eq!(with(&[("LEDGER", "do"), ("LEDGER_SHARDS", "0")]).unwrap_err().var, "LEDGER_SHARDS");
+        assert_eq!(with(&[("LEDGER", "do"), ("LEDGER_SHARDS", "33")]).unwrap_err().var, "LEDGER_SHARDS");
+        assert_eq!(with(&[("LEDGER_SHARDS", "4")]).unwrap_err().var, "LEDGER_SHARDS");
+        assert_eq!(with(&[("LEDGER", "sqlite")]).unwrap_err().var, "LEDGER");
     }
 
     #[test]

@@ -17,8 +17,11 @@ use crate::edge::{self, SystemClock, WorkerFetch, WorkerKv};
 use crate::enqueue::{Enqueue, EnqueueError, Producer};
 use crate::error::InfraError;
 use crate::handlers::{Done, JobError, Services};
+use crate::config::LedgerBackend;
 use crate::ledger::d1::D1Sql;
-use crate::ledger::Ledger;
+use crate::ledger::durable::DoTransport;
+use crate::ledger::object::ShardSql;
+use crate::ledger::{Ledger, Row, Sql, Stmt};
 use crate::log::Event;
 use crate::seal::Sealer;
 
@@ -88,10 +91,41 @@ impl AppBuilder {
     }
 }
 
+/// The ledger's databases on Workers: D1, or the client of one shard's Durable Object.
+enum EdgeSql {
+    D1(D1Sql),
+    Shard(ShardSql<DoTransport>),
+}
+
+impl Sql for EdgeSql {
+    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
+        match self {
+            EdgeSql::D1(d1) => d1.batch(stmts).await,
+            EdgeSql::Shard(shard) => shard.batch(stmts).await,
+        }
+    }
+}
+
+/// The ledger `LEDGER` names: `DB`, or `LEDGER_SHARDS` objects of `LEDGER_OBJECT`.
+fn ledger_shards(env: &Env, backend: LedgerBackend) -> Result<Vec<EdgeSql>, StartError> {
+    match backend {
+        LedgerBackend::D1 => {
+            let db = env.d1(edge::DB_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
+            Ok(vec![EdgeSql::D1(D1Sql(db))])
+        }
+        LedgerBackend::Objects(n) => Ok(crate::ledger::durable::shards(env, n)
+            .map_err(|e| StartError::Binding(format!("{} ({e})", crate::ledger::durable::BINDING)))?
+            .into_iter()
+            .map(EdgeSql::Shard)
+            .collect()),
+    }
+}
+
 /// What every entry point opens, the same way and with the same checks ([`App::start`]).
 struct Started {
     cfg: crate::config::Config,
-    db: D1Sql,
+    /// The ledger's shards (one for D1).
+    shards: Vec<EdgeSql>,
     queue: crate::producer::Lanes<edge::WorkerQueue>,
     sealer: Option<edge::WebCryptoSealer>,
     /// (type, binding) pairs of `SERVICE_HANDLERS` whose binding the worker lacks.
@@ -109,6 +143,13 @@ enum StartError {
     Binding(String),
 }
 
+impl Started {
+    /// The ledger over the started shards.
+    fn ledger(&self) -> Ledger<&EdgeSql> {
+        Ledger::sharded(self.shards.iter().collect())
+    }
+}
+
 impl App {
     /// Opens the configuration and the bindings every entry point uses, with every check: the
     /// vars, the app's job types, `PAYLOAD_KEY`, then `DB` and the queues. A `SERVICE_HANDLERS`
@@ -123,19 +164,20 @@ impl App {
             }));
         }
         let sealer = edge::WebCryptoSealer::from_env(env).map_err(StartError::Config)?;
-        let db = env.d1(edge::DB_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
+        let shards = ledger_shards(env, cfg.ledger)?;
         let queue = edge::lanes(env, &cfg).map_err(|e| StartError::Binding(e.to_string()))?;
         let missing = missing_bindings(env, &cfg);
-        Ok(Started { cfg, db: D1Sql(db), queue, sealer, missing })
+        Ok(Started { cfg, shards, queue, sealer, missing })
     }
 
     /// The bindings alone, under the default configuration: what `fetch` answers a configuration
     /// error with.
     fn start_unconfigured(&self, env: &Env) -> Result<Started, StartError> {
         let cfg = crate::config::Config::default();
-        let db = env.d1(edge::DB_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
+        // Never reached, but there must be one: D1's, or else one shard's.
+        let shards = ledger_shards(env, LedgerBackend::D1).or_else(|_| ledger_shards(env, LedgerBackend::Objects(1)))?;
         let queue = edge::lanes(env, &cfg).map_err(|e| StartError::Binding(e.to_string()))?;
-        Ok(Started { cfg, db: D1Sql(db), queue, sealer: None, missing: Vec::new() })
+        Ok(Started { cfg, shards, queue, sealer: None, missing: Vec::new() })
     }
 
     /// An app with no job types yet.
@@ -166,7 +208,7 @@ impl App {
         let s = self.start(env).map_err(|e| EnqueueError::Unavailable(InfraError::new("config", e.to_string())))?;
         let sealer = s.sealer.as_ref().map(|s| s as &dyn Sealer);
         let types = Bound { types: &self.handlers, missing: s.missing.clone() };
-        let ledger = Ledger::new(&s.db);
+        let ledger = s.ledger();
         let producer = Producer::new(&ledger, &s.queue, &SystemClock, &s.cfg, &types, &edge::random_id, sealer);
         producer.enqueue_all(jobs).await
     }
@@ -210,7 +252,12 @@ impl App {
         let owner = format!("inv-{}", edge::random_id());
         // Live while it runs: a panic in this instance ends this invocation's runs too.
         let _live = crate::panics::Live::new(&owner);
-        let consumer = Consumer::new(&s.cfg, &kv, &s.db, &runner, &SystemClock, &s.queue, owner.clone())
+        let Some(first) = s.shards.first() else {
+            defer_all("the ledger has no shard");
+            return Ok(());
+        };
+        let consumer = Consumer::new(&s.cfg, &kv, first, &runner, &SystemClock, &s.queue, owner.clone())
+            .with_ledger(s.ledger())
             .with_random(&edge::random)
             .with_log(&log)
             .with_sealer(s.sealer.as_ref().map(|s| s as &dyn Sealer));
@@ -278,7 +325,7 @@ impl App {
             },
         };
         let types = Bound { types: &self.handlers, missing: s.missing.clone() };
-        let ledger = Ledger::new(&s.db);
+        let ledger = s.ledger();
         let api = Api {
             ledger: &ledger,
             queue: &s.queue,
@@ -309,7 +356,7 @@ impl App {
             Ok(s) => s,
             Err(e) => return log(&Event::ConfigError { error: format!("maintenance skipped: {e}") }),
         };
-        let r = crate::maintenance::run(&Ledger::new(&s.db), &s.queue, &SystemClock, &s.cfg).await;
+        let r = crate::maintenance::run(&s.ledger(), &s.queue, &SystemClock, &s.cfg).await;
         log(&Event::Maintenance { report: serde_json::to_value(&r).unwrap_or_default(), failed: !r.errors.is_empty() });
     }
 }

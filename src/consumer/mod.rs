@@ -278,6 +278,11 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
         }
     }
 
+    /// The ledger over these shards instead of the one database `new` was given (`LEDGER = "do"`).
+    pub fn with_ledger(self, ledger: Ledger<&'a S>) -> Self {
+        Consumer { ledger, ..self }
+    }
+
     /// Uniform random numbers in [0, 1) for jitter.
     pub fn with_random(self, random: &'a dyn Fn() -> f64) -> Self {
         Consumer { random, ..self }

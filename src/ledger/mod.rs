@@ -25,9 +25,12 @@
 pub mod conformance;
 #[cfg(target_arch = "wasm32")]
 pub mod d1;
+#[cfg(target_arch = "wasm32")]
+pub mod durable;
 pub mod history;
 mod shards;
 mod maintain;
+pub mod object;
 #[cfg(test)]
 mod params;
 // The statement builders are the ledger's own; the project's SQL tests reach them through the

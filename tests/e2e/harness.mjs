@@ -74,6 +74,9 @@ export class Target {
   }
 }
 
+/** The ledger's schema: how many migrations there are (src/ledger/object.rs, SCHEMA). */
+export const SCHEMA = readdirSync(join(root, "migrations")).filter((f) => f.endsWith(".sql")).length;
+
 /** Module rules for worker-build's output. */
 export const MODULES_RULES = [
   { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
@@ -93,7 +96,12 @@ export async function migrate(db) {
   }
 }
 
-export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers, serviceBindings, buildDir = "build", workerOptions = {} } = {}) {
+/**
+ * Starts orderly under miniflare. `ledger: { shards, className }` runs the ledger on `shards`
+ * SQLite-backed Durable Objects of the worker's class `className` (LEDGER = "do") instead of D1;
+ * then `job(id)` reads the job through the API (there is no one database to read).
+ */
+export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers, serviceBindings, buildDir = "build", workerOptions = {} } = {}) {
   const target = new Target();
   // Other Workers may reach the target too: give them `outboundService: target` as a function.
   if (typeof extraWorkers === "function") extraWorkers = extraWorkers(target);
@@ -121,7 +129,13 @@ export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue =
       [dlqName]: { maxBatchSize: 100, maxBatchTimeout: 1, maxRetries: 10 },
       ...extraConsumers,
     },
-    bindings: bindings ?? { ...FAST_VARS, ...(adminToken ? { ADMIN_TOKEN: adminToken } : {}), ...vars },
+    bindings: bindings ?? {
+      ...FAST_VARS,
+      ...(adminToken ? { ADMIN_TOKEN: adminToken } : {}),
+      ...(ledger ? { LEDGER: "do", LEDGER_SHARDS: String(ledger.shards) } : {}),
+      ...vars,
+    },
+    ...(ledger ? { durableObjects: { LEDGER_OBJECT: { className: ledger.className ?? "OrderlyLedger", useSQLite: true } } } : {}),
     outboundService: (request) => target.handle(request),
     ...(serviceBindings ? { serviceBindings } : {}),
     ...workerOptions,
@@ -156,14 +170,35 @@ export async function start({ vars = {}, bindings, mainQueue = {}, urgentQueue =
     try { json = JSON.parse(text); } catch { json = undefined; }
     return { status: res.status, json, text };
   };
-  const job = async (id) => (await db.prepare("SELECT * FROM job WHERE id = ?").bind(id).first()) ?? null;
+  const job = ledger
+    ? async (id) => {
+      const res = await api("GET", `/jobs/${encodeURIComponent(id)}`);
+      return res.status === 200 ? res.json : null;
+    }
+    : async (id) => (await db.prepare("SELECT * FROM job WHERE id = ?").bind(id).first()) ?? null;
   const counts = async () => (await api("GET", "/jobs/counts")).json;
+
+  /**
+   * Runs `sql` on ledger shard `shard` (LEDGER = "do") as the worker does, a request to the shard's
+   * object (src/ledger/object.rs): its rows, or throws with the object's refusal or failure.
+   */
+  const shardQuery = async (shard, sql, params = [], { shards = ledger?.shards, schema = SCHEMA } = {}) => {
+    const ns = await mf.getDurableObjectNamespace("LEDGER_OBJECT");
+    const stub = ns.get(ns.idFromName(`orderly-ledger-${shard}`));
+    const res = await stub.fetch("https://orderly-ledger/batch", {
+      method: "POST",
+      body: JSON.stringify({ schema, shard, shards, stmts: [{ sql, params }] }),
+    });
+    const answer = await res.json();
+    if (!answer.rows) throw new Error(JSON.stringify(answer));
+    return answer.rows[0];
+  };
 
   /** orderly's structured log lines (src/log.rs) seen so far, parsed. */
   const events = () => logs.flatMap(({ message }) => {
     try { const v = JSON.parse(message); return v && typeof v.event === "string" ? [v] : []; } catch { return []; }
   });
-  return { mf, url, db, kv, worker, queue, target, api, job, counts, logs, events, dispose: () => mf.dispose() };
+  return { mf, url, db, kv, worker, queue, target, api, job, counts, logs, events, shardQuery, dispose: () => mf.dispose() };
 }
 
 /** A webhook payload to the target. */

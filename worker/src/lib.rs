@@ -1,6 +1,10 @@
 //! The deployable orderly worker: the library's [`orderly::App`] with the built-in `webhook` job
 //! type (and the service handlers `SERVICE_HANDLERS` names). Wiring only: each event delegates.
 
+// The ledger's shards (`LEDGER = "do"`, bound as `LEDGER_OBJECT`); unused with the D1 ledger.
+#[cfg(target_arch = "wasm32")]
+orderly::ledger_object!(OrderlyLedger);
+
 #[cfg(target_arch = "wasm32")]
 mod events {
     use orderly::App;
