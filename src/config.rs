@@ -240,11 +240,11 @@ impl Config {
 }
 
 /// Reads `LEDGER` ("d1", the default, or "do") and, for "do", `LEDGER_SHARDS` (1 to
-/// [`MAX_SHARDS`](crate::ledger::MAX_SHARDS), 16 by default). The count can never change once a
+/// [`MAX_SHARDS`](crate::limits::MAX_SHARDS), 16 by default). The count can never change once a
 /// ledger exists: every shard stores it and refuses another (design §19).
 fn ledger_backend(lookup: &impl Fn(&str) -> Option<String>) -> Result<LedgerBackend, ConfigError> {
     let objects = choice(lookup, "LEDGER", &[("d1", false), ("do", true)], "not d1 or do")?;
-    let max = crate::ledger::MAX_SHARDS as u32;
+    let max = crate::limits::MAX_SHARDS as u32;
     let shards = number(lookup, "LEDGER_SHARDS", DEFAULT_SHARDS, (1, max))?;
     if !objects && lookup("LEDGER_SHARDS").is_some_and(|v| v.trim() != "1") {
         return Err(ConfigError {

@@ -24,8 +24,6 @@ use crate::producer::{OutMessage, QueueSender};
 
 /// Binding names from `wrangler.toml`.
 pub const KV_BINDING: &str = "ORDERING_KV";
-/// The ledger database.
-pub const DB_BINDING: &str = "DB";
 /// The job queue producer.
 pub const QUEUE_BINDING: &str = "JOBS";
 /// The urgent lane's producer (optional, design §12).

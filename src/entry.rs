@@ -18,10 +18,8 @@ use crate::enqueue::{Enqueue, EnqueueError, Producer};
 use crate::error::InfraError;
 use crate::handlers::{Done, JobError, Services};
 use crate::config::LedgerBackend;
-use crate::ledger::d1::D1Sql;
-use crate::ledger::durable::DoTransport;
-use crate::ledger::object::ShardSql;
-use crate::ledger::{Ledger, Row, Sql, Stmt};
+use crate::ledger::durable::{edge_shards, EdgeSql};
+use crate::ledger::Ledger;
 use crate::log::Event;
 use crate::seal::Sealer;
 
@@ -91,34 +89,13 @@ impl AppBuilder {
     }
 }
 
-/// The ledger's databases on Workers: D1, or the client of one shard's Durable Object.
-enum EdgeSql {
-    D1(D1Sql),
-    Shard(ShardSql<DoTransport>),
-}
-
-impl Sql for EdgeSql {
-    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
-        match self {
-            EdgeSql::D1(d1) => d1.batch(stmts).await,
-            EdgeSql::Shard(shard) => shard.batch(stmts).await,
-        }
-    }
-}
-
 /// The ledger `LEDGER` names: `DB`, or `LEDGER_SHARDS` objects of `LEDGER_OBJECT`.
 fn ledger_shards(env: &Env, backend: LedgerBackend) -> Result<Vec<EdgeSql>, StartError> {
-    match backend {
-        LedgerBackend::D1 => {
-            let db = env.d1(edge::DB_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
-            Ok(vec![EdgeSql::D1(D1Sql(db))])
-        }
-        LedgerBackend::Objects(n) => Ok(crate::ledger::durable::shards(env, n)
-            .map_err(|e| StartError::Binding(format!("{} ({e})", crate::ledger::durable::BINDING)))?
-            .into_iter()
-            .map(EdgeSql::Shard)
-            .collect()),
-    }
+    let objects = match backend {
+        LedgerBackend::D1 => None,
+        LedgerBackend::Objects(n) => Some(n),
+    };
+    edge_shards(env, objects).map_err(|e| StartError::Binding(e.to_string()))
 }
 
 /// What every entry point opens, the same way and with the same checks ([`App::start`]).

@@ -42,3 +42,7 @@ mod tests {
         assert_eq!(seconds_until(5000, 1000), 0);
     }
 }
+
+/// Most shards a ledger may have (`LEDGER_SHARDS`): an API list asks every shard, and the free plan
+/// allows 50 subrequests per invocation.
+pub const MAX_SHARDS: usize = 32;

@@ -11,8 +11,10 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{Env, Method, ObjectNamespace, Request, RequestInit, Response, SqlStorage, State, Stub};
 
-use super::object::{LedgerObject, ObjectStmt, ObjectStore, ShardAnswer, ShardRequest, ShardSql, Transport, SCHEMA};
-use super::store::Row;
+use super::object::{
+    LedgerObject, ObjectStmt, ObjectStore, ShardAnswer, ShardRequest, ShardSql, StoreError, Transport, SCHEMA,
+};
+use super::store::{Row, Sql, Stmt};
 use crate::error::InfraError;
 
 /// The Durable Object namespace binding of the ledger's shards (`LEDGER = "do"`).
@@ -40,41 +42,41 @@ fn js_param(v: &Value) -> JsValue {
     }
 }
 
-fn run_all(sql: &SqlStorage, stmts: &[ObjectStmt]) -> Result<Vec<Vec<Row>>, String> {
+fn run_all(sql: &SqlStorage, stmts: &[ObjectStmt]) -> Result<Vec<Vec<Row>>, StoreError> {
     stmts
         .iter()
         .map(|s| {
             let cursor = sql.exec_raw(&s.sql, s.params.iter().map(js_param).collect::<Vec<_>>());
-            let rows: Vec<Value> = cursor.and_then(|c| c.to_array()).map_err(|e| format!("{e}: {}", s.sql))?;
+            let rows: Vec<Value> = cursor.and_then(|c| c.to_array()).map_err(|e| StoreError(format!("{e}: {}", s.sql)))?;
             Ok(rows.into_iter().filter_map(|v| if let Value::Object(m) = v { Some(m) } else { None }).collect())
         })
         .collect()
 }
 
 impl ObjectStore for DoStore {
-    fn transact(&self, stmts: &[ObjectStmt]) -> Result<Vec<Vec<Row>>, String> {
+    fn transact(&self, stmts: &[ObjectStmt]) -> Result<Vec<Vec<Row>>, StoreError> {
         let storage = self.state.storage();
         let sql = storage.sql();
         let raw: &JsValue = storage.as_raw().as_ref();
         let tx: Function = Reflect::get(raw, &JsValue::from_str("transactionSync"))
             .ok()
             .and_then(|f| f.dyn_into().ok())
-            .ok_or("this object's storage has no transactionSync (not SQLite-backed?)")?;
-        let out: Rc<RefCell<Result<Vec<Vec<Row>>, String>>> = Rc::new(RefCell::new(Ok(Vec::new())));
+            .ok_or_else(|| StoreError("this object's storage has no transactionSync (not SQLite-backed?)".into()))?;
+        let out: Rc<RefCell<Result<Vec<Vec<Row>>, StoreError>>> = Rc::new(RefCell::new(Ok(Vec::new())));
         let (inner, stmts) = (out.clone(), stmts.to_vec());
         let body = Closure::<dyn FnMut() -> Result<JsValue, JsValue>>::new(move || {
             let result = run_all(&sql, &stmts);
             let failed = result.as_ref().err().cloned();
             *inner.borrow_mut() = result;
             // Throwing is what rolls the transaction back.
-            failed.map_or(Ok(JsValue::UNDEFINED), |e| Err(JsValue::from_str(&e)))
+            failed.map_or(Ok(JsValue::UNDEFINED), |e| Err(JsValue::from_str(&e.0)))
         });
         let called = tx.call1(raw, body.as_ref().unchecked_ref());
         let result = out.replace(Ok(Vec::new()));
         match (called, result) {
             (Ok(_), result) => result,
             (Err(_), Err(e)) => Err(e),
-            (Err(thrown), Ok(_)) => Err(thrown.as_string().unwrap_or_else(|| format!("{thrown:?}"))),
+            (Err(thrown), Ok(_)) => Err(StoreError(thrown.as_string().unwrap_or_else(|| format!("{thrown:?}")))),
         }
     }
 }
@@ -159,6 +161,41 @@ impl Transport for DoTransport {
 pub fn shards(env: &Env, shards: u32) -> Result<Vec<ShardSql<DoTransport>>, InfraError> {
     (0..shards).map(|shard| Ok(ShardSql { transport: shard_transport(env, shard)?, shard, shards })).collect()
 }
+
+/// The ledger's databases on Workers: D1, or the client of one shard's Durable Object.
+pub enum EdgeSql {
+    /// `LEDGER = "d1"`: the `DB` binding.
+    D1(super::d1::D1Sql),
+    /// `LEDGER = "do"`: one shard.
+    Shard(ShardSql<DoTransport>),
+}
+
+impl Sql for EdgeSql {
+    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
+        match self {
+            EdgeSql::D1(d1) => d1.batch(stmts).await,
+            EdgeSql::Shard(shard) => shard.batch(stmts).await,
+        }
+    }
+}
+
+/// The databases `LEDGER` names: `db` (D1), or `shards` objects of `LEDGER_OBJECT`.
+pub fn edge_shards(env: &Env, objects: Option<u32>) -> Result<Vec<EdgeSql>, InfraError> {
+    match objects {
+        None => {
+            let db = env.d1(DB_BINDING).map_err(|e| InfraError::new("D1", format!("{DB_BINDING}: {e}")))?;
+            Ok(vec![EdgeSql::D1(super::d1::D1Sql(db))])
+        }
+        Some(n) => Ok(shards(env, n)
+            .map_err(|e| InfraError::new("ledger shard", format!("{BINDING}: {}", e.detail)))?
+            .into_iter()
+            .map(EdgeSql::Shard)
+            .collect()),
+    }
+}
+
+/// The D1 binding of a `LEDGER = "d1"` ledger.
+pub const DB_BINDING: &str = "DB";
 
 /// Defines the ledger shards' Durable Object class in the invoking worker: a library defines no
 /// class a D1 user would have to export. Bind it as `LEDGER_OBJECT` with a SQLite migration:

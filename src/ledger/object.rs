@@ -89,10 +89,15 @@ pub enum ShardAnswer {
     Failed(String),
 }
 
+/// A statement in the object's SQLite failed (the transaction rolled back), as SQLite said it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreError(pub String);
+
 /// The object's SQLite: statements run in one transaction, all or nothing.
 pub trait ObjectStore {
     /// Runs `stmts` in order in one transaction; each one's rows. On an error nothing applied.
-    fn transact(&self, stmts: &[ObjectStmt]) -> Result<Vec<Vec<Row>>, String>;
+    fn transact(&self, stmts: &[ObjectStmt]) -> Result<Vec<Vec<Row>>, StoreError>;
 }
 
 /// Carries a request to a shard's object and its answer back (a Durable Object fetch on
@@ -179,7 +184,7 @@ impl<T: ObjectStore> LedgerObject<T> {
     }
 
     /// The recorded place, read once per object instance.
-    pub fn place(&self) -> Result<Place, String> {
+    pub fn place(&self) -> Result<Place, StoreError> {
         if let Some(p) = self.place.get() {
             return Ok(p);
         }
@@ -200,7 +205,7 @@ impl<T: ObjectStore> LedgerObject<T> {
         }
         let place = match self.place() {
             Ok(p) => p,
-            Err(e) => return ShardAnswer::Failed(e),
+            Err(e) => return ShardAnswer::Failed(e.0),
         };
         if let Some(refusal) = misplaced(&place, req) {
             return ShardAnswer::Refused(refusal);
@@ -213,13 +218,13 @@ impl<T: ObjectStore> LedgerObject<T> {
         }
         match self.store.transact(&req.stmts) {
             Ok(rows) => ShardAnswer::Rows(rows),
-            Err(e) => ShardAnswer::Failed(e),
+            Err(e) => ShardAnswer::Failed(e.0),
         }
     }
 }
 
 /// The recorded schema and place (none on a new object).
-fn read_place(store: &impl ObjectStore) -> Result<Place, String> {
+fn read_place(store: &impl ObjectStore) -> Result<Place, StoreError> {
     let meta = ObjectStmt { sql: META.into(), params: Vec::new() };
     let read = ObjectStmt { sql: READ_META.into(), params: Vec::new() };
     let out = store.transact(&[meta, read])?;
@@ -255,7 +260,7 @@ fn misplaced(place: &Place, req: &ShardRequest) -> Option<String> {
 }
 
 /// Applies the migrations the shard lacks and records its place, in one transaction.
-fn prepare(store: &impl ObjectStore, place: &Place, req: &ShardRequest) -> Result<(), String> {
+fn prepare(store: &impl ObjectStore, place: &Place, req: &ShardRequest) -> Result<(), StoreError> {
     let mut stmts: Vec<ObjectStmt> = MIGRATIONS
         .iter()
         .skip(place.schema as usize)

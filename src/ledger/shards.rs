@@ -21,9 +21,7 @@ use super::{
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 
-/// Most shards a ledger may have: an API list asks every shard, and the free plan allows 50
-/// subrequests per invocation.
-pub const MAX_SHARDS: usize = 32;
+pub use crate::limits::MAX_SHARDS;
 
 /// The job ledger: every read and write of a job's row is a method here, taking typed values and
 /// answering verdicts or rows. No other module sees a statement or a shard.

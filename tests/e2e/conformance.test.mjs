@@ -32,7 +32,7 @@ test("the ledger conforms on four Durable Object shards", async () => {
       assert.equal(report.passed.length, 7, JSON.stringify(report));
     }
     // The jobs are in the shards, none in D1, and more than one shard holds some.
-    const d1 = await w.db.prepare("SELECT count(*) AS n FROM job").first();
+    const d1 = await w.d1.prepare("SELECT count(*) AS n FROM job").first();
     assert.equal(d1.n, 0);
     const perShard = [];
     for (let i = 0; i < 4; i++) perShard.push((await w.shardQuery(i, "SELECT count(*) AS n FROM job"))[0].n);

@@ -97,11 +97,20 @@ export async function migrate(db) {
 }
 
 /**
+ * The ledger of a test that does not choose: D1, or with ORDERLY_E2E_LEDGER=do four Durable Object
+ * shards (`npm test` runs the suites that read jobs through the API both ways).
+ */
+function defaultLedger() {
+  return process.env.ORDERLY_E2E_LEDGER === "do" ? { shards: 4 } : undefined;
+}
+
+/**
  * Starts orderly under miniflare. `ledger: { shards, className }` runs the ledger on `shards`
  * SQLite-backed Durable Objects of the worker's class `className` (LEDGER = "do") instead of D1;
  * then `job(id)` reads the job through the API (there is no one database to read).
  */
 export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers, serviceBindings, buildDir = "build", workerOptions = {} } = {}) {
+  if (ledger === undefined && buildDir === "build") ledger = defaultLedger();
   const target = new Target();
   // Other Workers may reach the target too: give them `outboundService: target` as a function.
   if (typeof extraWorkers === "function") extraWorkers = extraWorkers(target);
@@ -151,8 +160,8 @@ export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgen
   // Other Workers (e.g. a producer with a service binding to "orderly") run beside it.
   const mf = new Miniflare(extraWorkers ? { ...shared, workers: [orderly, ...extraWorkers] } : { ...shared, ...orderly });
   const url = await mf.ready;
-  const db = await mf.getD1Database("DB");
-  await migrate(db);
+  const d1 = await mf.getD1Database("DB");
+  await migrate(d1);
   const kv = await mf.getKVNamespace("ORDERING_KV");
   const worker = await mf.getWorker();
   const queue = await mf.getQueueProducer("JOBS");
@@ -170,14 +179,6 @@ export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgen
     try { json = JSON.parse(text); } catch { json = undefined; }
     return { status: res.status, json, text };
   };
-  const job = ledger
-    ? async (id) => {
-      const res = await api("GET", `/jobs/${encodeURIComponent(id)}`);
-      return res.status === 200 ? res.json : null;
-    }
-    : async (id) => (await db.prepare("SELECT * FROM job WHERE id = ?").bind(id).first()) ?? null;
-  const counts = async () => (await api("GET", "/jobs/counts")).json;
-
   /**
    * Runs `sql` on ledger shard `shard` (LEDGER = "do") as the worker does, a request to the shard's
    * object (src/ledger/object.rs): its rows, or throws with the object's refusal or failure.
@@ -194,11 +195,64 @@ export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgen
     return answer.rows[0];
   };
 
+  // With shards, `db` reads and writes every shard (shardedDb), the way a test reads D1.
+  const db = ledger ? shardedDb(shardQuery, ledger.shards) : d1;
+  // With shards, the job's row is read from whichever shard holds it, as D1's would be.
+  const job = ledger
+    ? async (id) => {
+      for (let i = 0; i < ledger.shards; i++) {
+        const [row] = await shardQuery(i, "SELECT * FROM job WHERE id = ?1", [id]);
+        if (row) return row;
+      }
+      return null;
+    }
+    : async (id) => (await db.prepare("SELECT * FROM job WHERE id = ?").bind(id).first()) ?? null;
+  const counts = async () => (await api("GET", "/jobs/counts")).json;
+
   /** orderly's structured log lines (src/log.rs) seen so far, parsed. */
   const events = () => logs.flatMap(({ message }) => {
     try { const v = JSON.parse(message); return v && typeof v.event === "string" ? [v] : []; } catch { return []; }
   });
-  return { mf, url, db, kv, worker, queue, target, api, job, counts, logs, events, shardQuery, dispose: () => mf.dispose() };
+  return { mf, url, db, d1, kv, worker, queue, target, api, job, counts, logs, events, shardQuery, dispose: () => mf.dispose() };
+}
+
+/**
+ * D1's `prepare(sql).bind(...).first()/all()/run()` over every shard of a sharded ledger, for the
+ * tests' own reads and writes: a statement runs on each shard; `all()` merges the rows, in the
+ * statement's `ORDER BY` (plain columns, ASC or DESC); `first()` is the first row found, or for a
+ * `count(*) AS n` the sum over the shards.
+ */
+function shardedDb(shardQuery, shards) {
+  const onEvery = async (sql, params) => {
+    const out = [];
+    for (let i = 0; i < shards; i++) out.push(await shardQuery(i, sql, params));
+    return out;
+  };
+  const order = (sql) => {
+    const m = /ORDER BY\s+([\w\s,]+?)\s*(LIMIT|$)/i.exec(sql);
+    if (!m) return [];
+    return m[1].split(",").map((c) => c.trim().split(/\s+/)).map(([col, dir]) => [col, /desc/i.test(dir ?? "") ? -1 : 1]);
+  };
+  const compare = (cols) => (a, b) => {
+    for (const [c, dir] of cols) {
+      if (a[c] === b[c]) continue;
+      if (a[c] === null) return -dir;
+      if (b[c] === null) return dir;
+      return (a[c] < b[c] ? -1 : 1) * dir;
+    }
+    return 0;
+  };
+  const prepare = (sql, params = []) => ({
+    bind: (...args) => prepare(sql, args),
+    all: async () => ({ results: (await onEvery(sql, params)).flat().sort(compare(order(sql))) }),
+    run: async () => { await onEvery(sql, params); return { success: true }; },
+    first: async () => {
+      const rows = (await onEvery(sql, params)).map((r) => r[0]).filter(Boolean);
+      if (/count\(\*\)\s+AS\s+n\b/i.test(sql)) return { n: rows.reduce((a, r) => a + r.n, 0) };
+      return rows[0] ?? null;
+    },
+  });
+  return { prepare: (sql) => prepare(sql) };
 }
 
 /** A webhook payload to the target. */

@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use orderly::envelope::Envelope;
 use orderly::error::InfraError;
+use orderly::ledger::object::{
+    LedgerObject, ObjectStmt, ObjectStore, ShardAnswer, ShardRequest, ShardSql, StoreError, Transport,
+};
 use orderly::ledger::{Param, Row, Sql, Stmt};
 use orderly::producer::{OutMessage, QueueSender};
 use rusqlite::types::{Value as SqlValue, ValueRef};
@@ -84,17 +87,27 @@ impl Sqlite {
     }
 
     fn run(&self, stmts: &[Stmt]) -> rusqlite::Result<Vec<Vec<Row>>> {
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        let result = (|| {
-            let mut out = Vec::new();
-            for s in stmts {
-                let mut st = self.conn.prepare_cached(s.sql)?;
-                let names: Vec<String> = st.column_names().iter().map(|c| c.to_string()).collect();
-                let params = s.params.iter().map(|p| match p {
+        let params = |s: &Stmt| {
+            s.params
+                .iter()
+                .map(|p| match p {
                     Param::Null => SqlValue::Null,
                     Param::Int(i) => SqlValue::Integer(*i),
                     Param::Text(t) => SqlValue::Text(t.clone()),
-                });
+                })
+                .collect()
+        };
+        self.run_sql(stmts.iter().map(|s| (s.sql, params(s))))
+    }
+
+    /// Runs statements in one IMMEDIATE transaction: all apply or none.
+    fn run_sql<'s>(&self, stmts: impl IntoIterator<Item = (&'s str, Vec<SqlValue>)>) -> rusqlite::Result<Vec<Vec<Row>>> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let result = (|| {
+            let mut out = Vec::new();
+            for (sql, params) in stmts {
+                let mut st = self.conn.prepare_cached(sql)?;
+                let names: Vec<String> = st.column_names().iter().map(|c| c.to_string()).collect();
                 let mut rows = st.query(params_from_iter(params))?;
                 let mut got = Vec::new();
                 while let Some(r) = rows.next()? {
@@ -143,6 +156,51 @@ impl Sql for Sqlite {
         }
         self.run(&stmts).map_err(|e| InfraError::new("D1", e.to_string()))
     }
+}
+
+/// A ledger shard's object storage on SQLite (unmigrated until its object prepares it), as a
+/// Durable Object's `transactionSync` runs it: a batch is one transaction.
+pub struct ShardDb(pub std::rc::Rc<Sqlite>);
+
+impl ObjectStore for ShardDb {
+    fn transact(&self, stmts: &[ObjectStmt]) -> Result<Vec<Vec<Row>>, StoreError> {
+        let value = |v: &Value| match v {
+            Value::Null => SqlValue::Null,
+            Value::String(s) => SqlValue::Text(s.clone()),
+            v => SqlValue::Integer(v.as_i64().unwrap_or(0)),
+        };
+        let stmts = stmts.iter().map(|s| (s.sql.as_str(), s.params.iter().map(value).collect()));
+        self.0.run_sql(stmts).map_err(|e| StoreError(e.to_string()))
+    }
+}
+
+/// A shard object reached in process: every request and answer goes through its JSON, as over
+/// a Durable Object fetch.
+pub struct InProcess(pub std::rc::Rc<LedgerObject<ShardDb>>);
+
+impl Transport for InProcess {
+    async fn send(&self, req: &ShardRequest) -> Result<ShardAnswer, InfraError> {
+        let wire = serde_json::to_string(req).map_err(|e| InfraError::new("ledger shard", e.to_string()))?;
+        let req: ShardRequest = serde_json::from_str(&wire).map_err(|e| InfraError::new("ledger shard", e.to_string()))?;
+        let answer = serde_json::to_string(&self.0.serve(&req)).unwrap_or_default();
+        serde_json::from_str(&answer).map_err(|e| InfraError::new("ledger shard", e.to_string()))
+    }
+}
+
+/// `n` fresh shard objects over in-memory SQLite (each prepares its schema on first use), their
+/// databases, and the ledger's SQL ports to them.
+pub fn memory_shards(n: u32) -> (Vec<std::rc::Rc<Sqlite>>, Vec<ShardSql<InProcess>>) {
+    let dbs: Vec<_> = (0..n).map(|_| std::rc::Rc::new(Sqlite::bare())).collect();
+    let sqls = dbs
+        .iter()
+        .enumerate()
+        .map(|(i, db)| ShardSql {
+            transport: InProcess(std::rc::Rc::new(LedgerObject::new(ShardDb(db.clone())))),
+            shard: i as u32,
+            shards: n,
+        })
+        .collect();
+    (dbs, sqls)
 }
 
 /// A queue producer that records what it was sent, and can go down.
