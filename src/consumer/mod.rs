@@ -762,21 +762,33 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let now = self.clock.now_ms();
         let lease_ms = i64::from(self.cfg.lease_seconds) * 1000;
         if now - leases.renewed_at.get() > self.cfg.refresh_after_ms(self.cfg.lease_seconds) {
-            leases.renewed_at.set(now);
+            let last = leases.renewed_at.replace(now);
             let ids = leases.ids.borrow().clone();
             match self.ledger.renew(&self.owner, now, now + lease_ms, &ids).await {
-                Ok(held) => *leases.held.borrow_mut() = Some(held),
-                Err(e) => self.outage(format!("lease renewal failed, leases may expire under running jobs: {e}")),
+                Ok(held) => {
+                    *leases.held.borrow_mut() = Some(held);
+                    leases.confirmed_at.set(leases.confirmed_at.get().max(now));
+                }
+                Err(e) => {
+                    leases.renewed_at.set(last);
+                    self.outage(format!("lease renewal failed, leases may expire under running jobs: {e}"));
+                }
             }
         }
     }
 }
 
 /// This invocation's leases: when they were last renewed, and which jobs that renewal found still
-/// ours. A job missing from it lost its lease while the invocation stalled (the reaper may have
+/// ours. A lease is also taken for lost once its end has passed since the last claim or renewal
+/// that confirmed it: a renewal that failed, or that a concurrent group started and has not
+/// finished, confirms nothing (the simulation over shards found a group run a job while another
+/// group's renewal, which would have found it lost, was still in flight). A job missing from it lost its lease while the invocation stalled (the reaper may have
 /// given it to another invocation): it must not run here.
 struct Leases {
+    /// When a renewal was last tried (they are spaced by `refresh_after_ms`).
     renewed_at: Cell<i64>,
+    /// When the leases were last known ours: the claim, or the last renewal that answered.
+    confirmed_at: Cell<i64>,
     /// Every job this invocation claimed: a renewal extends these (by id in each job's shard,
     /// never a table scan).
     ids: RefCell<Vec<(String, Route)>>,
@@ -787,12 +799,14 @@ impl Leases {
     /// The leases of the jobs claimed so far, taken at `now`.
     fn new<'a>(now: i64, jobs: impl IntoIterator<Item = &'a Job>) -> Leases {
         let ids = jobs.into_iter().map(|j| (j.id.clone(), j.route())).collect();
-        Leases { renewed_at: Cell::new(now), ids: RefCell::new(ids), held: RefCell::new(None) }
+        let at = Cell::new(now);
+        Leases { renewed_at: at.clone(), confirmed_at: at, ids: RefCell::new(ids), held: RefCell::new(None) }
     }
 
-    /// Whether `job`'s lease is known to be lost.
-    fn lost(&self, job: &str) -> bool {
-        self.held.borrow().as_ref().is_some_and(|held| !held.contains(job))
+    /// Whether `job`'s lease may be lost at `now`: the last renewal did not find it, or its end
+    /// (`lease_ms` after it was last confirmed) has passed.
+    fn lost(&self, job: &str, now: i64, lease_ms: i64) -> bool {
+        now >= self.confirmed_at.get() + lease_ms || self.held.borrow().as_ref().is_some_and(|held| !held.contains(job))
     }
 
     /// Jobs claimed since the last renewal are ours too.

@@ -20,6 +20,7 @@ use std::rc::Rc;
 use orderly::api::{Api, ApiRequest};
 use orderly::config::{Config, OnDead, OrderingMode};
 use orderly::consumer::{Consumer, Incoming, Role};
+use orderly::ledger::object::ShardSql;
 use orderly::ledger::{Job, Ledger, Sql, Status};
 use orderly::lock::MemoryKv;
 use serde_json::{json, Value};
@@ -56,6 +57,20 @@ pub struct Setup {
     /// Whether per-key order and non-overlap are promised in this setup (strict: always; lock: one
     /// invocation at a time, in-order delivery, no infrastructure faults).
     pub order_promised: bool,
+    /// Ledger shards: 1 is D1 itself; more are SQLite Durable Objects (`LEDGER = "do"`).
+    pub shards: usize,
+    /// Faults at a shard's boundary (with `shards` > 1).
+    pub shard_faults: ShardFaults,
+}
+
+const SHARD_CHAOS: ShardFaults = ShardFaults { overloaded: 0.01, lost_answer: 0.01, reset: 0.005, skew: 0.005, one_down: true };
+
+/// A setup over `shards` shard objects, with the shard faults when `faults`. Lock mode promises
+/// no order once infrastructure fails (a deferred job can be overtaken), shards or not.
+fn sharded(name: &'static str, base: Setup, shards: usize, faults: bool) -> Setup {
+    let shard_faults = if faults { SHARD_CHAOS } else { Setup { ..base }.shard_faults };
+    let order_promised = base.order_promised && (base.mode == OrderingMode::Strict || !faults);
+    Setup { name, shards, shard_faults, keys: 12, order_promised, ..base }
 }
 
 const CHAOS: Faults = Faults {
@@ -99,6 +114,8 @@ fn strict(name: &'static str, concurrency: usize, on_dead: OnDead) -> Setup {
         jobs: 60,
         scripted_failures: true,
         order_promised: true,
+        shards: 1,
+        shard_faults: ShardFaults { overloaded: 0.0, lost_answer: 0.0, reset: 0.0, skew: 0.0, one_down: false },
     }
 }
 
@@ -117,6 +134,8 @@ fn lock(name: &'static str, concurrency: usize, reorder: bool, faults: Faults, s
         // Lock mode promises order only with one invocation at a time, in-order delivery and
         // nothing failing: a job deferred behind a failed one can be overtaken once the hold ends.
         order_promised: concurrency == 1 && !reorder && !scripted_failures && faults.transient == 0.0,
+        shards: 1,
+        shard_faults: ShardFaults { overloaded: 0.0, lost_answer: 0.0, reset: 0.0, skew: 0.0, one_down: false },
     }
 }
 
@@ -130,6 +149,10 @@ pub fn setups() -> Vec<Setup> {
         lock("lock-c1", 1, false, NO_FAULTS, false),
         lock("lock-c1-failures", 1, false, HANDLER_FAULTS_ONLY, true),
         lock("lock-c4-chaos", 4, true, CHAOS, true),
+        sharded("strict-c8-shards4", strict("", 8, OnDead::Skip), 4, true),
+        sharded("strict-c4-block-shards3", strict("", 4, OnDead::Block), 3, true),
+        sharded("lock-c1-shards4", lock("", 1, false, NO_FAULTS, false), 4, false),
+        sharded("lock-c4-chaos-shards4", lock("", 4, true, CHAOS, true), 4, true),
     ]
 }
 
@@ -164,7 +187,12 @@ struct Planned {
 struct Sim {
     setup: Setup,
     sched: Rc<Sched>,
-    db: Rc<Sqlite>,
+    /// The ledger's databases: D1's, or each shard object's storage.
+    dbs: Vec<Rc<Sqlite>>,
+    /// The shard objects (`setup.shards` > 1).
+    objects: Vec<Rc<SimObject>>,
+    /// (shard, from, to): one shard down in that window, if the setup says so.
+    down: Option<(usize, i64, i64)>,
     kv: Rc<MemoryKv<Rc<orderly::clock::ManualClock>>>,
     broker: Shared<Broker>,
     obs: Obs,
@@ -201,10 +229,21 @@ impl Sim {
             strict_run_budget: 15,
             ..Config::default()
         };
+        let objects: Vec<Rc<SimObject>> =
+            if setup.shards > 1 { (0..setup.shards).map(|_| Rc::new(SimObject::new())).collect() } else { Vec::new() };
+        let dbs =
+            if objects.is_empty() { vec![Rc::new(Sqlite::memory())] } else { objects.iter().map(|o| o.db.clone()).collect() };
+        let down = (setup.shard_faults.one_down && setup.shards > 1).then(|| {
+            let mut rng = sched.rng.borrow_mut();
+            let from = T0 + rng.range(0, 30_000);
+            (rng.range(0, setup.shards as i64 - 1) as usize, from, from + rng.range(10_000, 120_000))
+        });
         let mut sim = Sim {
             setup,
             sched,
-            db: Rc::new(Sqlite::memory()),
+            dbs,
+            objects,
+            down,
             kv,
             // Queues' `max_retries` as wrangler.toml sets it; SIM_MAX_RETRIES=3 is Cloudflare's default.
             broker: shared(Broker::new(
@@ -272,14 +311,45 @@ impl Sim {
         }
     }
 
-    fn sql(&self, inv: &str) -> SimSql {
-        SimSql {
-            db: self.db.clone(),
-            sched: self.sched.clone(),
-            faults: self.setup.faults,
-            obs: self.obs.clone(),
-            inv: inv.to_string(),
+    /// The ledger's SQL ports for invocation `inv`: D1, or one per shard object.
+    fn sqls(&self, inv: &str) -> Vec<SimLedgerSql> {
+        if self.objects.is_empty() {
+            return vec![SimLedgerSql::Direct(SimSql {
+                db: self.dbs[0].clone(),
+                sched: self.sched.clone(),
+                faults: self.setup.faults,
+                obs: self.obs.clone(),
+                inv: inv.to_string(),
+            })];
         }
+        let n = self.objects.len();
+        self.objects
+            .iter()
+            .enumerate()
+            .map(|(i, object)| {
+                let transport = SimShard {
+                    object: object.clone(),
+                    shard: i,
+                    sched: self.sched.clone(),
+                    faults: self.setup.faults,
+                    shard_faults: self.setup.shard_faults,
+                    down: self.down,
+                    obs: self.obs.clone(),
+                    inv: inv.to_string(),
+                };
+                SimLedgerSql::Shard(ShardSql { transport, shard: i as u32, shards: n as u32 })
+            })
+            .collect()
+    }
+
+    /// The ledger as invocation `inv` sees it.
+    fn ledger(&self, inv: &str) -> Ledger<SimLedgerSql> {
+        Ledger::sharded(self.sqls(inv))
+    }
+
+    /// The ledger straight on its databases, for the invariants (no faults, no await points).
+    fn oracle(&self) -> Ledger<&Sqlite> {
+        Ledger::sharded(self.dbs.iter().map(|d| &**d).collect())
     }
     fn queue(&self) -> SimQueue {
         SimQueue {
@@ -296,9 +366,8 @@ impl Sim {
         let (sched, cfg, broker, done) =
             (self.sched.clone(), self.cfg.clone(), self.broker.clone(), self.producer_done.clone());
         let obs = self.obs.clone();
-        let (sql, queue) = (self.sql("api"), self.queue());
+        let (ledger, queue) = (self.ledger("api"), self.queue());
         let fut = async move {
-            let ledger = Ledger::new(sql);
             let mut i = 0;
             while i < planned.len() {
                 let p = &planned[i];
@@ -361,12 +430,12 @@ impl Sim {
             .iter()
             .map(|m| Incoming { id: m.id.clone(), timestamp_ms: m.timestamp, body: Ok(m.body.clone()) })
             .collect();
-        let sql = self.sql(&inv);
+        let sqls = self.sqls(&inv);
         let queue = self.queue();
         let kv =
             SimKv { kv: self.kv.clone(), sched: self.sched.clone(), faults: self.setup.faults, obs: self.obs.clone() };
         let runner = SimRunner {
-            db: self.db.clone(),
+            dbs: self.dbs.clone(),
             sched: self.sched.clone(),
             faults: self.setup.faults,
             obs: self.obs.clone(),
@@ -379,8 +448,9 @@ impl Sim {
             (self.sched.clone(), self.cfg.clone(), self.broker.clone(), self.obs.clone(), self.setup.faults);
         let fut = async move {
             let random = || sched.rng.borrow_mut().f64();
-            let consumer =
-                Consumer::new(&cfg, &kv, &sql, &runner, &*sched.clock, &queue, inv.clone()).with_random(&random);
+            let consumer = Consumer::new(&cfg, &kv, &sqls[0], &runner, &*sched.clock, &queue, inv.clone())
+                .with_ledger(Ledger::sharded(sqls.iter().collect()))
+                .with_random(&random);
             let out = consumer.process(role, &incoming).await;
             if std::env::var("SIM_TRACE").is_ok() {
                 let desc: Vec<String> = incoming
@@ -426,9 +496,9 @@ impl Sim {
     }
 
     fn cron(&self) -> Task<Tag> {
-        let (sql, queue, sched, cfg) = (self.sql("cron"), self.queue(), self.sched.clone(), self.cfg.clone());
+        let (ledger, queue, sched, cfg) = (self.ledger("cron"), self.queue(), self.sched.clone(), self.cfg.clone());
         let fut = async move {
-            orderly::maintenance::run(&Ledger::new(sql), &queue, &*sched.clock, &cfg).await;
+            orderly::maintenance::run(&ledger, &queue, &*sched.clock, &cfg).await;
         };
         Task { fut: Box::pin(fut), wake_at: self.sched.now(), tag: Tag::Background }
     }
@@ -437,10 +507,9 @@ impl Sim {
     /// time. Under `skip`: redrives one DEAD job once (it runs again after jobs behind it ran).
     fn operator(&self, redriven: Shared<Vec<String>>) -> Task<Tag> {
         let block = self.setup.on_dead == OnDead::Block;
-        let (sql, queue, sched, cfg) = (self.sql("operator"), self.queue(), self.sched.clone(), self.cfg.clone());
+        let (ledger, queue, sched, cfg) = (self.ledger("operator"), self.queue(), self.sched.clone(), self.cfg.clone());
         let obs = self.obs.clone();
         let fut = async move {
-            let ledger = Ledger::new(sql);
             let api = sim_api(&ledger, &queue, &sched, &cfg, &String::new);
             let req = |method: &str, path: String| ApiRequest {
                 method: method.into(),
@@ -483,12 +552,12 @@ impl Sim {
     }
 
     fn all_finished(&self) -> bool {
-        let n: i64 = self
-            .db
-            .conn
-            .query_row("SELECT count(*) FROM job WHERE status IN ('DONE', 'DEAD')", [], |r| r.get(0))
-            .unwrap_or(0);
-        n as usize >= self.planned.len()
+        let finished = |db: &Sqlite| -> i64 {
+            db.conn
+                .query_row("SELECT count(*) FROM job WHERE status IN ('DONE', 'DEAD')", [], |r| r.get(0))
+                .unwrap_or(0)
+        };
+        self.dbs.iter().map(|db| finished(db)).sum::<i64>() as usize >= self.planned.len()
     }
 
     /// Runs to completion (or the horizon) and checks the invariants.
@@ -595,7 +664,8 @@ impl Sim {
         let redriven = redriven.borrow().clone();
         if std::env::var("SIM_TRACE").is_ok() {
             println!("ended at +{} s after {steps} steps; redriven {redriven:?}", (self.sched.now() - T0) / 1000);
-            let mut st = self.db.conn.prepare("SELECT id, ordering_key, seq, status, attempts, deferrals, last_error FROM job ORDER BY ordering_key, seq").unwrap();
+            for db in &self.dbs {
+            let Ok(mut st) = db.conn.prepare("SELECT id, ordering_key, seq, status, attempts, deferrals, last_error FROM job ORDER BY ordering_key, seq") else { continue };
             let rows = st
                 .query_map([], |r| {
                     Ok(format!(
@@ -613,10 +683,16 @@ impl Sim {
             for r in rows {
                 println!("{}", r.unwrap());
             }
+            }
             for r in &self.obs.borrow().runs {
                 println!("run {} (seq {:?}) by {} at +{} ok={:?}", r.job, r.seq, r.inv, (r.start - T0) / 1000, r.ok);
             }
             println!("crashed: {:?}", self.obs.borrow().crashed);
+            if let Ok(id) = std::env::var("SIM_TRACE_JOB") {
+                for e in futures::executor::block_on(self.oracle().events(&id)).unwrap_or_default() {
+                    println!("history of {id}: {e:?}");
+                }
+            }
         }
         self.check(violations, crashes, &redriven)
     }
@@ -649,11 +725,19 @@ impl Sim {
                 reported.push(v.clone())
             }
         }
-        let rows: BTreeMap<String, Job> = {
-            let rows = futures::executor::block_on(self.db.query(orderly::ledger::Stmt::bind("SELECT * FROM job", [])))
-                .unwrap_or_default();
-            Job::all(&rows).unwrap_or_default().into_iter().map(|j| (j.id.clone(), j)).collect()
-        };
+        // Every row, and where it is: a job lives in its route's shard and in no other.
+        let mut rows: BTreeMap<String, Job> = BTreeMap::new();
+        for (i, db) in self.dbs.iter().enumerate() {
+            let all = futures::executor::block_on(db.query(orderly::ledger::Stmt::bind("SELECT * FROM job", [])));
+            for j in Job::all(&all.unwrap_or_default()).unwrap_or_default() {
+                if j.route().shard(self.dbs.len()) != i {
+                    violations.push(format!("routing: {} is in shard {i}, its route names another", j.id));
+                }
+                if let Some(other) = rows.insert(j.id.clone(), j) {
+                    violations.push(format!("routing: {} is in two shards", other.id));
+                }
+            }
+        }
         let poison = self.planned.iter().filter(|p| p.poison).count();
         let poisoned = rows
             .values()
@@ -692,7 +776,7 @@ impl Sim {
         // history (its row describes the successful run, history rows the others) holds the run
         // that made it DONE, and the ring never holds more than 20 events.
         for (id, j) in rows.iter().filter(|(_, j)| j.status == Status::Done) {
-            let h = futures::executor::block_on(orderly::ledger::Ledger::new(&*self.db).events(id)).unwrap_or_default();
+            let h = futures::executor::block_on(self.oracle().events(id)).unwrap_or_default();
             if h.len() > 20 {
                 t.other_violations += 1;
                 violations.push(format!("{id}: {} history events, more than the ring's 20", h.len()));
@@ -802,12 +886,12 @@ impl Sim {
 
 /// The real API as the simulated producer and operator call it.
 fn sim_api<'a>(
-    ledger: &'a Ledger<SimSql>,
+    ledger: &'a Ledger<SimLedgerSql>,
     queue: &'a SimQueue,
     sched: &'a Sched,
     cfg: &'a Config,
     new_id: &'a dyn Fn() -> String,
-) -> Api<'a, SimSql, SimQueue, orderly::clock::ManualClock> {
+) -> Api<'a, SimLedgerSql, SimQueue, orderly::clock::ManualClock> {
     Api {
         ledger,
         queue,

@@ -10,13 +10,14 @@ use orderly::clock::ManualClock;
 use orderly::config::OnDead;
 use orderly::error::InfraError;
 use orderly::handlers::{Done, JobContext, JobError, Runner};
-use orderly::ledger::{Job, Row, Sql, Status, Stmt};
+use orderly::ledger::object::{LedgerObject, ShardAnswer, ShardRequest, ShardSql, Transport};
+use orderly::ledger::{Job, Route, Row, Sql, Status, Stmt};
 use orderly::lock::{Kv, MemoryKv};
 use orderly::producer::{OutMessage, QueueSender};
 use serde_json::Value;
 
 use crate::exec::Sched;
-use crate::support::Sqlite;
+use crate::support::{ShardDb, Sqlite};
 
 /// Fault probabilities (per operation unless said otherwise).
 #[derive(Debug, Clone, Copy, Default)]
@@ -42,6 +43,145 @@ pub struct Faults {
     /// A D1 call stalls past the lease (an isolate frozen, a slow round trip): the invocation's
     /// leases expire under it and the reaper takes its jobs.
     pub stall: f64,
+}
+
+/// Faults at a ledger shard's boundary (`LEDGER = "do"`), per request to a shard.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShardFaults {
+    /// The object refuses work for now ("overloaded"): nothing applies.
+    pub overloaded: f64,
+    /// The request applies, then its answer is lost.
+    pub lost_answer: f64,
+    /// The object is reset mid-request (a new instance: its cached place gone); the request
+    /// applied or not, by a coin, and its answer is lost.
+    pub reset: f64,
+    /// A request from a worker on other code (a deploy in progress): the object must refuse it.
+    pub skew: f64,
+    /// One shard is down for a window of the run: every request to it fails, nothing applies.
+    pub one_down: bool,
+}
+
+/// A ledger shard's object, shared by every invocation (a Durable Object is one instance): reset
+/// replaces the instance over the same storage.
+pub struct SimObject {
+    pub db: Rc<Sqlite>,
+    pub object: RefCell<Rc<LedgerObject<ShardDb>>>,
+}
+
+impl SimObject {
+    pub fn new() -> SimObject {
+        let db = Rc::new(Sqlite::bare());
+        SimObject { object: RefCell::new(Rc::new(LedgerObject::new(ShardDb(db.clone())))), db }
+    }
+
+    fn reset(&self) {
+        *self.object.borrow_mut() = Rc::new(LedgerObject::new(ShardDb(self.db.clone())));
+    }
+
+    /// Serves `req` through its JSON, as a Durable Object fetch carries it.
+    fn serve(&self, req: &ShardRequest) -> ShardAnswer {
+        let wire: ShardRequest = serde_json::from_str(&serde_json::to_string(req).unwrap_or_default())
+            .unwrap_or_else(|_| req.clone());
+        let object = self.object.borrow().clone();
+        let answer = object.serve(&wire);
+        serde_json::from_str(&serde_json::to_string(&answer).unwrap_or_default()).unwrap_or(answer)
+    }
+}
+
+/// The way from one invocation to one shard's object: every request an await point, with the
+/// shard faults.
+pub struct SimShard {
+    pub object: Rc<SimObject>,
+    pub shard: usize,
+    pub sched: Rc<Sched>,
+    pub faults: Faults,
+    pub shard_faults: ShardFaults,
+    /// (shard, from, to): the shard down in that window (ms), if any.
+    pub down: Option<(usize, i64, i64)>,
+    pub obs: Obs,
+    pub inv: String,
+}
+
+impl SimShard {
+    fn fault(&self) {
+        let mut o = self.obs.borrow_mut();
+        o.faults_injected += 1;
+        o.d1_faulted.insert(self.inv.clone());
+        o.fault_times.push(self.sched.now());
+    }
+}
+
+impl Transport for SimShard {
+    async fn send(&self, req: &ShardRequest) -> Result<ShardAnswer, InfraError> {
+        let err = |why: &str| {
+            if std::env::var("SIM_TRACE").is_ok() {
+                println!("+{:>6} {} shard {}: {why}", (self.sched.now() - crate::T0) / 1000, self.inv, self.shard);
+            }
+            Err(InfraError::new("ledger shard", format!("shard {}: simulated {why}", self.shard)))
+        };
+        self.sched.jitter(1, 8).await;
+        if self.sched.chance(self.faults.stall) {
+            {
+                let mut o = self.obs.borrow_mut();
+                o.faults_injected += 1;
+                o.stalled.insert(self.inv.clone());
+                o.fault_times.push(self.sched.now());
+            }
+            self.sched.pause(150_000).await;
+        }
+        let now = self.sched.now();
+        if self.down.is_some_and(|(shard, from, to)| shard == self.shard && (from..to).contains(&now)) {
+            self.fault();
+            return err("outage of one shard");
+        }
+        let f = self.shard_faults;
+        if self.sched.chance(f.overloaded) {
+            self.fault();
+            return err("overload");
+        }
+        if self.sched.chance(f.skew) {
+            let mut other = req.clone();
+            other.schema -= 1;
+            if !matches!(self.object.serve(&other), ShardAnswer::Refused(_)) {
+                self.obs.borrow_mut().violations.push(format!("shard {}: a request on other code applied", self.shard));
+            }
+            self.fault();
+            return err("request from other code");
+        }
+        if self.sched.chance(f.reset) {
+            self.object.reset();
+            if self.sched.chance(0.5) {
+                self.object.serve(req);
+            }
+            self.fault();
+            return err("object reset");
+        }
+        let answer = self.object.serve(req);
+        if let ShardAnswer::Failed(e) | ShardAnswer::Refused(e) = &answer {
+            self.obs.borrow_mut().violations.push(format!("a shard request failed on its own: {e}"));
+        }
+        if self.sched.chance(f.lost_answer) {
+            self.fault();
+            return err("lost answer (the batch applied)");
+        }
+        self.sched.jitter(0, 3).await;
+        Ok(answer)
+    }
+}
+
+/// The ledger's SQL port in the simulation: D1 itself, or one shard's object.
+pub enum SimLedgerSql {
+    Direct(SimSql),
+    Shard(ShardSql<SimShard>),
+}
+
+impl Sql for SimLedgerSql {
+    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
+        match self {
+            SimLedgerSql::Direct(d1) => d1.batch(stmts).await,
+            SimLedgerSql::Shard(shard) => shard.batch(stmts).await,
+        }
+    }
 }
 
 /// Who did what, for the invariants.
@@ -326,7 +466,8 @@ impl QueueSender for SimQueue {
 /// is allowed: the job is not DONE, no other run of its key is in progress, and (strict mode)
 /// every lower seq of its key is finished or was finished earlier by this same invocation.
 pub struct SimRunner {
-    pub db: Rc<Sqlite>,
+    /// The ledger's databases (one, or one per shard).
+    pub dbs: Vec<Rc<Sqlite>>,
     pub sched: Rc<Sched>,
     pub faults: Faults,
     pub obs: Obs,
@@ -383,7 +524,7 @@ impl Runner for SimRunner {
         let body = job.payload.get("body").cloned().unwrap_or(Value::Null);
         let key = body.get("key").and_then(Value::as_str).map(str::to_string);
         let order = body.get("n").and_then(Value::as_i64);
-        let me = row(&self.db, job.id);
+        let me = self.dbs.iter().find_map(|db| row(db, job.id));
         let seq = me.as_ref().and_then(|j| j.seq);
         {
             let mut o = self.obs.borrow_mut();
@@ -418,7 +559,8 @@ impl Runner for SimRunner {
             }
             if let (Some(on_dead), Some(k), Some(s)) = (self.strict, &key, seq) {
                 let mine = o.finished_by.get(&self.inv).cloned().unwrap_or_default();
-                for lower in key_jobs(&self.db, k).into_iter().filter(|j| j.seq.is_some_and(|x| x < s)) {
+                let db = &self.dbs[Route::key(k).shard(self.dbs.len())];
+                for lower in key_jobs(db, k).into_iter().filter(|j| j.seq.is_some_and(|x| x < s)) {
                     let finished_here = mine.contains(&lower.id) && chained_past(&o, &self.inv, &lower, on_dead);
                     if !passable(&lower, on_dead) && !finished_here && !o.redriven.contains(&lower.id) {
                         o.violations.push(format!(
