@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the native suite (cargo test: pure core, ledger on real SQLite, consumer, API)
-# and the end-to-end suite (the built worker under miniflare with Queues, KV and D1).
+# and the end-to-end suite (the built worker under miniflare with Queues, KV and D1), twice: with
+# the D1 ledger, then with the ledger on four SQLite Durable Object shards (LEDGER = "do"; suites
+# that start their own worker or fixture keep D1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -14,3 +16,6 @@ bash scripts/build.sh
 
 echo "== end-to-end tests (miniflare)"
 node --test --test-timeout=180000 --test-concurrency=1 "tests/e2e/*.test.mjs"
+
+echo "== end-to-end tests again, the ledger on four Durable Object shards"
+ORDERLY_E2E_LEDGER=do node --test --test-timeout=180000 --test-concurrency=1 "tests/e2e/*.test.mjs"

@@ -223,7 +223,10 @@ export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgen
  * `count(*) AS n` the sum over the shards.
  */
 function shardedDb(shardQuery, shards) {
-  const onEvery = async (sql, params) => {
+  // `prepare(sql, { route })` (D1 ignores the second argument): only the shard of that ordering key
+  // (or unkeyed job's id), as the worker routes it; else every shard.
+  const onEvery = async (sql, params, route) => {
+    if (route !== undefined) return [await shardQuery(shardOf(route, shards), sql, params)];
     const out = [];
     for (let i = 0; i < shards; i++) out.push(await shardQuery(i, sql, params));
     return out;
@@ -242,17 +245,31 @@ function shardedDb(shardQuery, shards) {
     }
     return 0;
   };
-  const prepare = (sql, params = []) => ({
-    bind: (...args) => prepare(sql, args),
-    all: async () => ({ results: (await onEvery(sql, params)).flat().sort(compare(order(sql))) }),
-    run: async () => { await onEvery(sql, params); return { success: true }; },
+  const prepare = (sql, route, params = []) => ({
+    bind: (...args) => prepare(sql, route, args),
+    all: async () => ({ results: (await onEvery(sql, params, route)).flat().sort(compare(order(sql))) }),
+    run: async () => { await onEvery(sql, params, route); return { success: true }; },
     first: async () => {
-      const rows = (await onEvery(sql, params)).map((r) => r[0]).filter(Boolean);
+      const rows = (await onEvery(sql, params, route)).map((r) => r[0]).filter(Boolean);
       if (/count\(\*\)\s+AS\s+n\b/i.test(sql)) return { n: rows.reduce((a, r) => a + r.n, 0) };
       return rows[0] ?? null;
     },
   });
-  return { prepare: (sql) => prepare(sql) };
+  return { prepare: (sql, hint) => prepare(sql, hint?.route) };
+}
+
+/**
+ * The shard of a job routed by `text` (its ordering key, else its dedupe key, else its id) among
+ * `shards`: 64-bit FNV-1a of the UTF-8 bytes, mod the count, written here apart from
+ * src/ledger/route.rs so that a test placing a row by it checks the worker's routing.
+ */
+export function shardOf(text, shards) {
+  let h = 0xcbf29ce484222325n;
+  for (const byte of new TextEncoder().encode(text)) {
+    h ^= BigInt(byte);
+    h = (h * 0x100000001b3n) & 0xffffffffffffffffn;
+  }
+  return Number(h % BigInt(shards));
 }
 
 /** A webhook payload to the target. */

@@ -161,6 +161,7 @@ test("maintenance re-sends a job whose runner died, and it completes", async () 
     await w.db.prepare(
       `INSERT INTO job (id, type, status, payload, attempts, max_attempts, lease_owner, lease_until, next_run_at, created_at, updated_at)
        VALUES ('orphan', 'webhook', 'RUNNING', ?1, 1, 8, 'inv-dead', ?2, ?2, ?2, ?2)`,
+      { route: "orphan" },
     ).bind(JSON.stringify(webhook("/ok/orphan")), now - 1000).run();
     await w.worker.scheduled({ cron: "* * * * *" });
     await waitFor(async () => (await w.job("orphan"))?.status === "DONE", "orphan DONE");

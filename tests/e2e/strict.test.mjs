@@ -91,6 +91,7 @@ test("the cron wakes a key whose head is due and whose wake-up was lost", async 
     await w.db.prepare(
       `INSERT INTO job (id, type, status, ordering_key, payload, attempts, max_attempts, next_run_at, created_at, updated_at, seq)
        VALUES ('lost-head', 'webhook', 'PENDING', 'lost', ?1, 1, 8, ?2, ?2, ?2, 1)`,
+      { route: "lost" },
     ).bind(JSON.stringify(webhook("/ok/lost", { n: 1 })), old).run();
     await sleep(1000);
     assert.equal((await w.job("lost-head")).status, "PENDING");
