@@ -40,6 +40,18 @@ test("the ledger conforms on four Durable Object shards", async () => {
     // Every shard recorded its place; a request routing over another count is refused.
     await assert.rejects(w.shardQuery(1, "SELECT 1", [], { shards: 8 }), /LEDGER_SHARDS cannot change/);
     await assert.rejects(w.shardQuery(1, "SELECT 1", [], { schema: 1 }), /version skew/);
+    // A new shard object asks shard 0 first: a raised count is refused there too.
+    await assert.rejects(w.shardQuery(6, "SELECT 1", [], { shards: 8 }), /shard 0 refuses/);
+    // A batch is one transaction (transactionSync): a failing statement undoes the ones before it.
+    const insert = {
+      sql: "INSERT INTO job (id, status, attempts, max_attempts, deferrals, next_run_at, created_at, updated_at) VALUES (?1, 'PENDING', 0, 1, 0, 0, 0, 0)",
+      params: ["half"],
+    };
+    const failed = await w.shardBatch(2, [insert, { sql: "SELECT * FROM no_such_table", params: [] }]);
+    assert.ok(failed.failed, JSON.stringify(failed));
+    assert.equal((await w.shardQuery(2, "SELECT count(*) AS n FROM job WHERE id = 'half'"))[0].n, 0, "half applied");
+    assert.ok((await w.shardBatch(2, [insert])).rows, "the insert alone applies");
+    assert.equal((await w.shardQuery(2, "SELECT count(*) AS n FROM job WHERE id = 'half'"))[0].n, 1);
   } finally {
     await w.dispose();
   }

@@ -183,14 +183,17 @@ export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgen
    * Runs `sql` on ledger shard `shard` (LEDGER = "do") as the worker does, a request to the shard's
    * object (src/ledger/object.rs): its rows, or throws with the object's refusal or failure.
    */
-  const shardQuery = async (shard, sql, params = [], { shards = ledger?.shards, schema = SCHEMA } = {}) => {
+  const shardBatch = async (shard, stmts, { shards = ledger?.shards, schema = SCHEMA } = {}) => {
     const ns = await mf.getDurableObjectNamespace("LEDGER_OBJECT");
     const stub = ns.get(ns.idFromName(`orderly-ledger-${shard}`));
     const res = await stub.fetch("https://orderly-ledger/batch", {
       method: "POST",
-      body: JSON.stringify({ schema, shard, shards, stmts: [{ sql, params }] }),
+      body: JSON.stringify({ schema, shard, shards, stmts }),
     });
-    const answer = await res.json();
+    return res.json();
+  };
+  const shardQuery = async (shard, sql, params = [], opts = {}) => {
+    const answer = await shardBatch(shard, [{ sql, params }], opts);
     if (!answer.rows) throw new Error(JSON.stringify(answer));
     return answer.rows[0];
   };
@@ -213,7 +216,7 @@ export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgen
   const events = () => logs.flatMap(({ message }) => {
     try { const v = JSON.parse(message); return v && typeof v.event === "string" ? [v] : []; } catch { return []; }
   });
-  return { mf, url, db, d1, kv, worker, queue, target, api, job, counts, logs, events, shardQuery, dispose: () => mf.dispose() };
+  return { mf, url, db, d1, kv, worker, queue, target, api, job, counts, logs, events, shardQuery, shardBatch, dispose: () => mf.dispose() };
 }
 
 /**
