@@ -3,6 +3,11 @@
 //! file: the handler, the list of job types, the three events delegating to `orderly::App`, and a
 //! producer: every cron run enqueues an archive of each page `ARCHIVE_URLS` lists.
 
+// The ledger's shard class, for `LEDGER = "do"` (wrangler.toml binds it as LEDGER_OBJECT); a worker
+// that keeps the D1 ledger may leave it out.
+#[cfg(target_arch = "wasm32")]
+orderly::ledger_object!(OrderlyLedger);
+
 #[cfg(target_arch = "wasm32")]
 mod worker_app {
     use orderly::{App, Cx, Done, Enqueue, Job, JobError};
