@@ -4,7 +4,7 @@
 //! HTTP API and maintenance with the app's handlers. Wasm only; everything it calls is tested
 //! natively. A library holds no `#[event]` function: every worker depending on it would export it.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use worker::{
     console_error, console_log, console_warn, Context, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder,
     Request, Response, ScheduleContext, ScheduledEvent,
@@ -324,6 +324,12 @@ impl App {
                 Err(answer) => return respond(answer),
             }
         }
+        if api_req.path == MOVE_PATH && cfg_error.is_none() {
+            if api.caller(api_req.authorization.as_deref()) != Some(crate::api::Caller::Admin) {
+                return respond(ApiResponse::error(403, "moving the ledger needs ADMIN_TOKEN"));
+            }
+            return respond(move_ledger(&s, &env, &api_req).await);
+        }
         respond(api.route(&api_req).await)
     }
 
@@ -335,6 +341,53 @@ impl App {
         };
         let r = crate::maintenance::run(&s.ledger(), &s.queue, &SystemClock, &s.cfg).await;
         log(&Event::Maintenance { report: serde_json::to_value(&r).unwrap_or_default(), failed: !r.errors.is_empty() });
+    }
+}
+
+/// Where an operator moves a D1 ledger to shards (design §19.7, `scripts/move-ledger.mjs`).
+const MOVE_PATH: &str = "/ledger/move";
+
+/// `POST /ledger/move` `{"shards": N, "after": id, "limit": n}` copies the next page of the D1
+/// ledger's jobs to the N shards of `LEDGER_OBJECT`; `GET /ledger/move?shards=N` compares the
+/// counts. Only while `LEDGER` is still "d1", with delivery paused.
+async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest) -> ApiResponse {
+    #[derive(serde::Deserialize)]
+    struct Page {
+        shards: u32,
+        #[serde(default)]
+        after: String,
+        #[serde(default)]
+        limit: Option<u32>,
+    }
+    if s.cfg.ledger != LedgerBackend::D1 {
+        return ApiResponse::error(409, "LEDGER is already \"do\": a ledger is moved while it is still on D1");
+    }
+    let page = match req.method.as_str() {
+        "POST" => match serde_json::from_slice::<Page>(&req.body) {
+            Ok(page) => page,
+            Err(e) => return ApiResponse::error(400, format!("bad move request: {e}")),
+        },
+        "GET" => match url::form_urlencoded::parse(req.query.as_bytes()).find(|(k, _)| k == "shards") {
+            Some((_, v)) => Page { shards: v.parse().unwrap_or(0), after: String::new(), limit: None },
+            None => return ApiResponse::error(400, "give ?shards=N"),
+        },
+        _ => return ApiResponse::error(405, "POST copies a page, GET verifies"),
+    };
+    if !(1..=crate::limits::MAX_SHARDS as u32).contains(&page.shards) {
+        return ApiResponse::error(400, "shards must be 1..32, the LEDGER_SHARDS you will set");
+    }
+    let shards = match edge_shards(env, Some(page.shards)) {
+        Ok(shards) => shards,
+        Err(e) => return ApiResponse::error(500, e.to_string()),
+    };
+    let target = Ledger::sharded(shards.iter().collect());
+    let answer = match req.method.as_str() {
+        "POST" => s.ledger().copy_to(&target, &page.after, page.limit.unwrap_or(100).clamp(1, 200)).await.map(|c| json!(c)),
+        _ => s.ledger().verify_copy(&target).await.map(|v| json!(v)),
+    };
+    match answer {
+        Ok(body) => ApiResponse::json(200, body),
+        Err(e) => ApiResponse::error(503, e.to_string()),
     }
 }
 

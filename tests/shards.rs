@@ -85,3 +85,68 @@ fn dead_matches_merge_oldest_death_first_and_redrive_finds_each_shard() {
     assert!(redriven.iter().all(|r| matches!(r, orderly::ledger::Redrive::Redriven(j) if j.status == Status::Pending)));
     assert_eq!(block_on(ledger.counts()).unwrap().pending, 30);
 }
+
+#[test]
+fn a_d1_ledger_moved_to_shards_keeps_every_job_its_history_and_its_keys_order() {
+    use orderly::config::OnDead;
+    use orderly::ledger::strict::{ClaimSpec, Intake};
+    use orderly::ledger::{Lease, Record, Transition};
+    let d1 = support::Sqlite::memory();
+    let source = Ledger::new(&d1);
+    // Key "k": j0..j5 parked in order; j0 and j1 run and complete; j2 claimed, RUNNING; j6 unkeyed
+    // and cancelled (DEAD, with a history line).
+    let jobs: Vec<JobSpec> = (0..6).map(|i| spec(&format!("j{i}"), Some("k"))).collect();
+    let lease = |now| Lease { now, until: now + 120_000, due_before: now };
+    let claim = |now| ClaimSpec { owner: "inv", lease: lease(now), on_dead: OnDead::Skip, limit: 1 };
+    let intake = Intake { key: "k", jobs: jobs.iter().collect(), claim: false };
+    block_on(source.park_and_claim(&[intake], claim(T0))).unwrap();
+    let mut prev: Option<String> = None;
+    for (i, at) in [(0, T0 + 10), (1, T0 + 20)] {
+        let step = block_on(source.step("k", &[], Some((claim(at), prev.as_deref())), OnDead::Skip)).unwrap();
+        let won = &step.state.claimed[0];
+        assert_eq!(won.id, format!("j{i}"));
+        let done = Transition::Complete {
+            id: won.id.clone(),
+            route: won.route(),
+            owner: "inv".into(),
+            at: at + 1,
+            result: None,
+            http_status: Some(200),
+        };
+        block_on(source.step("k", &[Record::from(done)], None, OnDead::Skip)).unwrap();
+        prev = Some(won.id.clone());
+    }
+    block_on(source.step("k", &[], Some((claim(T0 + 30), prev.as_deref())), OnDead::Skip)).unwrap();
+    block_on(source.enqueue(&spec("j6", None), T0, T0)).unwrap();
+    block_on(source.cancel("j6", T0 + 40)).unwrap();
+
+    let (_, shards) = support::memory_shards(4);
+    let target = Ledger::sharded(shards);
+    // Twice, in pages of 3: a move run again replaces its copies.
+    for _ in 0..2 {
+        let mut after = String::new();
+        loop {
+            let page = block_on(source.copy_to(&target, &after, 3)).unwrap();
+            match page.next {
+                Some(next) => after = next,
+                None => break,
+            }
+        }
+    }
+    let check = block_on(source.verify_copy(&target)).unwrap();
+    assert!(check.matches, "{check:?}");
+    assert_eq!((check.shards.done, check.shards.running, check.shards.pending, check.shards.dead), (2, 1, 3, 1));
+    assert_eq!(block_on(target.events("j6")).unwrap(), block_on(source.events("j6")).unwrap(), "history moved");
+    // On the shards, the key goes on where it was: j2 still RUNNING under its lease, then j3.
+    assert_eq!(block_on(target.get("j2")).unwrap().map(|j| j.status), Some(Status::Running));
+    let done = Transition::Complete {
+        id: "j2".into(),
+        route: Route::key("k"),
+        owner: "inv".into(),
+        at: T0 + 50,
+        result: None,
+        http_status: None,
+    };
+    let step = block_on(target.step("k", &[Record::from(done)], Some((claim(T0 + 50), Some("j2"))), OnDead::Skip));
+    assert_eq!(step.unwrap().state.claimed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["j3"]);
+}

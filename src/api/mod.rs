@@ -171,10 +171,12 @@ pub struct ApiResponse {
 }
 
 impl ApiResponse {
-    fn json(status: u16, v: Value) -> Self {
+    /// A JSON answer.
+    pub fn json(status: u16, v: Value) -> Self {
         ApiResponse { status, content_type: "application/json", body: v.to_string(), headers: Vec::new() }
     }
-    fn error(status: u16, msg: impl Into<String>) -> Self {
+    /// `{"error": msg}`.
+    pub fn error(status: u16, msg: impl Into<String>) -> Self {
         Self::json(status, json!({ "error": msg.into() }))
     }
     /// An error answer with a JSON body already built.

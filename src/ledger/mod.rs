@@ -30,6 +30,7 @@ pub mod durable;
 pub mod history;
 mod shards;
 mod maintain;
+pub mod moving;
 pub mod object;
 #[cfg(test)]
 mod params;
@@ -296,6 +297,16 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// Both counts together (of two shards).
+    pub fn plus(self, other: Counts) -> Counts {
+        Counts {
+            pending: self.pending + other.pending,
+            running: self.running + other.running,
+            done: self.done + other.done,
+            dead: self.dead + other.dead,
+        }
+    }
+
     /// Reads `counts.sql`'s rows; a status without a row is zero.
     pub fn from_rows(rows: &[Row]) -> Counts {
         let mut c = Counts::default();

@@ -97,6 +97,10 @@ fn every_statement() -> Vec<Stmt> {
         stmt::events("a"),
         stmt::activity_runs(1),
         stmt::activity_jobs(1),
+        stmt::export_jobs("a", 10),
+        stmt::export_events("a", "b"),
+        stmt::import_job(&Row::new()),
+        stmt::import_event(&Row::new()),
     ];
     for status in [None, Some(Status::Pending), Some(Status::Done), Some(Status::Dead)] {
         all.push(stmt::list(status, Some((1, "a")), 10));

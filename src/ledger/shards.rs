@@ -26,7 +26,7 @@ pub use crate::limits::MAX_SHARDS;
 /// The job ledger: every read and write of a job's row is a method here, taking typed values and
 /// answering verdicts or rows. No other module sees a statement or a shard.
 pub struct Ledger<S> {
-    shards: Vec<Shard<S>>,
+    pub(super) shards: Vec<Shard<S>>,
 }
 
 fn mismatch() -> InfraError {
@@ -100,7 +100,7 @@ impl<S: Sql> Ledger<S> {
     }
 
     /// Runs `f` on every shard at once: the answers in shard order.
-    async fn every<R>(&self, f: impl AsyncFn(&Shard<S>) -> Result<R, InfraError>) -> Result<Vec<R>, InfraError> {
+    pub(super) async fn every<R>(&self, f: impl AsyncFn(&Shard<S>) -> Result<R, InfraError>) -> Result<Vec<R>, InfraError> {
         join_all(self.shards.iter().map(|s| f(s))).await.into_iter().collect()
     }
 
@@ -150,12 +150,7 @@ impl<S: Sql> Ledger<S> {
 
     /// Counts by status, zeros included, summed over the shards.
     pub async fn counts(&self) -> Result<Counts, InfraError> {
-        Ok(self.every(async |s| s.counts().await).await?.into_iter().fold(Counts::default(), |a, c| Counts {
-            pending: a.pending + c.pending,
-            running: a.running + c.running,
-            done: a.done + c.done,
-            dead: a.dead + c.dead,
-        }))
+        Ok(self.every(async |s| s.counts().await).await?.into_iter().fold(Counts::default(), Counts::plus))
     }
 
     /// A page of jobs, newest first (by `(created_at, id)`, which orders every shard alike, so a

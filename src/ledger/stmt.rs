@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::history::{Kind, Run, API_ACTOR, HISTORY_KEEP};
-use super::{DeadFilter, JobSpec, Lease, ListFilter, Param, Status, Stmt, MAX_PRIORITY};
+use super::{DeadFilter, JobSpec, Lease, ListFilter, Param, Row, Status, Stmt, MAX_PRIORITY};
 use crate::config::{OnDead, OrderingMode};
 
 macro_rules! sql {
@@ -310,4 +310,40 @@ pub fn activity_runs(since: i64) -> Stmt {
 /// Jobs created and finished per minute since `since`.
 pub fn activity_jobs(since: i64) -> Stmt {
     with(sql!("activity_jobs"), [("since", since.into())])
+}
+
+/// Moving a D1 ledger to shards: a page of job rows after `after`.
+pub fn export_jobs(after: &str, limit: u32) -> Stmt {
+    with(sql!("export_jobs"), [("after", after.into()), ("limit", limit.into())])
+}
+/// Moving a D1 ledger to shards: the history rows of the jobs with ids in `(after, last]`.
+pub fn export_events(after: &str, last: &str) -> Stmt {
+    with(sql!("export_events"), [("after", after.into()), ("last", last.into())])
+}
+
+/// The columns of a job row, in `import_job.sql`'s order.
+pub const JOB_COLUMNS: [&str; 25] = [
+    "id", "type", "status", "ordering_key", "dedupe_key", "payload", "attempts", "max_attempts", "deferrals",
+    "lease_owner", "lease_until", "next_run_at", "last_error", "created_at", "updated_at", "finished_at", "seq",
+    "skipped_at", "priority", "result", "passed_at", "started_at", "ran_by", "http_status", "snoozes",
+];
+/// The columns of a history row, in `import_event.sql`'s order.
+pub const EVENT_COLUMNS: [&str; 11] =
+    ["job_id", "slot", "n", "at", "kind", "actor", "attempt", "started_at", "outcome", "error", "http_status"];
+
+/// A column of an exported row as a parameter (text, integer or NULL, as the schema stores them).
+fn column(row: &Row, name: &str) -> Param {
+    match row.get(name) {
+        Some(Value::String(s)) => Param::Text(s.clone()),
+        Some(v) => super::int_of(v).map_or(Param::Null, Param::Int),
+        None => Param::Null,
+    }
+}
+/// Moving a D1 ledger to shards: a job's whole row into its shard.
+pub fn import_job(row: &Row) -> Stmt {
+    Stmt::bind(sql!("import_job"), JOB_COLUMNS.map(|c| (c, column(row, c))))
+}
+/// Moving a D1 ledger to shards: a history row into its job's shard.
+pub fn import_event(row: &Row) -> Stmt {
+    Stmt::bind(sql!("import_event"), EVENT_COLUMNS.map(|c| (c, column(row, c))))
 }

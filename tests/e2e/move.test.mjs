@@ -1,0 +1,75 @@
+// Moving a D1 ledger to Durable Object shards (design §19.7), as an operator would: a worker on D1
+// with jobs in every state (done, a key blocked by a DEAD head with jobs waiting behind it, an
+// unkeyed DEAD job), `scripts/move-ledger.mjs` copying it to four shards in small pages (and once
+// more: a move run again is the same move) and comparing the counts; then the same worker on the
+// shards (LEDGER = "do") goes on where D1 left off: the blocked key's jobs run in order after a
+// skip, a redriven job runs, a new job of a key takes the next place in its order.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { start, webhook, waitFor, TOKEN } from "./harness.mjs";
+import { moveLedger } from "../../scripts/move-ledger.mjs";
+
+const BLOCK = { ORDERING_MODE: "strict", ON_DEAD: "block" };
+const objects = { LEDGER_OBJECT: { className: "OrderlyLedger", useSQLite: true } };
+
+test("a D1 ledger moved to four shards goes on where it left off", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "orderly-move-"));
+  let w = await start({ ledger: null, vars: BLOCK, workerOptions: { durableObjects: objects, durableObjectsPersist: join(dir, "do") } });
+  let ids;
+  try {
+    const m = await w.api("POST", "/jobs", { jobs: [1, 2, 3].map((n) => ({ payload: webhook(`/ok/m/${n}`, { n }), ordering_key: "m" })) });
+    const b = await w.api("POST", "/jobs", {
+      jobs: [
+        { payload: webhook("/status/410/b", { n: 1 }), ordering_key: "b" },
+        { payload: webhook("/ok/b/2", { n: 2 }), ordering_key: "b" },
+        { payload: webhook("/ok/b/3", { n: 3 }), ordering_key: "b" },
+      ],
+    });
+    const u = await w.api("POST", "/jobs", { payload: webhook("/status/404/u"), max_attempts: 1 });
+    ids = { m: m.json.jobs.map((j) => j.id), b: b.json.jobs.map((j) => j.id), u: u.json.jobs[0].id };
+    await waitFor(async () => {
+      const c = await w.counts();
+      return c.DONE === 3 && c.DEAD === 2 && c.PENDING === 2;
+    }, "3 DONE, 2 DEAD, 2 waiting behind the DEAD head", 30_000);
+    const before = await w.counts();
+    // Moving needs the admin: no token, no move.
+    assert.equal((await w.api("POST", "/ledger/move", { shards: 4 }, null)).status, 401);
+    const fetch = (url, init) => w.mf.dispatchFetch(url, init);
+    for (let round = 0; round < 2; round++) {
+      const moved = await moveLedger({ url: "http://orderly.test", token: TOKEN, shards: 4, limit: 2, fetch });
+      assert.equal(moved.jobs, 7);
+      assert.ok(moved.pages >= 4, `pages ${moved.pages}`);
+      assert.ok(moved.verified.matches, JSON.stringify(moved.verified));
+      assert.deepEqual(moved.verified.shards, before);
+      assert.ok(moved.verified.per_shard.filter((c) => c.DONE + c.DEAD + c.PENDING > 0).length >= 2, "spread over shards");
+    }
+  } finally {
+    await w.dispose();
+  }
+  // The switch: the same shards' storage, LEDGER = "do".
+  w = await start({ ledger: { shards: 4 }, vars: BLOCK, workerOptions: { durableObjectsPersist: join(dir, "do") } });
+  try {
+    assert.deepEqual(await w.counts(), { PENDING: 2, RUNNING: 0, DONE: 3, DEAD: 2 });
+    const done = await w.api("GET", `/jobs/${ids.m[0]}`);
+    assert.equal(done.json.job.status, "DONE");
+    assert.ok(done.json.history.length >= 1, "its history moved with it");
+    const blocked = await w.api("GET", "/keys?state=blocked");
+    assert.deepEqual(blocked.json.keys.map((k) => [k.key, k.head.id, k.waiting]), [["b", ids.b[0], 2]]);
+    assert.equal((await w.api("POST", "/keys/b/skip")).status, 200);
+    await waitFor(async () => (await w.job(ids.b[2]))?.status === "DONE", "b's waiting jobs DONE, on the shards");
+    assert.deepEqual(w.target.to("/ok/b").map((r) => r.path), ["/ok/b/2", "/ok/b/3"]);
+    w.target.answers.set("/status/404/u", 200);
+    const redrive = await w.api("POST", `/jobs/${ids.u}/redrive`);
+    assert.equal(redrive.status, 200, redrive.text);
+    await waitFor(async () => (await w.job(ids.u))?.status === "DONE", "the redriven job DONE");
+    const next = await w.api("POST", "/jobs", { payload: webhook("/ok/m/4", { n: 4 }), ordering_key: "m" });
+    await waitFor(async () => (await w.job(next.json.jobs[0].id))?.status === "DONE", "a new job of m DONE");
+    assert.equal((await w.job(next.json.jobs[0].id)).seq, 4, "the key's order went on from D1's");
+  } finally {
+    await w.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
