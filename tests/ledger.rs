@@ -612,7 +612,10 @@ fn eight_connections_racing_to_claim_twelve_jobs_give_eight_distinct_winners() {
 
 /// The statements that may read every job, each with why. Any other SQL file of the ledger that
 /// reads the whole table fails [`no_statement_reads_the_whole_table`].
-const WHOLE_TABLE_READS: &[(&str, &str)] = &[];
+const WHOLE_TABLE_READS: &[(&str, &str)] = &[(
+    "export_jobs",
+    "moving a D1 ledger to shards reads every job by design: a page at a time by id (LIMIT), with delivery paused",
+)];
 
 /// Every SQL file of `src/ledger/sql/` (found in the folder, so a new one cannot be left out),
 /// planned by SQLite: none reads the whole job table, DONE rows and payloads included, but the
@@ -629,7 +632,7 @@ fn no_statement_reads_the_whole_table() {
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
         let sql: &'static str = Box::leak(std::fs::read_to_string(path).unwrap().into_boxed_str());
         // Bound NULL, each parameter: SQLite plans a statement once, whatever its values.
-        let count = (1..=20).filter(|n| sql.contains(&format!("?{n}"))).max().unwrap_or(0);
+        let count = (1..=40).filter(|n| sql.contains(&format!("?{n}"))).max().unwrap_or(0);
         let s = orderly::ledger::Stmt::bind(sql, (0..count).map(|_| ("any", orderly::ledger::Param::Null)));
         let plan = plan(&db, &s);
         let whole = plan.iter().any(|p| reads_every_job(p));
