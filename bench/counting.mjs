@@ -4,7 +4,7 @@
 // index entries included); and captures what it sends to its own queue (wake-ups, re-sends, API
 // submissions) so the model of Queues delivers those too. Wraps the bindings in classes with the names workers-rs checks for,
 // so the Rust worker accepts them.
-export const stats = { batches: 0, deliveries: 0, kvOps: 0, kvReads: 0, kvWrites: 0, d1RoundTrips: 0, d1Statements: 0, d1RowsWritten: 0, d1RowsRead: 0, sent: 0 };
+export const stats = { batches: 0, deliveries: 0, kvOps: 0, kvReads: 0, kvWrites: 0, d1RoundTrips: 0, d1Statements: 0, d1RowsWritten: 0, d1RowsRead: 0, sent: 0, doRequests: 0 };
 /** Billed rows per statement (keyed by the SQL file's first comment line), for
  * `BENCH_PROFILE=1`: where a job's rows go. */
 export let profile = {};
@@ -83,11 +83,24 @@ class WorkerQueue {
 
 /** The same env with counting KV and D1 bindings and captured queue producers (the urgent
  * lane's too when `BENCH_LANE` is "1"). */
+/** The ledger shards' namespace (LEDGER = "do"): every request to a shard object counted. */
+class DurableObjectNamespace {
+  constructor(inner) { this.inner = inner; }
+  idFromName(name) { return this.inner.idFromName(name); }
+  get(id) { return new DurableObjectStub(this.inner.get(id)); }
+  getByName(name) { return new DurableObjectStub(this.inner.getByName(name)); }
+}
+class DurableObjectStub {
+  constructor(inner) { this.inner = inner; }
+  fetch(...args) { stats.doRequests++; return this.inner.fetch(...args); }
+}
+
 export function counted(env) {
   return {
     ...env,
     ORDERING_KV: new KvNamespace(env.ORDERING_KV),
     ...(env.DB ? { DB: new D1Database(env.DB) } : {}),
+    ...(env.LEDGER_OBJECT ? { LEDGER_OBJECT: new DurableObjectNamespace(env.LEDGER_OBJECT) } : {}),
     JOBS: new WorkerQueue("orderly-jobs"),
     ...(env.BENCH_LANE === "1" ? { JOBS_URGENT: new WorkerQueue("orderly-jobs-urgent") } : {}),
   };

@@ -1,6 +1,8 @@
 // orderly (the Rust worker, unchanged) behind counting bindings. Copied next to the build output.
 import { WorkerEntrypoint } from "cloudflare:workers";
 import Orderly from "./index.js";
+// The ledger's shard class, for the `shards` consumer (LEDGER = "do").
+export { OrderlyLedger } from "./index.js";
 import { counted, stats, statsRoute } from "./counting.mjs";
 
 export default class extends WorkerEntrypoint {

@@ -17,7 +17,8 @@
 //
 //   npm run bench
 //   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent
-//   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,fedify-direct,floor-direct,lock-api-lane,strict-api-lane
+//   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane
+//   (`shards-api`: strict mode, POST /jobs, the ledger on four Durable Object shards)
 import { Miniflare } from "miniflare";
 import { copyFileSync, readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
@@ -29,7 +30,7 @@ const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 1);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,4,16").split(",").map(Number);
 const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail,urgent").split(",");
-const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-api,strict-direct,fedify-direct,floor-direct,lock-api-lane,strict-api-lane").split(",");
+const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane").split(",");
 const URGENT_JOBS = 10;
 const QUEUES = ["orderly-jobs", "orderly-jobs-urgent"];
 const HANDLER_LATENCY_MS = Number(process.env.BENCH_HANDLER_MS ?? 2);
@@ -41,13 +42,13 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Cloudflare's list prices, USD (Workers Paid; checked 2026-12-01, README "Cost per job"), and
  * the free plan's daily allowances. */
-const PRICE = { d1RowWritten: 1.0 / 1e6, d1RowRead: 0.001 / 1e6, queueOp: 0.4 / 1e6, kvRead: 0.5 / 1e6, kvWrite: 5.0 / 1e6 };
+const PRICE = { d1RowWritten: 1.0 / 1e6, d1RowRead: 0.001 / 1e6, queueOp: 0.4 / 1e6, kvRead: 0.5 / 1e6, kvWrite: 5.0 / 1e6, doRequest: 0.15 / 1e6 };
 const FREE_PER_DAY = { d1RowsWritten: 100_000, d1RowsRead: 5_000_000, queueOps: 10_000, kvReads: 100_000, kvWrites: 1_000 };
 
 /** USD per million jobs, and jobs a day within the free plan, from per-job counts. */
 function cost(j) {
   const usd = 1e6 * (j.d1RowsWritten * PRICE.d1RowWritten + j.d1RowsRead * PRICE.d1RowRead + j.queueOps * PRICE.queueOp +
-    j.kvReads * PRICE.kvRead + j.kvWrites * PRICE.kvWrite);
+    j.kvReads * PRICE.kvRead + j.kvWrites * PRICE.kvWrite + (j.doRequests ?? 0) * PRICE.doRequest);
   const freeJobs = Math.min(...Object.entries(FREE_PER_DAY).map(([k, cap]) => (j[k] > 0 ? cap / j[k] : Infinity)));
   return { usd, freeJobs };
 }
@@ -124,16 +125,25 @@ async function startConsumer(kind, t, lane) {
     handleStructuredLogs: ({ level, message }) => { if (level !== "info" && level !== "log") console.error(message); },
   };
   const vars = { ADMIN_TOKEN: "bench-token-0123456789", LOCK_RETRY_DELAY_SECONDS: "2", LEASE_SECONDS: "120", BACKOFF_BASE_SECONDS: "1" };
-  const orderly = (mode) => new Miniflare({
+  // `shards`: strict mode with the ledger on four SQLite Durable Objects (LEDGER = "do"), which
+  // miniflare runs in process: it measures the shards' overhead against D1, not their scale.
+  const orderly = (mode, shards) => new Miniflare({
     ...common,
     scriptPath: join(root, "build/bench-orderly.mjs"),
     d1Databases: ["DB"],
     queueProducers: { JOBS: { queueName: "orderly-jobs" } },
-    bindings: { ...vars, ORDERING_MODE: mode, BENCH_LANE: lane ? "1" : "0" },
+    ...(shards ? { durableObjects: { LEDGER_OBJECT: { className: "OrderlyLedger", useSQLite: true } } } : {}),
+    bindings: {
+      ...vars,
+      ORDERING_MODE: mode,
+      BENCH_LANE: lane ? "1" : "0",
+      ...(shards ? { LEDGER: "do", LEDGER_SHARDS: String(shards) } : {}),
+    },
   });
   const mf = {
     lock: () => orderly("lock"),
     strict: () => orderly("strict"),
+    shards: () => orderly("strict", 4),
     fedify: () => new Miniflare({ ...common, scriptPath: join(root, "build/bench-fedify.mjs") }),
     floor: () => new Miniflare({ ...common, scriptPath: join(root, "build/bench-floor.mjs") }),
   }[kind]();
@@ -253,6 +263,7 @@ export async function measure(consumer, name, concurrency) {
         d1RowsWritten: sub("d1RowsWritten") + stats.d1RowsWritten + purged.rowsWritten,
         d1RowsRead: sub("d1RowsRead") + stats.d1RowsRead + purged.rowsRead,
         d1Statements: sub("d1Statements") + stats.d1Statements + purged.statements,
+        doRequests: sub("doRequests") + stats.doRequests,
         // Queues bills a write, a read and a delete per message (per 64 KB; these are smaller):
         // every message sent (the producer's, or the API's, and the worker's own wake-ups and
         // re-sends), every delivery (a retry is another read), every ack.
@@ -279,6 +290,7 @@ export async function measure(consumer, name, concurrency) {
     queueOps: perJob("queueOps"),
     kvReads: perJob("kvReads"),
     kvWrites: perJob("kvWrites"),
+    doRequests: perJob("doRequests"),
   };
 }
 
@@ -298,7 +310,7 @@ async function main() {
     `handler latency ${HANDLER_LATENCY_MS} ms; api = submitted through POST /jobs, direct = sent straight to the queue\n`);
   const header = ["workload", "C", "consumer", "drain ms", "deliveries/job", "inversions", "never run", "dead-lettered", "KV ops/job", "D1 trips/job", "handler runs/job", "backlog before urgent"];
   const rows = [header];
-  const costs = [["workload", "C", "consumer", "D1 rows written/job", "D1 rows read/job", "D1 statements/job", "Queues ops/job", "KV reads/job", "KV writes/job", "USD per million jobs", "jobs/day on the free plan"]];
+  const costs = [["workload", "C", "consumer", "D1 rows written/job", "D1 rows read/job", "D1 statements/job", "Queues ops/job", "KV reads/job", "KV writes/job", "DO requests/job", "USD per million jobs", "jobs/day on the free plan"]];
   const drains = new Map();
   for (const name of WORKLOADS) {
     for (const c of CONCURRENCY) {
@@ -307,14 +319,19 @@ async function main() {
         if (name === "urgent" ? !consumer.includes("-api") : consumer.endsWith("-lane")) continue;
         const x = await measure(consumer, name, c);
         drains.set(`${name}/${c}/${consumer}`, x.drainMs);
-        const orderly = consumer.startsWith("lock") || consumer.startsWith("strict");
+        const orderly = consumer.startsWith("lock") || consumer.startsWith("strict") || consumer.startsWith("shards");
         rows.push([name, String(c), consumer, String(x.drainMs), fmt(x.deliveriesPerJob), name === "unkeyed" ? "-" : String(x.inversions),
           String(x.neverRun), String(x.deadLettered), fmt(x.kvOpsPerJob), orderly ? fmt(x.d1PerJob) : "-", fmt(x.runsPerJob),
           x.urgentAfter === null ? "-" : `${x.urgentAfter} of ${MESSAGES}`]);
         if (name !== "urgent") {
           const { usd, freeJobs } = cost(x);
-          costs.push([name, String(c), consumer, fmt(x.d1RowsWritten), fmt(x.d1RowsRead), fmt(x.d1Statements), fmt(x.queueOps),
-            fmt(x.kvReads), fmt(x.kvWrites), usd.toFixed(2), String(Math.floor(freeJobs))]);
+          // The shards' own rows are not counted: miniflare's objects report none, and the cron's
+          // purge of the shards is not run here. They are the statements D1 runs (strict-api's rows).
+          const shards = consumer.startsWith("shards");
+          const rows = (v) => (shards ? "not counted" : fmt(v));
+          costs.push([name, String(c), consumer, rows(x.d1RowsWritten), rows(x.d1RowsRead), rows(x.d1Statements), fmt(x.queueOps),
+            fmt(x.kvReads), fmt(x.kvWrites), fmt(x.doRequests), shards ? `${usd.toFixed(2)} + rows` : usd.toFixed(2),
+            shards ? "-" : String(Math.floor(freeJobs))]);
         }
         console.error(`done: ${name} C=${c} ${consumer} ${x.drainMs} ms`);
       }
@@ -334,6 +351,7 @@ async function main() {
   const add = (label, a, b) => { if (d(a) && d(b)) ratios.push([label, fmt(d(a) / d(b))]); };
   add("strict-api hot C=16 / lock-api hot C=1", "hot/16/strict-api", "hot/1/lock-api");
   add("strict-api keys20 C=4 / lock-api keys20 C=1", "keys20/4/strict-api", "keys20/1/lock-api");
+  add("shards-api keys20 C=4 / strict-api keys20 C=4 (LEDGER do / d1)", "keys20/4/shards-api", "keys20/4/strict-api");
   add("strict-api keys20 C=4 / strict-api unkeyed C=4", "keys20/4/strict-api", "unkeyed/4/strict-api");
   add("strict-api keys20 C=4 / fedify-direct keys20 C=4", "keys20/4/strict-api", "keys20/4/fedify-direct");
   add("strict-api hot C=4 / fedify-direct hot C=4", "hot/4/strict-api", "hot/4/fedify-direct");
