@@ -538,7 +538,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             return;
         }
         self.keep_alive(held, leases).await;
-        if leases.lost(&job.id, self.clock.now_ms(), i64::from(self.cfg.lease_seconds) * 1000) {
+        if leases.lost(&job.id, self.clock.now_ms(), self.cfg.refresh_after_ms(self.cfg.lease_seconds)) {
             // Stalled past the lease: the job may be another invocation's now. Not run here; the
             // message comes back and the ledger decides.
             self.outage(format!("job {:?}: lease lost before it started; not run", job.id));

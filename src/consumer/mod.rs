@@ -779,9 +779,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 }
 
 /// This invocation's leases: when they were last renewed, and which jobs that renewal found still
-/// ours. A lease is also taken for lost once its end has passed since the last claim or renewal
-/// that confirmed it: a renewal that failed, or that a concurrent group started and has not
-/// finished, confirms nothing (the simulation over shards found a group run a job while another
+/// ours. A lease is also taken for lost once what is left of it since the last claim or renewal
+/// that confirmed it may not cover a run: a renewal that failed, or that a concurrent group
+/// started and has not finished, confirms nothing (the simulation over shards found a group run a job while another
 /// group's renewal, which would have found it lost, was still in flight). A job missing from it lost its lease while the invocation stalled (the reaper may have
 /// given it to another invocation): it must not run here.
 struct Leases {
@@ -803,10 +803,11 @@ impl Leases {
         Leases { renewed_at: at.clone(), confirmed_at: at, ids: RefCell::new(ids), held: RefCell::new(None) }
     }
 
-    /// Whether `job`'s lease may be lost at `now`: the last renewal did not find it, or its end
-    /// (`lease_ms` after it was last confirmed) has passed.
-    fn lost(&self, job: &str, now: i64, lease_ms: i64) -> bool {
-        now >= self.confirmed_at.get() + lease_ms || self.held.borrow().as_ref().is_some_and(|held| !held.contains(job))
+    /// Whether `job`'s lease may not outlast a run starting at `now`: the last renewal did not find
+    /// it, or more than `fresh_ms` ([`Config::refresh_after_ms`]) has passed since the leases were
+    /// last confirmed (what is left of them may not cover a run).
+    fn lost(&self, job: &str, now: i64, fresh_ms: i64) -> bool {
+        now - self.confirmed_at.get() > fresh_ms || self.held.borrow().as_ref().is_some_and(|held| !held.contains(job))
     }
 
     /// Jobs claimed since the last renewal are ours too.

@@ -387,7 +387,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 continue;
             }
             self.renew_leases(leases).await;
-            if leases.lost(&job.id, self.clock.now_ms(), i64::from(self.cfg.lease_seconds) * 1000) {
+            if leases.lost(&job.id, self.clock.now_ms(), self.cfg.refresh_after_ms(self.cfg.lease_seconds)) {
                 // Stalled past the lease: the reaper may have given the key's jobs to another
                 // invocation. Record what ran, run nothing more here.
                 self.outage(format!("key {key:?}: lease lost while the chain stalled; stopping"));
