@@ -58,7 +58,10 @@
 //!   happen to a row ([`ledger::Transition`], applied by `Ledger::record_all`); strict mode's
 //!   operations (`strict.rs`; its run rule is `ledger/sql/claim_next.sql`); `maintain.rs`, lease
 //!   renewal and the cron's scans; `stmt.rs`, the statements, each bound by the names its SQL
-//!   file declares; the D1 backend; the conformance suite every backend passes.
+//!   file declares; the D1 backend; the conformance suite every backend passes. Past one
+//!   database (design §19): `shards.rs`, the `Ledger` over its shards (each job's work routed by
+//!   `route.rs`, lists and counts merged); `object.rs`, a SQLite Durable Object shard's logic;
+//!   `durable.rs`, its Workers edge and `ledger_object!`; `moving.rs`, a D1 ledger moved to shards.
 //! - `handlers/`: the built-in `webhook` job type and the service handler contract (design §13b).
 //! - `api/` (+ `dashboard.html`): the operator HTTP API; `api/submission.rs` reads what a request
 //!   asks for. `producer.rs`: sending to the queue.
@@ -67,7 +70,8 @@
 //!   structured log lines.
 //! - `edge.rs`: `worker` adapters for the ports above (wasm only).
 //!
-//! Everything but `edge.rs`, `entry.rs` and `ledger/d1.rs` builds and is tested natively.
+//! Everything but `edge.rs`, `entry.rs`, `ledger/d1.rs` and `ledger/durable.rs` builds and is
+//! tested natively.
 
 // The library's API is what the crate root re-exports below. The modules are public for the
 // project's own integration tests and simulation (which drive the consumer, the ledger and the

@@ -1,6 +1,6 @@
 //! What can happen to a job's row: every change the consumer and maintenance make, as values.
 //! The consumer decides a [`Transition`] (River's executor builds its `JobSetStateIfRunning`
-//! params the same way) and hands it, with the run's history line, to [`Ledger::record_all`],
+//! params the same way) and hands it, with the run's history line, to [`Ledger::record_all`](super::Ledger::record_all),
 //! which applies a batch of them in one round trip. A guarded transition (by the lease owner)
 //! that changes nothing means the lease was lost: the caller must not act on it.
 //!
@@ -173,7 +173,7 @@ impl Record {
     }
 }
 
-/// A job recorded DEAD, as [`Ledger::record_dead_all`] found it.
+/// A job recorded DEAD, as [`Ledger::record_dead_all`](super::Ledger::record_dead_all) found it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedDead {
     /// Whether this call made it DEAD.
