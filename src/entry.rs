@@ -12,12 +12,12 @@ use worker::{
 
 use crate::api::{Api, ApiRequest, ApiResponse, Submitted, MAX_BODY_BYTES};
 use crate::app::{Bound, Cx, Handlers, Job};
+use crate::config::LedgerBackend;
 use crate::consumer::{Consumer, Incoming, Outcome, INFRA_RETRY_DELAY_SECONDS};
 use crate::edge::{self, SystemClock, WorkerFetch, WorkerKv};
 use crate::enqueue::{Enqueue, EnqueueError, Producer};
 use crate::error::InfraError;
 use crate::handlers::{Done, JobError, Services};
-use crate::config::LedgerBackend;
 use crate::ledger::durable::{edge_shards, EdgeSql};
 use crate::ledger::Ledger;
 use crate::log::Event;
@@ -152,7 +152,8 @@ impl App {
     fn start_unconfigured(&self, env: &Env) -> Result<Started, StartError> {
         let cfg = crate::config::Config::default();
         // Never reached, but there must be one: D1's, or else one shard's.
-        let shards = ledger_shards(env, LedgerBackend::D1).or_else(|_| ledger_shards(env, LedgerBackend::Objects(1)))?;
+        let shards =
+            ledger_shards(env, LedgerBackend::D1).or_else(|_| ledger_shards(env, LedgerBackend::Objects(1)))?;
         let queue = edge::lanes(env, &cfg).map_err(|e| StartError::Binding(e.to_string()))?;
         Ok(Started { cfg, shards, queue, sealer: None, missing: Vec::new() })
     }
@@ -382,7 +383,9 @@ async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest) -> ApiResponse {
     };
     let target = Ledger::sharded(shards.iter().collect());
     let answer = match req.method.as_str() {
-        "POST" => s.ledger().copy_to(&target, &page.after, page.limit.unwrap_or(100).clamp(1, 200)).await.map(|c| json!(c)),
+        "POST" => {
+            s.ledger().copy_to(&target, &page.after, page.limit.unwrap_or(100).clamp(1, 200)).await.map(|c| json!(c))
+        }
         _ => s.ledger().verify_copy(&target).await.map(|v| json!(v)),
     };
     match answer {

@@ -64,7 +64,8 @@ fn a_shard_refuses_another_count_or_schema_and_a_failed_batch_applies_nothing() 
     };
     let broken = ObjectStmt { sql: "SELECT * FROM no_such_table".into(), params: vec![] };
     assert!(matches!(object.serve(&req(SCHEMA, 2, vec![insert.clone(), broken])), ShardAnswer::Failed(_)));
-    let n = || -> i64 { dbs[1].conn.query_row("SELECT count(*) FROM job WHERE id = 'half'", [], |r| r.get(0)).unwrap() };
+    let n =
+        || -> i64 { dbs[1].conn.query_row("SELECT count(*) FROM job WHERE id = 'half'", [], |r| r.get(0)).unwrap() };
     assert_eq!(n(), 0, "the batch half-applied");
     // The same statement alone applies (so the rollback above is what kept it out).
     assert!(matches!(object.serve(&req(SCHEMA, 2, vec![insert])), ShardAnswer::Rows(_)));

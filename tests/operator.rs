@@ -219,9 +219,14 @@ fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
             error: error.into(),
         };
         let transition = match outcome {
-            RunOutcome::Done => {
-                Transition::Complete { id: id.clone(), route, owner: owner.clone(), at, result: None, http_status: None }
-            }
+            RunOutcome::Done => Transition::Complete {
+                id: id.clone(),
+                route,
+                owner: owner.clone(),
+                at,
+                result: None,
+                http_status: None,
+            },
             RunOutcome::Retry => fail(Status::Pending, at + 5_000, "HTTP 503"),
             RunOutcome::Dead => fail(Status::Dead, at, "HTTP 404"),
             RunOutcome::Snooze => {

@@ -26,9 +26,8 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
 fn thirty() -> (Ledger<orderly::ledger::object::ShardSql<support::InProcess>>, Vec<JobSpec>) {
     let (_, shards) = support::memory_shards(4);
     let ledger = Ledger::sharded(shards);
-    let jobs: Vec<JobSpec> = (0..30)
-        .map(|i| spec(&format!("j{i:02}"), (i % 3 != 0).then(|| ["a", "b", "c", "d", "e"][i % 5])))
-        .collect();
+    let jobs: Vec<JobSpec> =
+        (0..30).map(|i| spec(&format!("j{i:02}"), (i % 3 != 0).then(|| ["a", "b", "c", "d", "e"][i % 5]))).collect();
     for (i, j) in jobs.iter().enumerate() {
         let at = T0 + (i as i64).min(28);
         block_on(ledger.enqueue(j, at, at)).unwrap();
@@ -149,4 +148,32 @@ fn a_d1_ledger_moved_to_shards_keeps_every_job_its_history_and_its_keys_order() 
     };
     let step = block_on(target.step("k", &[Record::from(done)], Some((claim(T0 + 50), Some("j2"))), OnDead::Skip));
     assert_eq!(step.unwrap().state.claimed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["j3"]);
+}
+
+#[test]
+fn one_shard_down_holds_only_its_own_jobs() {
+    use orderly::config::OnDead;
+    use orderly::ledger::strict::{ClaimSpec, Intake, Parked};
+    use orderly::ledger::{Claimed, Lease};
+    let (_, shards) = support::memory_shards(4);
+    let down = Route::key("down-key").shard(4);
+    let up = (0..).map(|i| format!("up-{i}")).find(|k| Route::key(k).shard(4) != down).unwrap();
+    let ledger = Ledger::sharded(shards);
+    assert_eq!(block_on(ledger.counts()).unwrap().pending, 0, "every shard prepared");
+    ledger.backends().nth(down).unwrap().transport.1.set(true);
+    let lease = Lease { now: T0, until: T0 + 120_000, due_before: T0 };
+    let (a, b) = (spec("a", Some("down-key")), spec("b", Some(&up)));
+    let claimed = block_on(ledger.claim_all(&[&a, &b], "inv", lease)).unwrap();
+    assert!(matches!(claimed[0], Claimed::Unavailable(_)), "{claimed:?}");
+    assert!(matches!(claimed[1], Claimed::Won(_)), "{claimed:?}");
+    let (c, d) = (spec("c", Some("down-key")), spec("d", Some(&up)));
+    let keys =
+        [Intake { key: "down-key", jobs: vec![&c], claim: true }, Intake { key: &up, jobs: vec![&d], claim: true }];
+    let claim = ClaimSpec { owner: "inv", lease, on_dead: OnDead::Skip, limit: 5 };
+    let parked = block_on(ledger.park_and_claim(&keys, claim)).unwrap();
+    assert_eq!(parked[0].parked, [Parked::Unavailable]);
+    assert!(matches!(parked[1].parked[0], Parked::Recorded(_)));
+    // Every shard asked is down: the call fails, as the one database's would.
+    let only_down = block_on(ledger.claim_all(&[&a], "inv", lease));
+    assert!(only_down.is_err());
 }

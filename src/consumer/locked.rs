@@ -252,7 +252,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         };
         let specs: Vec<&JobSpec> = positions.iter().map(|&i| plan.spec(i)).collect();
         let verdicts = self.ledger.claim_all(&specs, &self.owner, lease).await?;
-        Ok(positions
+        let mut unavailable = None;
+        let claims = positions
             .into_iter()
             .zip(verdicts)
             .map(|(i, v)| {
@@ -262,10 +263,19 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     Claimed::Running(until_ms) => Claim::NotNow(until(now, until_ms)),
                     Claimed::NotDue(at) => Claim::NotNow(until(now, Some(at))),
                     Claimed::Clash => Claim::Clash,
+                    // Its ledger shard is down: the message comes back; the other shards' run.
+                    Claimed::Unavailable(e) => {
+                        unavailable.get_or_insert(e);
+                        Claim::NotNow(INFRA_RETRY_DELAY_SECONDS)
+                    }
                 };
                 (i, claim)
             })
-            .collect())
+            .collect();
+        if let Some(e) = unavailable {
+            self.outage(format!("messages of an unavailable ledger shard deferred: {e}"));
+        }
+        Ok(claims)
     }
 
     /// Phase 3: runs the claimed groups, a key's members in order, groups concurrently; each
@@ -278,10 +288,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         decoded: &[Read],
         now: i64,
     ) -> Vec<LockEnd> {
-        let leases = Leases::new(
-            now,
-            claims.values().filter_map(|c| if let Claim::Won(job) = c { Some(&**job) } else { None }),
-        );
+        let leases =
+            Leases::new(now, claims.values().filter_map(|c| if let Claim::Won(job) = c { Some(&**job) } else { None }));
         // No job starts unless it can finish, and its result be recorded, within the invocation's
         // wall-clock limit: past it the runtime kills the invocation and every result unrecorded.
         let deadline = now + INVOCATION_WALL_MS - i64::from(self.cfg.webhook_timeout_seconds) * 1000 - 60_000;
@@ -420,7 +428,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             .iter()
             .enumerate()
             .filter_map(|(gi, l)| match (l, groups[gi].key) {
-                (GroupLock::Held { holder }, Some(key)) => lock::token_job(holder).map(|job| (gi, (job, Route::key(key)))),
+                (GroupLock::Held { holder }, Some(key)) => {
+                    lock::token_job(holder).map(|job| (gi, (job, Route::key(key))))
+                }
                 _ => None,
             })
             .collect();

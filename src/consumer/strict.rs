@@ -84,6 +84,8 @@ struct Intook<'k> {
     chains: Vec<Option<(&'k str, Start)>>,
     /// Jobs claimed while parking.
     claimed_first: usize,
+    /// Messages whose key's shard did not answer (deferred).
+    unavailable: usize,
 }
 
 /// What one invocation may still spend on chains.
@@ -160,6 +162,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             }
         };
         let mut intook = self.intook(&groups, &intake, parked, &members, now);
+        if intook.unavailable > 0 {
+            self.outage(format!("{} keyed messages of an unavailable ledger shard deferred", intook.unavailable));
+        }
         budget.settle(took, intook.claimed_first);
         self.run_chains(intook.chains, order, &budget, now).await;
         if !intook.clashes.is_empty() {
@@ -204,6 +209,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             clashes: Vec::new(),
             chains: vec![None; groups.len()],
             claimed_first: 0,
+            unavailable: 0,
         };
         for (gi, ((g, key), verdict)) in groups.iter().zip(intake).zip(parked).enumerate() {
             out.claimed_first += verdict.state.claimed.len();
@@ -219,6 +225,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                         out.clashes.push((m.index, Record::from(dead)));
                     }
                     Parked::Recorded(job) => out.outcomes.push((m.index, self.settle_parked(job, &verdict.state, now))),
+                    // Its key's ledger shard is down: the message comes back; other keys run.
+                    Parked::Unavailable => {
+                        out.unavailable += 1;
+                        out.outcomes.push((m.index, Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS }));
+                    }
                 }
             }
             let due = |h: &Job| h.status == Status::Pending && h.next_run_at <= now + EARLY_DELIVERY_ALLOWANCE_MS;

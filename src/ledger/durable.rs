@@ -47,7 +47,8 @@ fn run_all(sql: &SqlStorage, stmts: &[ObjectStmt]) -> Result<Vec<Vec<Row>>, Stor
         .iter()
         .map(|s| {
             let cursor = sql.exec_raw(&s.sql, s.params.iter().map(js_param).collect::<Vec<_>>());
-            let rows: Vec<Value> = cursor.and_then(|c| c.to_array()).map_err(|e| StoreError(format!("{e}: {}", s.sql)))?;
+            let rows: Vec<Value> =
+                cursor.and_then(|c| c.to_array()).map_err(|e| StoreError(format!("{e}: {}", s.sql)))?;
             Ok(rows.into_iter().filter_map(|v| if let Value::Object(m) = v { Some(m) } else { None }).collect())
         })
         .collect()
@@ -127,7 +128,9 @@ impl ShardObject {
         match answer {
             Ok(ShardAnswer::Rows(_)) => None,
             Ok(ShardAnswer::Refused(why)) => Some(ShardAnswer::Refused(format!("shard 0 refuses: {why}"))),
-            Ok(ShardAnswer::Failed(why)) => Some(ShardAnswer::Failed(format!("shard 0 could not check the count: {why}"))),
+            Ok(ShardAnswer::Failed(why)) => {
+                Some(ShardAnswer::Failed(format!("shard 0 could not check the count: {why}")))
+            }
             Err(e) => Some(ShardAnswer::Failed(format!("shard 0 not reached to check the count: {e}"))),
         }
     }
@@ -139,7 +142,8 @@ pub struct DoTransport {
 }
 
 fn shard_transport(env: &Env, shard: u32) -> Result<DoTransport, InfraError> {
-    let ns: ObjectNamespace = env.durable_object(BINDING).map_err(|e| InfraError::new("ledger shard", e.to_string()))?;
+    let ns: ObjectNamespace =
+        env.durable_object(BINDING).map_err(|e| InfraError::new("ledger shard", e.to_string()))?;
     let stub = ns.get_by_name(&object_name(shard)).map_err(|e| InfraError::new("ledger shard", e.to_string()))?;
     Ok(DoTransport { stub })
 }

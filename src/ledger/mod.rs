@@ -28,19 +28,19 @@ pub mod d1;
 #[cfg(target_arch = "wasm32")]
 pub mod durable;
 pub mod history;
-mod shards;
 mod maintain;
 pub mod moving;
 pub mod object;
 #[cfg(test)]
 mod params;
+mod shards;
 // The statement builders are the ledger's own; the project's SQL tests reach them through the
 // `testing` feature.
+pub mod route;
 #[cfg(feature = "testing")]
 pub mod stmt;
 #[cfg(not(feature = "testing"))]
 mod stmt;
-pub mod route;
 pub mod store;
 pub mod strict;
 pub mod transition;
@@ -365,6 +365,8 @@ pub enum Claimed {
     NotDue(i64),
     /// Not recorded: its dedupe key is active in another job.
     Clash,
+    /// Not reached: its shard failed (the other shards' jobs were claimed). Try again later.
+    Unavailable(InfraError),
 }
 
 /// The DEAD jobs a filter matches.

@@ -130,9 +130,10 @@ impl<T: Transport> Sql for ShardSql<T> {
         let shard = self.shard;
         match self.transport.send(&req).await? {
             ShardAnswer::Rows(rows) if rows.len() == n => Ok(rows),
-            ShardAnswer::Rows(rows) => {
-                Err(InfraError::new("ledger shard", format!("shard {shard}: {} results for {n} statements", rows.len())))
-            }
+            ShardAnswer::Rows(rows) => Err(InfraError::new(
+                "ledger shard",
+                format!("shard {shard}: {} results for {n} statements", rows.len()),
+            )),
             ShardAnswer::Refused(why) | ShardAnswer::Failed(why) => {
                 Err(InfraError::new("ledger shard", format!("shard {shard}: {why}")))
             }

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use futures::future::join_all;
 
 use super::history::{Event, Minute};
-use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Skip, Step};
+use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
 use super::{
     Cancel, Claimed, Counts, DeadFilter, DeadMatches, Job, JobSpec, Lease, ListFilter, Record, RecordedDead, Redrive,
     Route, Shard, Sql,
@@ -80,27 +80,54 @@ impl<S: Sql> Ledger<S> {
         if let [one] = self.shards.as_slice() {
             return f(one, items.iter().collect()).await;
         }
+        self.routed_each(items, route, f).await.into_iter().collect()
+    }
+
+    /// [`Self::routed`], each item answered alone: an item whose shard failed gets that shard's
+    /// error, the others their answers (one shard down holds only its own jobs).
+    async fn routed_each<'t, T, R>(
+        &self,
+        items: &'t [T],
+        route: impl Fn(&T) -> Route,
+        f: impl AsyncFn(&Shard<S>, Vec<&'t T>) -> Result<Vec<R>, InfraError>,
+    ) -> Vec<Result<R, InfraError>> {
         let mut parts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (i, item) in items.iter().enumerate() {
             parts.entry(route(item).shard(self.shards.len())).or_default().push(i);
         }
         let answers =
             join_all(parts.iter().map(|(&s, at)| f(&self.shards[s], at.iter().map(|&i| &items[i]).collect()))).await;
-        let mut out: Vec<Option<R>> = items.iter().map(|_| None).collect();
+        let mut out: Vec<Result<R, InfraError>> = items.iter().map(|_| Err(mismatch())).collect();
         for ((_, at), answer) in parts.iter().zip(answers) {
-            let answer = answer?;
-            if answer.len() != at.len() {
-                return Err(mismatch());
-            }
-            for (&i, r) in at.iter().zip(answer) {
-                out[i] = Some(r);
+            match answer {
+                Ok(answer) if answer.len() == at.len() => {
+                    for (&i, r) in at.iter().zip(answer) {
+                        out[i] = Ok(r);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => at.iter().for_each(|&i| out[i] = Err(e.clone())),
             }
         }
-        out.into_iter().map(|r| r.ok_or_else(mismatch)).collect()
+        out
+    }
+
+    /// Answers each item alone unless every shard asked failed: then the first error.
+    fn unless_all_failed<R>(
+        answers: Vec<Result<R, InfraError>>,
+        failed: impl Fn(InfraError) -> R,
+    ) -> Result<Vec<R>, InfraError> {
+        if let Some(Err(e)) = answers.iter().find(|a| a.is_err()).filter(|_| answers.iter().all(Result::is_err)) {
+            return Err(e.clone());
+        }
+        Ok(answers.into_iter().map(|a| a.unwrap_or_else(&failed)).collect())
     }
 
     /// Runs `f` on every shard at once: the answers in shard order.
-    pub(super) async fn every<R>(&self, f: impl AsyncFn(&Shard<S>) -> Result<R, InfraError>) -> Result<Vec<R>, InfraError> {
+    pub(super) async fn every<R>(
+        &self,
+        f: impl AsyncFn(&Shard<S>) -> Result<R, InfraError>,
+    ) -> Result<Vec<R>, InfraError> {
         join_all(self.shards.iter().map(|s| f(s))).await.into_iter().collect()
     }
 
@@ -131,21 +158,24 @@ impl<S: Sql> Ledger<S> {
 
     /// Jobs by id, each looked up in the shard of its route only.
     pub async fn get_routed(&self, jobs: &[(&str, Route)]) -> Result<Vec<Option<Job>>, InfraError> {
-        self.routed(jobs, |j| j.1, async |s, part| s.get_all(&part.iter().map(|j| j.0).collect::<Vec<_>>()).await)
-            .await
+        self.routed(jobs, |j| j.1, async |s, part| s.get_all(&part.iter().map(|j| j.0).collect::<Vec<_>>()).await).await
     }
 
     /// Claims each delivered job for `owner` (lock mode, and strict mode's unkeyed jobs): a new
     /// job is inserted RUNNING, a due PENDING one (or one whose lease expired with attempts left)
-    /// becomes RUNNING; each refusal says why, from the row read after it.
+    /// becomes RUNNING; each refusal says why, from the row read after it. A job whose shard failed
+    /// is `Unavailable`; when every shard asked failed, the call fails.
     pub async fn claim_all(&self, jobs: &[&JobSpec], owner: &str, lease: Lease) -> Result<Vec<Claimed>, InfraError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        self.routed(jobs, |j| j.route(), async |s, part| {
+        let claim = async |s: &Shard<S>, part: Vec<&&JobSpec>| {
             s.claim_all(&part.into_iter().copied().collect::<Vec<_>>(), owner, lease).await
-        })
-        .await
+        };
+        if self.shards.len() == 1 {
+            return self.routed(jobs, |j| j.route(), claim).await;
+        }
+        Self::unless_all_failed(self.routed_each(jobs, |j| j.route(), claim).await, Claimed::Unavailable)
     }
 
     /// Counts by status, zeros included, summed over the shards.
@@ -206,10 +236,17 @@ impl<S: Sql> Ledger<S> {
         let known: Vec<(&str, Route)> =
             ids.iter().zip(&found).filter_map(|(id, j)| j.as_ref().map(|j| (*id, j.route()))).collect();
         let mut done = self
-            .routed(&known, |j| j.1, async |s, part| s.redrive_all(&part.iter().map(|j| j.0).collect::<Vec<_>>(), now).await)
+            .routed(
+                &known,
+                |j| j.1,
+                async |s, part| s.redrive_all(&part.iter().map(|j| j.0).collect::<Vec<_>>(), now).await,
+            )
             .await?
             .into_iter();
-        Ok(found.iter().map(|j| if j.is_some() { done.next().unwrap_or(Redrive::NotFound) } else { Redrive::NotFound }).collect())
+        Ok(found
+            .iter()
+            .map(|j| if j.is_some() { done.next().unwrap_or(Redrive::NotFound) } else { Redrive::NotFound })
+            .collect())
     }
 
     /// DEAD jobs matching `filter`: how many, how many can be redriven, and the first `limit` of
@@ -284,11 +321,15 @@ impl<S: Sql> Ledger<S> {
         jobs: &[(String, Route)],
     ) -> Result<HashSet<String>, InfraError> {
         let held = self
-            .routed(jobs, |j| j.1, async |s, part| {
-                let ids: Vec<String> = part.iter().map(|j| j.0.clone()).collect();
-                let held = s.renew(owner, now, until, &ids).await?;
-                Ok(ids.into_iter().map(|id| held.contains(&id).then_some(id)).collect())
-            })
+            .routed(
+                jobs,
+                |j| j.1,
+                async |s, part| {
+                    let ids: Vec<String> = part.iter().map(|j| j.0.clone()).collect();
+                    let held = s.renew(owner, now, until, &ids).await?;
+                    Ok(ids.into_iter().map(|id| held.contains(&id).then_some(id)).collect())
+                },
+            )
             .await?;
         Ok(held.into_iter().flatten().collect())
     }
@@ -349,13 +390,26 @@ impl<S: Sql> Ledger<S> {
 
     /// Parks every delivered keyed job and, in the same transaction, tries the claim of each key
     /// marked `claim` (design §3b), one round trip per shard touched. Every key's head is read
-    /// afterwards.
+    /// afterwards. A key whose shard failed has its jobs `Unavailable` and nothing claimed; when
+    /// every shard asked failed, the call fails.
     pub async fn park_and_claim(
         &self,
         keys: &[Intake<'_>],
         claim: ClaimSpec<'_>,
     ) -> Result<Vec<KeyIntake>, InfraError> {
-        self.routed(keys, |k| Route::key(k.key), async |s, part| s.park_and_claim(&part, claim).await).await
+        let park = async |s: &Shard<S>, part: Vec<&Intake<'_>>| s.park_and_claim(&part, claim).await;
+        if self.shards.len() == 1 {
+            return self.routed(keys, |k| Route::key(k.key), park).await;
+        }
+        let answers = self.routed_each(keys, |k| Route::key(k.key), park).await;
+        let mut out =
+            Self::unless_all_failed(answers, |_| KeyIntake { parked: Vec::new(), state: Default::default() })?;
+        for (k, intake) in keys.iter().zip(&mut out) {
+            if intake.parked.len() != k.jobs.len() {
+                intake.parked = vec![Parked::Unavailable; k.jobs.len()];
+            }
+        }
+        Ok(out)
     }
 
     /// Records a chain's results for `key` and, when `next` is given, claims the key's next jobs

@@ -323,9 +323,31 @@ pub fn export_events(after: &str, last: &str) -> Stmt {
 
 /// The columns of a job row, in `import_job.sql`'s order.
 pub const JOB_COLUMNS: [&str; 25] = [
-    "id", "type", "status", "ordering_key", "dedupe_key", "payload", "attempts", "max_attempts", "deferrals",
-    "lease_owner", "lease_until", "next_run_at", "last_error", "created_at", "updated_at", "finished_at", "seq",
-    "skipped_at", "priority", "result", "passed_at", "started_at", "ran_by", "http_status", "snoozes",
+    "id",
+    "type",
+    "status",
+    "ordering_key",
+    "dedupe_key",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "deferrals",
+    "lease_owner",
+    "lease_until",
+    "next_run_at",
+    "last_error",
+    "created_at",
+    "updated_at",
+    "finished_at",
+    "seq",
+    "skipped_at",
+    "priority",
+    "result",
+    "passed_at",
+    "started_at",
+    "ran_by",
+    "http_status",
+    "snoozes",
 ];
 /// The columns of a history row, in `import_event.sql`'s order.
 pub const EVENT_COLUMNS: [&str; 11] =

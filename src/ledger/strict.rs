@@ -26,6 +26,8 @@ pub enum Parked {
     Recorded(Box<Job>),
     /// Not recorded: its dedupe key is active in another job.
     Clash,
+    /// Not reached: its key's shard failed (other keys' shards answered). Try again later.
+    Unavailable,
 }
 
 /// A key after an operation: jobs claimed for this invocation (in seq order) and the key's head.

@@ -203,7 +203,11 @@ impl<S: Sql> Shard<S> {
 
     /// Records jobs that can never run DEAD with their errors, in one round trip, and reads each
     /// row back (a job running elsewhere is left to its run).
-    pub async fn record_dead_all(&self, jobs: &[&(JobSpec, String)], now: i64) -> Result<Vec<RecordedDead>, InfraError> {
+    pub async fn record_dead_all(
+        &self,
+        jobs: &[&(JobSpec, String)],
+        now: i64,
+    ) -> Result<Vec<RecordedDead>, InfraError> {
         let mut stmts = Vec::with_capacity(jobs.len() * 2);
         for (spec, error) in jobs.iter().copied() {
             stmts.push(stmt::record_dead(spec, now, error));

@@ -7,6 +7,7 @@
 //!
 //!   cargo test --test simulation                          the fixed seeds CI runs
 //!   SOAK_SEEDS=2000 npm run soak                          thousands of seeds, a summary table
+//!   SIM_SETUPS=strict-c8-shards4,lock-c1-shards4 ...      only those setups
 //!   SIM_SETUP=strict-c16 SIM_SEED=7 cargo test --test simulation replay -- --ignored --nocapture
 
 mod exec;
@@ -63,7 +64,8 @@ pub struct Setup {
     pub shard_faults: ShardFaults,
 }
 
-const SHARD_CHAOS: ShardFaults = ShardFaults { overloaded: 0.01, lost_answer: 0.01, reset: 0.005, skew: 0.005, one_down: true };
+const SHARD_CHAOS: ShardFaults =
+    ShardFaults { overloaded: 0.01, lost_answer: 0.01, reset: 0.005, skew: 0.005, one_down: true };
 
 /// A setup over `shards` shard objects, with the shard faults when `faults`. Lock mode promises
 /// no order once infrastructure fails (a deferred job can be overtaken), shards or not.
@@ -231,8 +233,11 @@ impl Sim {
         };
         let objects: Vec<Rc<SimObject>> =
             if setup.shards > 1 { (0..setup.shards).map(|_| Rc::new(SimObject::new())).collect() } else { Vec::new() };
-        let dbs =
-            if objects.is_empty() { vec![Rc::new(Sqlite::memory())] } else { objects.iter().map(|o| o.db.clone()).collect() };
+        let dbs = if objects.is_empty() {
+            vec![Rc::new(Sqlite::memory())]
+        } else {
+            objects.iter().map(|o| o.db.clone()).collect()
+        };
         let down = (setup.shard_faults.one_down && setup.shards > 1).then(|| {
             let mut rng = sched.rng.borrow_mut();
             let from = T0 + rng.range(0, 30_000);
@@ -665,24 +670,24 @@ impl Sim {
         if std::env::var("SIM_TRACE").is_ok() {
             println!("ended at +{} s after {steps} steps; redriven {redriven:?}", (self.sched.now() - T0) / 1000);
             for db in &self.dbs {
-            let Ok(mut st) = db.conn.prepare("SELECT id, ordering_key, seq, status, attempts, deferrals, last_error FROM job ORDER BY ordering_key, seq") else { continue };
-            let rows = st
-                .query_map([], |r| {
-                    Ok(format!(
-                        "{:?} {:?} {:?} {:?} a={:?} d={:?} {:?}",
-                        r.get::<_, String>(0)?,
-                        r.get::<_, Option<String>>(1)?,
-                        r.get::<_, Option<i64>>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, i64>(4)?,
-                        r.get::<_, i64>(5)?,
-                        r.get::<_, Option<String>>(6)?
-                    ))
-                })
-                .unwrap();
-            for r in rows {
-                println!("{}", r.unwrap());
-            }
+                let Ok(mut st) = db.conn.prepare("SELECT id, ordering_key, seq, status, attempts, deferrals, last_error FROM job ORDER BY ordering_key, seq") else { continue };
+                let rows = st
+                    .query_map([], |r| {
+                        Ok(format!(
+                            "{:?} {:?} {:?} {:?} a={:?} d={:?} {:?}",
+                            r.get::<_, String>(0)?,
+                            r.get::<_, Option<String>>(1)?,
+                            r.get::<_, Option<i64>>(2)?,
+                            r.get::<_, String>(3)?,
+                            r.get::<_, i64>(4)?,
+                            r.get::<_, i64>(5)?,
+                            r.get::<_, Option<String>>(6)?
+                        ))
+                    })
+                    .unwrap();
+                for r in rows {
+                    println!("{}", r.unwrap());
+                }
             }
             for r in &self.obs.borrow().runs {
                 println!("run {} (seq {:?}) by {} at +{} ok={:?}", r.job, r.seq, r.inv, (r.start - T0) / 1000, r.ok);
@@ -918,7 +923,10 @@ fn replay_command(setup: &Setup, seed: u64) -> String {
 fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
     let mut rows = Vec::new();
     let mut failures = Vec::new();
-    for s in setups() {
+    // SIM_SETUPS=a,b runs only those setups (a soak of the shard setups alone, say).
+    let only: Option<Vec<String>> =
+        std::env::var("SIM_SETUPS").ok().map(|v| v.split(',').map(str::to_string).collect());
+    for s in setups().into_iter().filter(|s| only.as_ref().is_none_or(|o| o.iter().any(|n| n == s.name))) {
         let mut total = Tally::default();
         for seed in seeds.clone() {
             let out = run_seed(s, seed);

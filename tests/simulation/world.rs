@@ -80,8 +80,8 @@ impl SimObject {
 
     /// Serves `req` through its JSON, as a Durable Object fetch carries it.
     fn serve(&self, req: &ShardRequest) -> ShardAnswer {
-        let wire: ShardRequest = serde_json::from_str(&serde_json::to_string(req).unwrap_or_default())
-            .unwrap_or_else(|_| req.clone());
+        let wire: ShardRequest =
+            serde_json::from_str(&serde_json::to_string(req).unwrap_or_default()).unwrap_or_else(|_| req.clone());
         let object = self.object.borrow().clone();
         let answer = object.serve(&wire);
         serde_json::from_str(&serde_json::to_string(&answer).unwrap_or_default()).unwrap_or(answer)

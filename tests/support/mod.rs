@@ -101,7 +101,10 @@ impl Sqlite {
     }
 
     /// Runs statements in one IMMEDIATE transaction: all apply or none.
-    fn run_sql<'s>(&self, stmts: impl IntoIterator<Item = (&'s str, Vec<SqlValue>)>) -> rusqlite::Result<Vec<Vec<Row>>> {
+    fn run_sql<'s>(
+        &self,
+        stmts: impl IntoIterator<Item = (&'s str, Vec<SqlValue>)>,
+    ) -> rusqlite::Result<Vec<Vec<Row>>> {
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
         let result = (|| {
             let mut out = Vec::new();
@@ -175,13 +178,17 @@ impl ObjectStore for ShardDb {
 }
 
 /// A shard object reached in process: every request and answer goes through its JSON, as over
-/// a Durable Object fetch.
-pub struct InProcess(pub std::rc::Rc<LedgerObject<ShardDb>>);
+/// a Durable Object fetch. While `down`, every request fails before it arrives.
+pub struct InProcess(pub std::rc::Rc<LedgerObject<ShardDb>>, pub std::cell::Cell<bool>);
 
 impl Transport for InProcess {
     async fn send(&self, req: &ShardRequest) -> Result<ShardAnswer, InfraError> {
+        if self.1.get() {
+            return Err(InfraError::new("ledger shard", "simulated outage"));
+        }
         let wire = serde_json::to_string(req).map_err(|e| InfraError::new("ledger shard", e.to_string()))?;
-        let req: ShardRequest = serde_json::from_str(&wire).map_err(|e| InfraError::new("ledger shard", e.to_string()))?;
+        let req: ShardRequest =
+            serde_json::from_str(&wire).map_err(|e| InfraError::new("ledger shard", e.to_string()))?;
         let answer = serde_json::to_string(&self.0.serve(&req)).unwrap_or_default();
         serde_json::from_str(&answer).map_err(|e| InfraError::new("ledger shard", e.to_string()))
     }
@@ -195,7 +202,7 @@ pub fn memory_shards(n: u32) -> (Vec<std::rc::Rc<Sqlite>>, Vec<ShardSql<InProces
         .iter()
         .enumerate()
         .map(|(i, db)| ShardSql {
-            transport: InProcess(std::rc::Rc::new(LedgerObject::new(ShardDb(db.clone())))),
+            transport: InProcess(std::rc::Rc::new(LedgerObject::new(ShardDb(db.clone()))), Default::default()),
             shard: i as u32,
             shards: n,
         })
