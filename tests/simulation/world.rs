@@ -45,6 +45,28 @@ pub struct Faults {
     pub stall: f64,
 }
 
+/// A ledger call's stall past the lease (an isolate frozen, a slow round trip), by chance: the
+/// invocation's leases expire under it and the reaper takes its jobs.
+async fn stall_maybe(sched: &Rc<Sched>, faults: &Faults, obs: &Obs, inv: &str) {
+    if sched.chance(faults.stall) {
+        {
+            let mut o = obs.borrow_mut();
+            o.faults_injected += 1;
+            o.stalled.insert(inv.to_string());
+            o.fault_times.push(sched.now());
+        }
+        sched.pause(150_000).await;
+    }
+}
+
+/// Notes a failed or lost ledger call of `inv` (its results may not be recorded).
+fn ledger_fault(sched: &Sched, obs: &Obs, inv: &str) {
+    let mut o = obs.borrow_mut();
+    o.faults_injected += 1;
+    o.d1_faulted.insert(inv.to_string());
+    o.fault_times.push(sched.now());
+}
+
 /// Faults at a ledger shard's boundary (`LEDGER = "do"`), per request to a shard.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ShardFaults {
@@ -104,10 +126,7 @@ pub struct SimShard {
 
 impl SimShard {
     fn fault(&self) {
-        let mut o = self.obs.borrow_mut();
-        o.faults_injected += 1;
-        o.d1_faulted.insert(self.inv.clone());
-        o.fault_times.push(self.sched.now());
+        ledger_fault(&self.sched, &self.obs, &self.inv);
     }
 }
 
@@ -120,15 +139,7 @@ impl Transport for SimShard {
             Err(InfraError::new("ledger shard", format!("shard {}: simulated {why}", self.shard)))
         };
         self.sched.jitter(1, 8).await;
-        if self.sched.chance(self.faults.stall) {
-            {
-                let mut o = self.obs.borrow_mut();
-                o.faults_injected += 1;
-                o.stalled.insert(self.inv.clone());
-                o.fault_times.push(self.sched.now());
-            }
-            self.sched.pause(150_000).await;
-        }
+        stall_maybe(&self.sched, &self.faults, &self.obs, &self.inv).await;
         let now = self.sched.now();
         if self.down.is_some_and(|(shard, from, to)| shard == self.shard && (from..to).contains(&now)) {
             self.fault();
@@ -243,15 +254,7 @@ pub struct SimSql {
 impl Sql for SimSql {
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
         self.sched.jitter(1, 8).await;
-        if self.sched.chance(self.faults.stall) {
-            {
-                let mut o = self.obs.borrow_mut();
-                o.faults_injected += 1;
-                o.stalled.insert(self.inv.clone());
-                o.fault_times.push(self.sched.now());
-            }
-            self.sched.pause(150_000).await;
-        }
+        stall_maybe(&self.sched, &self.faults, &self.obs, &self.inv).await;
         if self.sched.chance(self.faults.d1_fail) {
             self.fault();
             return Err(InfraError::new("D1", "simulated failure"));
@@ -271,10 +274,7 @@ impl Sql for SimSql {
 
 impl SimSql {
     fn fault(&self) {
-        let mut o = self.obs.borrow_mut();
-        o.faults_injected += 1;
-        o.d1_faulted.insert(self.inv.clone());
-        o.fault_times.push(self.sched.now());
+        ledger_fault(&self.sched, &self.obs, &self.inv);
     }
 }
 
