@@ -172,9 +172,6 @@ impl<S: Sql> Ledger<S> {
         let claim = async |s: &Shard<S>, part: Vec<&&JobSpec>| {
             s.claim_all(&part.into_iter().copied().collect::<Vec<_>>(), owner, lease).await
         };
-        if self.shards.len() == 1 {
-            return self.routed(jobs, |j| j.route(), claim).await;
-        }
         Self::unless_all_failed(self.routed_each(jobs, |j| j.route(), claim).await, Claimed::Unavailable)
     }
 
@@ -398,9 +395,6 @@ impl<S: Sql> Ledger<S> {
         claim: ClaimSpec<'_>,
     ) -> Result<Vec<KeyIntake>, InfraError> {
         let park = async |s: &Shard<S>, part: Vec<&Intake<'_>>| s.park_and_claim(&part, claim).await;
-        if self.shards.len() == 1 {
-            return self.routed(keys, |k| Route::key(k.key), park).await;
-        }
         let answers = self.routed_each(keys, |k| Route::key(k.key), park).await;
         let mut out =
             Self::unless_all_failed(answers, |_| KeyIntake { parked: Vec::new(), state: Default::default() })?;
