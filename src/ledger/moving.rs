@@ -7,7 +7,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{stmt, Counts, Ledger, Route, Row, Sql};
+use super::{stmt, Counts, Job, Ledger, Route, Row, Sql};
 use crate::error::InfraError;
 
 /// One page of a move.
@@ -48,16 +48,14 @@ impl<S: Sql> Ledger<S> {
             return Ok(Copied { jobs: 0, events: 0, next: None });
         };
         let events = from.sql.query(stmt::export_events(after, &last)).await?;
-        let route = |row: &Row| {
-            let id = text(row, "id").unwrap_or_default();
-            Route::of(text(row, "ordering_key").as_deref(), text(row, "dedupe_key").as_deref(), &id)
-        };
+        // Each row read as a job first: a row that does not fit the schema stops the move.
         let routes: std::collections::HashMap<String, Route> =
-            jobs.iter().filter_map(|r| Some((text(r, "id")?, route(r)))).collect();
+            Job::all(&jobs)?.into_iter().map(|j| (j.id.clone(), j.route())).collect();
         // A job's rows and its history go to its shard in one batch: both or neither.
         let mut per_shard: std::collections::BTreeMap<usize, Vec<super::Stmt>> = Default::default();
         for row in &jobs {
-            per_shard.entry(route(row).shard(to.shards.len())).or_default().push(stmt::import_job(row));
+            let Some(r) = text(row, "id").and_then(|id| routes.get(&id).copied()) else { continue };
+            per_shard.entry(r.shard(to.shards.len())).or_default().push(stmt::import_job(row));
         }
         for row in &events {
             let Some(r) = text(row, "job_id").and_then(|id| routes.get(&id).copied()) else { continue };
