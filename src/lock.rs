@@ -43,14 +43,19 @@ pub fn token_job(value: &str) -> Option<&str> {
 /// What `acquire` found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquired {
-    /// The lock is ours, with this token.
+    /// The lock is ours, with this token: the group's first job's, or, when the lock already
+    /// named one of the group's jobs, that job's. That job holds the key because it comes next
+    /// (it failed, or its invocation died, while the key's later jobs waited), so it runs first,
+    /// whatever order its message was sent in (a job sent again after a failure or a panic is
+    /// younger on the queue than the jobs it holds back).
     Taken { token: String },
     /// Another job holds it; the value says who.
     Held { holder: String },
 }
 
 /// Takes the lock for a group whose jobs are `group_job_ids` (in run order). A lock naming one of
-/// the group's own jobs is the group's (a failed job holding its key, coming back): it is taken over.
+/// the group's own jobs is the group's (a failed job holding its key, coming back): it is taken
+/// over, still in that job's name, which must run first (see [`Acquired::Taken`]).
 pub async fn acquire<K: Kv>(
     kv: &K,
     key: &str,
@@ -72,13 +77,15 @@ async fn take<K: Kv>(
     let Some(first) = group_job_ids.first() else {
         return Err(InfraError::new("KV", "a lock was asked for an empty group"));
     };
+    let mut token = owner_token(first);
     if let Some(holder) = kv.get(key).await? {
         let ours = group_job_ids.iter().any(|id| owner_token(id) == holder);
-        if !ours && stale != Some(holder.as_str()) {
+        if ours {
+            token = holder;
+        } else if stale != Some(holder.as_str()) {
             return Ok(Acquired::Held { holder });
         }
     }
-    let token = owner_token(first);
     kv.put(key, &token, ttl_seconds).await?;
     Ok(Acquired::Taken { token })
 }

@@ -263,6 +263,22 @@ fn a_failed_job_holds_its_key_so_nothing_overtakes_it() {
 }
 
 #[test]
+fn the_job_a_key_is_held_for_runs_first_though_its_message_is_younger() {
+    let w = World::new();
+    let a = keyed("a", T0, "k", json!({"type": "t", "fail": 1}));
+    let b = keyed("b", T0 + 1, "k", ok());
+    w.run(&[a, b.clone()]);
+    assert_eq!(w.lock("k"), Some(owner_token("a")));
+    // a's message was sent again after its failure (as after a panic): it is younger than b's,
+    // and the batch's send order would put b first. The key is held for a: a runs first.
+    w.clock.advance_ms(5_000);
+    let a_again = keyed("a", T0 + 4_000, "k", json!({"type": "t", "fail": 1}));
+    assert_eq!(w.run(&[b, a_again]), vec![Outcome::Ack; 2]);
+    assert_eq!(w.runs(), vec!["a", "a", "b"]);
+    assert_eq!(w.lock("k"), None);
+}
+
+#[test]
 fn messages_of_a_key_held_by_a_failed_job_wait_for_its_retry_not_a_poll() {
     let w = World::new();
     let a = keyed("a", T0, "k", json!({"type": "t", "fail": 1}));

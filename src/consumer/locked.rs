@@ -142,7 +142,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let now = self.clock.now_ms();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
         let mut plan = self.plan(msgs, decoded, now);
-        let (locks, holders) = self.lock_groups(&plan).await;
+        let (locks, holders) = self.lock_groups(&mut plan).await;
         let claims = match self.claim_groups(&mut plan, &locks, &holders, now).await {
             Ok(claims) => claims,
             Err(e) => {
@@ -190,8 +190,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// Phase 1: one lock per key group, taken concurrently; then held keys' holders are read (a
     /// lock whose holder is finished is taken over, so no job waits on it until Queues'
-    /// delivery attempts run out). Returns each group's lock and, per held group, its holder.
-    async fn lock_groups(&self, plan: &Plan<'_>) -> (Vec<GroupLock>, HashMap<usize, Job>) {
+    /// delivery attempts run out). A group whose lock named one of its jobs runs that job first.
+    /// Returns each group's lock and, per held group, its holder.
+    async fn lock_groups(&self, plan: &mut Plan<'_>) -> (Vec<GroupLock>, HashMap<usize, Job>) {
         let locks: Vec<GroupLock> = join_all(plan.groups.iter().map(|g| async {
             let Some(key) = g.key else { return GroupLock::Unkeyed };
             let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
@@ -199,7 +200,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             self.group_lock(key, got)
         }))
         .await;
-        self.take_over_stale(plan, locks).await
+        let (locks, holders) = self.take_over_stale(plan, locks).await;
+        for (gi, l) in locks.iter().enumerate() {
+            let GroupLock::Taken(h) = l else { continue };
+            let Some(job) = lock::token_job(&h.token) else { continue };
+            let g = &plan.groups[gi];
+            if let Some(at) = g.members.iter().position(|&i| plan.spec(i).id == job) {
+                plan.groups[gi].members[..=at].rotate_right(1);
+            }
+        }
+        (locks, holders)
     }
 
     /// A group's lock from what taking it answered (a KV failure is logged: the group waits).
