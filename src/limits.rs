@@ -13,6 +13,10 @@ pub const MAX_DELAY_SECONDS: u32 = 43_200;
 /// (which the ledger absorbs), never a second run.
 pub const RESEND_GRACE_MS: i64 = 15 * 60 * 1000;
 
+/// Most shards a ledger may have (`LEDGER_SHARDS`): an API list asks every shard, and the free plan
+/// allows 50 subrequests per invocation.
+pub const MAX_SHARDS: usize = 32;
+
 /// Whole seconds from `now` until `at`: 0 when `at` has passed, at most the Queues maximum (a
 /// send or retry delay).
 pub fn seconds_until(now: i64, at: i64) -> u32 {
@@ -42,7 +46,3 @@ mod tests {
         assert_eq!(seconds_until(5000, 1000), 0);
     }
 }
-
-/// Most shards a ledger may have (`LEDGER_SHARDS`): an API list asks every shard, and the free plan
-/// allows 50 subrequests per invocation.
-pub const MAX_SHARDS: usize = 32;
