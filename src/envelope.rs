@@ -46,6 +46,8 @@ pub struct JobMeta {
     pub id: Option<String>,
     /// At most one active (PENDING/RUNNING) job per dedupe key.
     pub dedupe_key: Option<String>,
+    /// The limit key whose flow-control policy holds the job's start back (design §20).
+    pub limit_key: Option<String>,
     /// Overrides the `MAX_ATTEMPTS` var for this job.
     pub max_attempts: Option<u32>,
     /// 0 most urgent .. 9; 5 when absent (design §12).
@@ -108,6 +110,9 @@ impl Envelope {
         if let Some(d) = &self.meta.dedupe_key {
             meta.insert("dedupe_key".into(), Value::String(d.clone()));
         }
+        if let Some(l) = &self.meta.limit_key {
+            meta.insert("limit_key".into(), Value::String(l.clone()));
+        }
         if let Some(m) = self.meta.max_attempts {
             meta.insert("max_attempts".into(), Value::from(m));
         }
@@ -142,6 +147,7 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
         return Err(bad(format!("{JOB_FIELD}.id {id:?} is reserved")));
     }
     let dedupe_key = text(&mut m, "dedupe_key")?;
+    let limit_key = text(&mut m, "limit_key")?;
     let max_attempts = match m.remove("max_attempts") {
         None | Some(Value::Null) => None,
         Some(v) => Some(checked_max_attempts(&v).map_err(|e| bad(format!("{JOB_FIELD}.{e}")))?),
@@ -157,7 +163,7 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
                 bad(format!("{JOB_FIELD}.queued_at must be a whole number of milliseconds, got {v}"))
             })?),
         };
-    Ok(JobMeta { id, dedupe_key, max_attempts, priority, queued_at })
+    Ok(JobMeta { id, dedupe_key, limit_key, max_attempts, priority, queued_at })
 }
 
 /// Why a message body is not JSON (bytes, no body, a value JSON cannot hold), as the edge read it.
@@ -337,6 +343,7 @@ mod tests {
             JobMeta {
                 id: Some("j1".into()),
                 dedupe_key: Some("d".into()),
+                limit_key: None,
                 max_attempts: Some(3),
                 priority: None,
                 queued_at: None
@@ -355,6 +362,7 @@ mod tests {
             meta: JobMeta {
                 id: Some("id".into()),
                 dedupe_key: None,
+                limit_key: Some("example.com".into()),
                 max_attempts: Some(2),
                 priority: None,
                 queued_at: Some(1_764_600_000_000),

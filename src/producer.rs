@@ -166,6 +166,7 @@ pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
         meta: JobMeta {
             id: Some(job.id.clone()),
             dedupe_key: job.dedupe_key.clone(),
+            limit_key: job.limit_key.clone(),
             max_attempts: u32::try_from(job.max_attempts).ok(),
             priority: (job.priority != DEFAULT_PRIORITY).then_some(job.priority),
             queued_at: Some(job.created_at),

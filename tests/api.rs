@@ -180,6 +180,7 @@ fn redrive_resends_a_dead_job_and_refuses_others() {
         job_type: Some("webhook".into()),
         ordering_key: Some("k".into()),
         dedupe_key: None,
+        limit_key: None,
         payload: Some(webhook(9).to_string()),
         max_attempts: 2,
         priority: 5,
@@ -219,6 +220,7 @@ fn seed_running(w: &World, id: &str, max_attempts: u32, now: i64) {
         job_type: Some("webhook".into()),
         ordering_key: None,
         dedupe_key: None,
+        limit_key: None,
         payload: Some(webhook(0).to_string()),
         max_attempts,
         priority: 5,
@@ -330,6 +332,7 @@ fn maintenance_dead_letters_a_job_too_large_to_send_and_goes_on() {
         job_type: Some("webhook".into()),
         ordering_key: None,
         dedupe_key: None,
+        limit_key: None,
         payload: Some(
             json!({"type": "webhook", "url": "https://example.test/", "body": "x".repeat(130_000)}).to_string(),
         ),

@@ -54,6 +54,7 @@ fn spec(i: usize) -> JobSpec {
         job_type: Some("webhook".into()),
         ordering_key: Some(format!("key-{}", i % 500)),
         dedupe_key: None,
+        limit_key: None,
         payload: Some("{\"type\":\"webhook\",\"url\":\"https://example.com/hook\",\"body\":{}}".into()),
         max_attempts: 8,
         priority: 5,

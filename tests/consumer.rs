@@ -191,6 +191,7 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
         job_type: Some("t".into()),
         ordering_key: key.map(str::to_string),
         dedupe_key: None,
+        limit_key: None,
         payload: Some(ok().to_string()),
         max_attempts: 8,
         priority: 5,

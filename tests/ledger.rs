@@ -18,6 +18,7 @@ fn spec(id: &str) -> JobSpec {
         job_type: Some("webhook".into()),
         ordering_key: Some("k".into()),
         dedupe_key: None,
+        limit_key: None,
         payload: Some(r#"{"type":"webhook"}"#.into()),
         max_attempts: 3,
         priority: 5,
@@ -430,7 +431,7 @@ fn a_reaped_job_out_of_attempts_is_dead() {
 fn an_active_dedupe_key_blocks_and_a_finished_one_does_not() {
     let (db, _) = Sqlite::temp();
     let ledger = Ledger::new(&db);
-    let with_key = |id: &str| JobSpec { dedupe_key: Some("d1".into()), ..spec(id) };
+    let with_key = |id: &str| JobSpec { dedupe_key: Some("d1".into()), limit_key: None, ..spec(id) };
     let (first, inserted) = block_on(ledger.enqueue(&with_key("a"), T0, T0)).unwrap();
     assert!(inserted);
     let (dup, inserted) = block_on(ledger.enqueue(&with_key("b"), T0, T0)).unwrap();
@@ -485,7 +486,7 @@ fn redrive_moves_dead_to_pending_keeping_the_history() {
 fn redrive_is_refused_while_the_dedupe_key_is_active_elsewhere() {
     let (db, _) = Sqlite::temp();
     let ledger = Ledger::new(&db);
-    let with_key = |id: &str| JobSpec { dedupe_key: Some("d".into()), ..spec(id) };
+    let with_key = |id: &str| JobSpec { dedupe_key: Some("d".into()), limit_key: None, ..spec(id) };
     one(&db, stmt::record_dead(&with_key("old"), T0, "HTTP 410")).unwrap();
     block_on(ledger.enqueue(&with_key("new"), T0, T0)).unwrap();
     let before = get(&db, "old");

@@ -15,6 +15,7 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
         job_type: Some("webhook".into()),
         ordering_key: key.map(str::to_string),
         dedupe_key: None,
+        limit_key: None,
         payload: Some("{\"type\":\"webhook\"}".into()),
         max_attempts: 3,
         priority: 5,

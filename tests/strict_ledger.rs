@@ -19,6 +19,7 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
         job_type: Some("webhook".into()),
         ordering_key: key.map(str::to_string),
         dedupe_key: None,
+        limit_key: None,
         payload: Some(format!(r#"{{"type":"webhook","id":"{id}"}}"#)),
         max_attempts: 3,
         priority: 5,

@@ -50,6 +50,7 @@ struct Fields {
     id: String,
     ordering_key: Option<String>,
     dedupe_key: Option<String>,
+    limit_key: Option<String>,
     sensitive: bool,
     delay: u32,
     max_attempts: Option<u32>,
@@ -68,6 +69,7 @@ fn key_field(o: &mut Map<String, Value>, f: &str) -> Result<Option<String>, BadI
 fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput> {
     let ordering_key = key_field(&mut o, "ordering_key")?;
     let dedupe_key = key_field(&mut o, "dedupe_key")?;
+    let limit_key = key_field(&mut o, "limit_key")?;
     // A caller's own id makes a submission idempotent: the same id again is a duplicate.
     let id = match key_field(&mut o, "id")? {
         Some(id) if crate::envelope::RESERVED_IDS.contains(&id.as_str()) => {
@@ -104,7 +106,7 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
     if let Some(k) = o.keys().next() {
         return Err(BadInput::invalid(format!("unknown field {k:?}")));
     }
-    Ok(Fields { id, ordering_key, dedupe_key, sensitive, delay, max_attempts, priority })
+    Ok(Fields { id, ordering_key, dedupe_key, limit_key, sensitive, delay, max_attempts, priority })
 }
 
 /// Reads one submitted job: its ledger spec, its message and its delay. `sealing`: whether
@@ -141,6 +143,7 @@ pub(super) fn parse_job(
     let meta = JobMeta {
         id: Some(f.id.clone()),
         dedupe_key: f.dedupe_key.clone(),
+        limit_key: f.limit_key.clone(),
         max_attempts: f.max_attempts,
         priority: f.priority,
         queued_at: None,
@@ -164,6 +167,7 @@ pub(super) fn parse_job(
         job_type,
         ordering_key: f.ordering_key,
         dedupe_key: f.dedupe_key,
+        limit_key: f.limit_key,
         payload: Some(plain),
         max_attempts: f.max_attempts.unwrap_or(cfg.max_attempts),
         priority: f.priority.unwrap_or(DEFAULT_PRIORITY),

@@ -70,6 +70,7 @@ fn spec(id: String, key: Option<String>, dedupe: Option<String>) -> JobSpec {
         job_type: Some("conformance".into()),
         ordering_key: key,
         dedupe_key: dedupe,
+        limit_key: None,
         payload: Some("{\"type\":\"conformance\"}".into()),
         max_attempts: 3,
         priority: 5,

@@ -111,6 +111,8 @@ pub struct Job {
     pub ordering_key: Option<String>,
     /// Dedupe key.
     pub dedupe_key: Option<String>,
+    /// Limit key: whose flow-control policy holds its starts back (design §20).
+    pub limit_key: Option<String>,
     /// Payload as JSON text (parsed when shown).
     #[serde(serialize_with = "payload_as_json")]
     pub payload: Option<String>,
@@ -188,6 +190,8 @@ impl Job {
             status,
             ordering_key: text("ordering_key"),
             dedupe_key: text("dedupe_key"),
+            // Before migration 0009 there is no such column: no limit.
+            limit_key: text("limit_key"),
             payload: text("payload"),
             attempts: need_int("attempts")?,
             max_attempts: need_int("max_attempts")?,
@@ -233,6 +237,7 @@ impl Job {
             job_type: self.job_type.clone(),
             ordering_key: self.ordering_key.clone(),
             dedupe_key: self.dedupe_key.clone(),
+            limit_key: self.limit_key.clone(),
             payload: self.payload.clone(),
             max_attempts: u32::try_from(self.max_attempts).unwrap_or(1),
             priority: self.priority,
@@ -253,6 +258,8 @@ pub struct JobSpec {
     pub ordering_key: Option<String>,
     /// Dedupe key.
     pub dedupe_key: Option<String>,
+    /// Limit key (design §20).
+    pub limit_key: Option<String>,
     /// Payload as JSON text; `None` when the body was not JSON.
     pub payload: Option<String>,
     /// Attempts allowed.

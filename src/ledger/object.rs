@@ -29,6 +29,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0006_one_finished_index", include_str!("../../migrations/0006_one_finished_index.sql")),
     ("0007_cost_per_job", include_str!("../../migrations/0007_cost_per_job.sql")),
     ("0008_snoozes", include_str!("../../migrations/0008_snoozes.sql")),
+    ("0009_limits", include_str!("../../migrations/0009_limits.sql")),
 ];
 
 /// The schema this code's SQL is written for.

@@ -45,6 +45,7 @@ fn every_statement() -> Vec<Stmt> {
         job_type: Some("t".into()),
         ordering_key: Some("k".into()),
         dedupe_key: Some("d".into()),
+        limit_key: None,
         payload: Some("{}".into()),
         max_attempts: 3,
         priority: 5,

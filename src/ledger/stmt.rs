@@ -20,7 +20,8 @@ fn with<const N: usize>(sql: &'static str, params: [(&'static str, Param); N]) -
     Stmt::bind(sql, params)
 }
 
-/// A job's spec as the first six parameters of the statements that record one, then `rest`.
+/// A job's spec as the first six parameters of the statements that record one, then `rest`, then
+/// its limit key (added last, with migration 0009).
 fn spec_then(sql: &'static str, job: &JobSpec, rest: impl IntoIterator<Item = (&'static str, Param)>) -> Stmt {
     let spec = [
         ("id", job.id.as_str().into()),
@@ -30,7 +31,8 @@ fn spec_then(sql: &'static str, job: &JobSpec, rest: impl IntoIterator<Item = (&
         ("payload", job.payload.clone().into()),
         ("max_attempts", job.max_attempts.into()),
     ];
-    Stmt::bind(sql, spec.into_iter().chain(rest))
+    let limit_key = ("limit_key", job.limit_key.clone().into());
+    Stmt::bind(sql, spec.into_iter().chain(rest).chain([limit_key]))
 }
 
 fn priority(job: &JobSpec) -> (&'static str, Param) {
@@ -322,7 +324,7 @@ pub fn export_events(after: &str, last: &str) -> Stmt {
 }
 
 /// The columns of a job row, in `import_job.sql`'s order.
-pub const JOB_COLUMNS: [&str; 25] = [
+pub const JOB_COLUMNS: [&str; 26] = [
     "id",
     "type",
     "status",
@@ -348,6 +350,7 @@ pub const JOB_COLUMNS: [&str; 25] = [
     "ran_by",
     "http_status",
     "snoozes",
+    "limit_key",
 ];
 /// The columns of a history row, in `import_event.sql`'s order.
 pub const EVENT_COLUMNS: [&str; 11] =

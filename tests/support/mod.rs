@@ -311,6 +311,7 @@ pub fn unreadable_spec(id: &str) -> orderly::ledger::JobSpec {
         job_type: None,
         ordering_key: None,
         dedupe_key: None,
+        limit_key: None,
         payload: None,
         max_attempts: 8,
         priority: 5,
