@@ -3,7 +3,7 @@
 -- the API) bounds how fast and how many of its jobs start. A limit key's state lives in one shard,
 -- the one its name routes to, and is decided there atomically:
 --  - limit_state: one row per limit key seen: paused, the throttle's theoretical arrival time
---    (GCRA), and a run-time override of the configured policy;
+--    (GCRA), the circuit breaker, and a run-time override of the configured policy;
 --  - limit_permit: one row per job running under a concurrency limit, until its lease ends (a
 --    renewal extends both), deleted when its result is recorded;
 --  - limit_wait: jobs refused for want of a free slot, woken (sent again) one per freed slot,
@@ -14,11 +14,17 @@ ALTER TABLE job ADD COLUMN limit_key TEXT;
 CREATE TABLE limit_state (
   limit_key    TEXT    PRIMARY KEY NOT NULL,
   paused       INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
-  tat          REAL    NOT NULL DEFAULT 0,   -- ms: when the throttle's next start is due (GCRA)
+  tat_us       INTEGER NOT NULL DEFAULT 0,   -- µs: the throttle's theoretical arrival time (GCRA)
   overridden   INTEGER NOT NULL DEFAULT 0 CHECK (overridden IN (0, 1)),
-  interval_ms  REAL,                         -- override: ms between starts (NULL: no throttle)
-  tolerance_ms REAL,                         -- override: how far ahead a burst may run, ms
+  interval_us  INTEGER,                      -- override: µs between starts (NULL: no throttle)
+  tolerance_us INTEGER,                      -- override: how far ahead a burst may run, µs
   concurrency  INTEGER,                      -- override: most running at once (NULL: no limit)
+  trip_after   INTEGER,                      -- override: consecutive failures that open the breaker
+  cooldown_ms  INTEGER,                      -- override: the breaker's first cool-down
+  failures     INTEGER NOT NULL DEFAULT 0,   -- breaker: consecutive failures
+  opens        INTEGER NOT NULL DEFAULT 0,   -- breaker: times opened since it last closed
+  open_until   INTEGER,                      -- breaker: ms; NULL while closed
+  probe        TEXT,                         -- breaker: the job let through once the cool-down ends
   updated_at   INTEGER NOT NULL
 ) WITHOUT ROWID;
 

@@ -97,6 +97,8 @@ pub mod envelope;
 #[doc(hidden)]
 pub mod error;
 #[doc(hidden)]
+pub mod flow;
+#[doc(hidden)]
 pub mod handlers;
 #[doc(hidden)]
 pub mod ledger;

@@ -28,6 +28,7 @@ pub mod d1;
 #[cfg(target_arch = "wasm32")]
 pub mod durable;
 pub mod history;
+pub mod limit;
 mod maintain;
 pub mod moving;
 pub mod object;

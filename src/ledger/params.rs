@@ -107,6 +107,19 @@ fn every_statement() -> Vec<Stmt> {
         all.push(stmt::list(status, Some((1, "a")), 10));
     }
     all.extend(stmt::purge(1, 10));
+    // Flow control's statements (limit.rs), with every policy part given.
+    let policy = crate::flow::Policy {
+        throttle: Some(crate::flow::Throttle { rate: 1, per_seconds: 1, burst: 1 }),
+        concurrency: Some(1),
+        breaker: Some(crate::flow::Breaker { trip_after: 1, cooldown_seconds: 1 }),
+    };
+    let ask = limit::Ask { limit_key: "l", job_id: "a", route: Route::key("k"), until: 2, policy };
+    all.extend(limit::ask_stmts(&ask, 1));
+    let verdict = crate::flow::RunVerdict::Failed { retry_after_ms: 5 };
+    all.extend(limit::release_stmts(&limit::Release { limit_key: "l", job_id: "a", verdict, policy }, 1));
+    let change = limit::Change { paused: Some(true), policy: Some(Some(policy)) };
+    all.push(limit::set_stmt("l", &change, 1));
+    all.push(limit::states_stmt("a", 1, 10, Some("l")));
     all
 }
 

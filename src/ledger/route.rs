@@ -41,6 +41,16 @@ impl Route {
         Route(fnv1a(key.as_bytes()))
     }
 
+    /// The route as stored in a row (the same 64 bits, as SQLite's signed INTEGER).
+    pub fn bits(self) -> i64 {
+        self.0 as i64
+    }
+
+    /// A route read back from a row ([`Route::bits`]).
+    pub fn from_bits(bits: i64) -> Route {
+        Route(bits as u64)
+    }
+
     /// The shard, of `shards` (at least 1), that holds the job.
     pub fn shard(self, shards: usize) -> usize {
         // `shards` is at most `MAX_SHARDS`, so both conversions are exact.

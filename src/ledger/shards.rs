@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use futures::future::join_all;
 
 use super::history::{Event, Minute};
+use super::limit::{Ask, Change, LimitState, Permit, Release, Woken};
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
 use super::{
     Cancel, Claimed, Counts, DeadFilter, DeadMatches, Job, JobSpec, Lease, ListFilter, Record, RecordedDead, Redrive,
@@ -456,6 +457,40 @@ impl<S: Sql> Ledger<S> {
     /// stands without its line.
     pub async fn audit_skip(&self, skipped: &Job) {
         self.at(skipped.route()).audit_skip(&skipped.id, skipped.updated_at).await;
+    }
+
+    /// Asks for a job's permit to start, in its limit key's shard (design §20).
+    pub async fn acquire(&self, ask: &Ask<'_>, now: i64) -> Result<Permit, InfraError> {
+        self.at(Route::key(ask.limit_key)).acquire(ask, now).await
+    }
+
+    /// Frees a job's permit when its run ended: the jobs woken to take its slot.
+    pub async fn release(&self, r: &Release<'_>, now: i64) -> Result<Vec<Woken>, InfraError> {
+        self.at(Route::key(r.limit_key)).release(r, now).await
+    }
+
+    /// Takes the oldest `n` jobs out of `key`'s line (a resumed key's).
+    pub async fn wake(&self, key: &str, n: u32) -> Result<Vec<Woken>, InfraError> {
+        self.at(Route::key(key)).wake(key, n).await
+    }
+
+    /// An operator's change to a limit key.
+    pub async fn set_limit(&self, key: &str, change: &Change, now: i64) -> Result<(), InfraError> {
+        self.at(Route::key(key)).set_limit(key, change, now).await
+    }
+
+    /// One limit key as operators see it (`None`: no job of it has asked to start yet).
+    pub async fn limit_state(&self, key: &str, now: i64) -> Result<Option<LimitState>, InfraError> {
+        Ok(self.at(Route::key(key)).limit_states("", now, 1, Some(key)).await?.pop())
+    }
+
+    /// Limit keys by name after `after`, at most `limit`, from every shard.
+    pub async fn limit_states(&self, after: &str, now: i64, limit: u32) -> Result<Vec<LimitState>, InfraError> {
+        let pages = self.every(async |s| s.limit_states(after, now, limit, None).await).await?;
+        let mut all: Vec<LimitState> = pages.into_iter().flatten().collect();
+        all.sort_by(|a, b| a.limit_key.cmp(&b.limit_key));
+        all.truncate(limit as usize);
+        Ok(all)
     }
 }
 

@@ -1,0 +1,350 @@
+//! The ledger's side of flow control (design §20): a job's permit to start, the line of jobs
+//! parked for a slot, the circuit breaker, and operators' changes. A limit key's rows live in one
+//! shard, the one its name routes to ([`Route::key`]), so each decision is one batch there, atomic.
+//!
+//! A start costs one batch before the run (state row made once, permit, charge, line, verdict)
+//! and one after (free the permit, the breaker, wake the next in line); a job without a limit key
+//! costs nothing more.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::store::{Param, Row, Sql, Stmt};
+use super::{int_of, Route, Shard};
+use crate::error::InfraError;
+use crate::flow::{Policy, Refusal, RunVerdict, MAX_COOLDOWN_MS};
+
+/// A job asking to start under its limit key's policy (the configured one: an override stored
+/// with the key wins).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask<'a> {
+    /// The limit key.
+    pub limit_key: &'a str,
+    /// The job.
+    pub job_id: &'a str,
+    /// Where the job's row lives (a parked job is woken through it).
+    pub route: Route,
+    /// When the permit lapses unless freed (the job's lease end), ms.
+    pub until: i64,
+    /// The configured policy.
+    pub policy: Policy,
+}
+
+/// What a job asking to start was told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permit {
+    /// It may start now; its slot is its until freed.
+    Granted,
+    /// Not now, and why.
+    Refused(Refusal),
+}
+
+/// A job's run ended: its permit goes, and the breaker hears how it went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release<'a> {
+    /// The limit key.
+    pub limit_key: &'a str,
+    /// The job.
+    pub job_id: &'a str,
+    /// How the run went.
+    pub verdict: RunVerdict,
+    /// The configured policy.
+    pub policy: Policy,
+}
+
+/// A parked job taken out of its key's line: send it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Woken {
+    /// The job.
+    pub job_id: String,
+    /// Where its row lives.
+    pub route: Route,
+}
+
+/// What an operator changes about a limit key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Change {
+    /// Pause (`true`), resume (`false`), or leave as it is.
+    pub paused: Option<bool>,
+    /// The policy: leave it, give back the configured one (`Some(None)`), or set one.
+    pub policy: Option<Option<Policy>>,
+}
+
+/// A limit key as operators see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LimitState {
+    /// The limit key.
+    pub limit_key: String,
+    /// Paused by an operator.
+    pub paused: bool,
+    /// Its policy set at run time, in place of the configured one.
+    pub overridden: Option<Policy>,
+    /// Jobs running under a live permit.
+    pub running: i64,
+    /// Jobs parked in its line.
+    pub waiting: i64,
+    /// The breaker: consecutive failures counted.
+    pub failures: i64,
+    /// The breaker: open until then (ms), or `None` while closed.
+    pub open_until: Option<i64>,
+    /// The breaker: the job let through to probe, if one is.
+    pub probe: Option<String>,
+    /// ms.
+    pub updated_at: i64,
+}
+
+fn opt_int(v: Option<i64>) -> Param {
+    v.map_or(Param::Null, Param::Int)
+}
+
+/// The policy's parameters, as the statements bind them (`None` parts as NULL).
+struct Bound {
+    interval_us: Param,
+    tolerance_us: Param,
+    concurrency: Param,
+    trip_after: Param,
+    cooldown_ms: Param,
+}
+
+fn bound(p: &Policy) -> Bound {
+    Bound {
+        interval_us: opt_int(p.throttle.map(|t| t.interval_us())),
+        tolerance_us: opt_int(p.throttle.map(|t| t.tolerance_us())),
+        concurrency: opt_int(p.concurrency.map(i64::from)),
+        trip_after: opt_int(p.breaker.map(|b| i64::from(b.trip_after))),
+        cooldown_ms: opt_int(p.breaker.map(|b| i64::from(b.cooldown_seconds) * 1000)),
+    }
+}
+
+macro_rules! sql {
+    ($name:literal) => {
+        include_str!(concat!("sql/", $name, ".sql"))
+    };
+}
+
+/// The statements of one ask, in order; the last one's row is the verdict.
+pub(crate) fn ask_stmts(ask: &Ask<'_>, now: i64) -> Vec<Stmt> {
+    let b = bound(&ask.policy);
+    let (key, job, until) = (ask.limit_key, ask.job_id, ask.until);
+    vec![
+        Stmt::bind(sql!("limit_seen"), [("limit_key", key.into()), ("now", now.into())]),
+        Stmt::bind(
+            sql!("limit_acquire"),
+            [
+                ("limit_key", key.into()),
+                ("job_id", job.into()),
+                ("now", now.into()),
+                ("until", until.into()),
+                ("interval_us", b.interval_us.clone()),
+                ("tolerance_us", b.tolerance_us.clone()),
+                ("concurrency", b.concurrency.clone()),
+            ],
+        ),
+        Stmt::bind(
+            sql!("limit_charge"),
+            [
+                ("limit_key", key.into()),
+                ("job_id", job.into()),
+                ("now", now.into()),
+                ("until", until.into()),
+                ("interval_us", b.interval_us),
+            ],
+        ),
+        Stmt::bind(
+            sql!("limit_park"),
+            [
+                ("limit_key", key.into()),
+                ("job_id", job.into()),
+                ("now", now.into()),
+                ("until", until.into()),
+                ("route", ask.route.bits().into()),
+                ("concurrency", b.concurrency),
+            ],
+        ),
+        Stmt::bind(sql!("limit_unpark"), [("limit_key", key.into()), ("job_id", job.into()), ("until", until.into())]),
+        Stmt::bind(
+            sql!("limit_verdict"),
+            [
+                ("limit_key", key.into()),
+                ("job_id", job.into()),
+                ("now", now.into()),
+                ("until", until.into()),
+                ("tolerance_us", b.tolerance_us),
+            ],
+        ),
+    ]
+}
+
+/// The statements of one release, in order; the last one's rows are the jobs woken.
+pub(crate) fn release_stmts(r: &Release<'_>, now: i64) -> Vec<Stmt> {
+    let b = bound(&r.policy);
+    let (verdict, retry_after_ms) = match r.verdict {
+        RunVerdict::Succeeded => ("succeeded", 0),
+        RunVerdict::Failed { retry_after_ms } => ("failed", retry_after_ms),
+        RunVerdict::Neither => ("neither", 0),
+    };
+    vec![
+        Stmt::bind(sql!("limit_free"), [("limit_key", r.limit_key.into()), ("job_id", r.job_id.into())]),
+        Stmt::bind(
+            sql!("limit_release"),
+            [
+                ("limit_key", r.limit_key.into()),
+                ("job_id", r.job_id.into()),
+                ("now", now.into()),
+                ("verdict", verdict.into()),
+                ("retry_after_ms", retry_after_ms.into()),
+                ("trip_after", b.trip_after),
+                ("cooldown_ms", b.cooldown_ms),
+                ("max_cooldown_ms", MAX_COOLDOWN_MS.into()),
+            ],
+        ),
+        wake_stmt(r.limit_key, 1),
+    ]
+}
+
+/// Takes the oldest `n` jobs out of `key`'s line (none while it is paused).
+pub(crate) fn wake_stmt(key: &str, n: u32) -> Stmt {
+    Stmt::bind(sql!("limit_wake"), [("limit_key", key.into()), ("limit", n.into())])
+}
+
+/// An operator's change to `key`.
+pub(crate) fn set_stmt(key: &str, change: &Change, now: i64) -> Stmt {
+    let policy = change.policy.flatten().unwrap_or_default();
+    let b = bound(&policy);
+    let paused = change.paused.map_or(Param::Null, |p| Param::Int(i64::from(p)));
+    let overridden = i64::from(matches!(change.policy, Some(Some(_))));
+    let keep = i64::from(change.policy.is_none());
+    Stmt::bind(
+        sql!("limit_set"),
+        [
+            ("limit_key", key.into()),
+            ("paused", paused),
+            ("overridden", overridden.into()),
+            ("interval_us", b.interval_us),
+            ("tolerance_us", b.tolerance_us),
+            ("concurrency", b.concurrency),
+            ("trip_after", b.trip_after),
+            ("cooldown_ms", b.cooldown_ms),
+            ("now", now.into()),
+            ("keep_policy", keep.into()),
+        ],
+    )
+}
+
+/// A page of limit keys by name, after `after`; or only `only`.
+pub(crate) fn states_stmt(after: &str, now: i64, limit: u32, only: Option<&str>) -> Stmt {
+    let params = [("after", after.into()), ("now", now.into()), ("limit", limit.into()), ("only", only.into())];
+    Stmt::bind(sql!("limit_states"), params)
+}
+
+fn int(row: &Row, c: &str) -> Option<i64> {
+    row.get(c).and_then(int_of)
+}
+
+/// The verdict row's answer (`limit_verdict.sql`).
+fn permit_of(row: Option<&Row>, now: i64) -> Result<Permit, InfraError> {
+    let row = row.ok_or_else(|| InfraError::new("ledger", "a limit key's state row is missing"))?;
+    if int(row, "granted") == Some(1) {
+        return Ok(Permit::Granted);
+    }
+    let paused = int(row, "paused") == Some(1);
+    let open_until = int(row, "open_until");
+    let refusal = if int(row, "parked") == Some(1) {
+        match open_until {
+            _ if paused => Refusal::Paused,
+            Some(at) if at <= now => Refusal::Probing,
+            _ => Refusal::Full,
+        }
+    } else if paused {
+        // Parked before, woken while still paused: it waits in the line again next time.
+        Refusal::Paused
+    } else {
+        match open_until {
+            Some(until) if until > now => Refusal::Open { until },
+            _ => {
+                // The throttle's next start, µs; rounded up to the next whole ms.
+                let next_us = row.get("next_at_us").and_then(Value::as_f64).unwrap_or(0.0) as i64;
+                Refusal::Throttled { at: ((next_us + 999) / 1000).max(now + 1) }
+            }
+        }
+    };
+    Ok(Permit::Refused(refusal))
+}
+
+fn woken_of(rows: &[Row]) -> Vec<Woken> {
+    rows.iter()
+        .filter_map(|r| {
+            let job_id = r.get("job_id").and_then(Value::as_str)?.to_string();
+            Some(Woken { job_id, route: Route::from_bits(int(r, "route")?) })
+        })
+        .collect()
+}
+
+fn state_of(row: &Row) -> Option<LimitState> {
+    let limit_key = row.get("limit_key").and_then(Value::as_str)?.to_string();
+    let overridden = (int(row, "overridden") == Some(1)).then(|| {
+        let interval_us = int(row, "interval_us");
+        let tolerance_us = int(row, "tolerance_us").unwrap_or(0);
+        Policy {
+            throttle: interval_us.filter(|&i| i > 0).map(|i| crate::flow::Throttle {
+                // Shown as starts a second (as `rate` per 1 s), the closest whole rate.
+                rate: u32::try_from((1_000_000 + i / 2) / i).unwrap_or(u32::MAX).max(1),
+                per_seconds: 1,
+                burst: u32::try_from(tolerance_us / i + 1).unwrap_or(1),
+            }),
+            concurrency: int(row, "concurrency").and_then(|c| u32::try_from(c).ok()),
+            breaker: int(row, "trip_after").and_then(|k| u32::try_from(k).ok()).map(|trip_after| {
+                crate::flow::Breaker {
+                    trip_after,
+                    cooldown_seconds: u32::try_from(int(row, "cooldown_ms").unwrap_or(0) / 1000).unwrap_or(0),
+                }
+            }),
+        }
+    });
+    Some(LimitState {
+        limit_key,
+        paused: int(row, "paused") == Some(1),
+        overridden,
+        running: int(row, "running").unwrap_or(0),
+        waiting: int(row, "waiting").unwrap_or(0),
+        failures: int(row, "failures").unwrap_or(0),
+        open_until: int(row, "open_until"),
+        probe: row.get("probe").and_then(Value::as_str).map(str::to_string),
+        updated_at: int(row, "updated_at").unwrap_or(0),
+    })
+}
+
+impl<S: Sql> Shard<S> {
+    /// Asks for `ask`'s permit: one batch in the limit key's shard.
+    pub async fn acquire(&self, ask: &Ask<'_>, now: i64) -> Result<Permit, InfraError> {
+        let out = self.sql.batch(ask_stmts(ask, now)).await?;
+        permit_of(out.last().and_then(|rows| rows.first()), now)
+    }
+
+    /// Frees `r`'s permit, tells the breaker, and takes the next job out of the line: one batch.
+    pub async fn release(&self, r: &Release<'_>, now: i64) -> Result<Vec<Woken>, InfraError> {
+        let out = self.sql.batch(release_stmts(r, now)).await?;
+        Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
+    }
+
+    /// Takes the oldest `n` jobs out of `key`'s line.
+    pub async fn wake(&self, key: &str, n: u32) -> Result<Vec<Woken>, InfraError> {
+        Ok(woken_of(&self.sql.query(wake_stmt(key, n)).await?))
+    }
+
+    /// Applies an operator's change to `key`.
+    pub async fn set_limit(&self, key: &str, change: &Change, now: i64) -> Result<(), InfraError> {
+        self.sql.batch(vec![set_stmt(key, change, now)]).await.map(|_| ())
+    }
+
+    /// A page of limit keys by name, after `after`; or only `only`.
+    pub async fn limit_states(
+        &self,
+        after: &str,
+        now: i64,
+        limit: u32,
+        only: Option<&str>,
+    ) -> Result<Vec<LimitState>, InfraError> {
+        Ok(self.sql.query(states_stmt(after, now, limit, only)).await?.iter().filter_map(state_of).collect())
+    }
+}

@@ -1,0 +1,17 @@
+-- Flow control (design §20): a job refused a permit for want of a slot (the key is paused, full,
+-- or its breaker's probe runs) waits in the key's line, oldest first, to be woken by the next
+-- slot that frees (limit_release.sql) or by a resume; keeping its place if it waited before. A
+-- job granted its permit leaves the line. Refusals for a time (the throttle, an open breaker)
+-- wait for that time instead and are not in the line.
+-- params: ?1 limit_key, ?2 job_id, ?3 now, ?4 until, ?5 route, ?6 concurrency
+INSERT INTO limit_wait (limit_key, job_id, since, route)
+SELECT ?1, ?2, ?3, ?5
+FROM (SELECT paused, open_until, probe,
+             CASE WHEN overridden = 1 THEN concurrency ELSE ?6 END AS cc
+      FROM limit_state WHERE limit_key = ?1) AS s
+WHERE NOT EXISTS (SELECT 1 FROM limit_permit WHERE limit_key = ?1 AND job_id = ?2 AND until = ?4)
+  AND (s.paused = 1
+       OR (s.open_until IS NOT NULL AND s.open_until <= ?3)
+       OR (s.cc IS NOT NULL
+           AND (SELECT count(*) FROM limit_permit AS p WHERE p.limit_key = ?1 AND p.until > ?3) >= s.cc))
+ON CONFLICT (limit_key, job_id) DO NOTHING

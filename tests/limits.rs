@@ -1,0 +1,182 @@
+//! Flow control's SQL (design §20) on real SQLite: permits, the line of parked jobs, the throttle,
+//! the breaker, pauses and run-time policies, each decided by the ledger's own statements.
+
+mod support;
+
+use futures::executor::block_on;
+use orderly::flow::{Breaker, Policy, Refusal, RunVerdict, Throttle};
+use orderly::ledger::limit::{Ask, Change, Permit, Release, Woken};
+use orderly::ledger::{Ledger, Route};
+use support::Sqlite;
+
+const T0: i64 = 1_700_000_000_000;
+const LEASE_MS: i64 = 120_000;
+
+struct Keyed<'a> {
+    ledger: Ledger<&'a Sqlite>,
+    policy: Policy,
+}
+
+impl Keyed<'_> {
+    fn ask(&self, job: &str, now: i64) -> Permit {
+        let ask =
+            Ask { limit_key: "host", job_id: job, route: Route::key(job), until: now + LEASE_MS, policy: self.policy };
+        block_on(self.ledger.acquire(&ask, now)).unwrap()
+    }
+    fn release(&self, job: &str, now: i64, verdict: RunVerdict) -> Vec<String> {
+        let r = Release { limit_key: "host", job_id: job, verdict, policy: self.policy };
+        block_on(self.ledger.release(&r, now)).unwrap().into_iter().map(|w: Woken| w.job_id).collect()
+    }
+    fn done(&self, job: &str, now: i64) -> Vec<String> {
+        self.release(job, now, RunVerdict::Succeeded)
+    }
+    fn failed(&self, job: &str, now: i64, retry_after_ms: i64) -> Vec<String> {
+        self.release(job, now, RunVerdict::Failed { retry_after_ms })
+    }
+}
+
+fn keyed(db: &Sqlite, policy: Policy) -> Keyed<'_> {
+    Keyed { ledger: Ledger::new(db), policy }
+}
+
+#[test]
+fn a_concurrency_limit_parks_the_excess_and_a_freed_slot_wakes_the_oldest() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(2), ..Policy::default() });
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    assert_eq!(k.ask("b", T0), Permit::Granted);
+    assert_eq!(k.ask("c", T0 + 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.ask("d", T0 + 2), Permit::Refused(Refusal::Full));
+    // c asks again (its message came back): it keeps its place, ahead of d.
+    assert_eq!(k.ask("c", T0 + 3), Permit::Refused(Refusal::Full));
+    assert_eq!(k.done("a", T0 + 10), vec!["c"], "a's slot wakes the oldest in line");
+    assert_eq!(k.ask("c", T0 + 11), Permit::Granted);
+    assert_eq!(k.done("b", T0 + 12), vec!["d"]);
+    assert_eq!(k.done("c", T0 + 13), Vec::<String>::new(), "nobody else waits");
+    assert_eq!(k.ask("d", T0 + 14), Permit::Granted);
+}
+
+#[test]
+fn a_permit_whose_job_never_ended_lapses_with_its_lease() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(1), ..Policy::default() });
+    assert_eq!(k.ask("crashed", T0), Permit::Granted);
+    assert_eq!(k.ask("b", T0 + 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.ask("b", T0 + LEASE_MS), Permit::Granted, "the slot is free once the lease has ended");
+}
+
+#[test]
+fn a_throttle_spaces_starts_and_names_the_next_one() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { throttle: Some(Throttle { rate: 2, per_seconds: 1, burst: 1 }), ..Policy::default() });
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    assert_eq!(k.ask("b", T0 + 100), Permit::Refused(Refusal::Throttled { at: T0 + 500 }));
+    assert_eq!(k.ask("b", T0 + 499), Permit::Refused(Refusal::Throttled { at: T0 + 500 }));
+    assert_eq!(k.ask("b", T0 + 500), Permit::Granted);
+    // Idle for a while: no credit piles up beyond the burst.
+    assert_eq!(k.ask("c", T0 + 10_000), Permit::Granted);
+    assert_eq!(k.ask("d", T0 + 10_000), Permit::Refused(Refusal::Throttled { at: T0 + 10_500 }));
+}
+
+#[test]
+fn a_burst_runs_ahead_of_the_rate_then_the_rate_holds() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { throttle: Some(Throttle { rate: 10, per_seconds: 1, burst: 3 }), ..Policy::default() });
+    let granted = |at: i64| (0..20).filter(|i| k.ask(&format!("j{at}-{i}"), at) == Permit::Granted).count();
+    assert_eq!(granted(T0), 3, "a burst of three at once");
+    assert_eq!(granted(T0 + 100), 1, "then one per 100 ms");
+    assert_eq!(granted(T0 + 150), 0);
+}
+
+#[test]
+fn a_paused_key_starts_nothing_and_its_resume_wakes_the_line() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy::default());
+    let pause = |paused| block_on(k.ledger.set_limit("host", &Change { paused: Some(paused), policy: None }, T0));
+    pause(true).unwrap();
+    assert_eq!(k.ask("a", T0 + 1), Permit::Refused(Refusal::Paused));
+    assert_eq!(k.ask("b", T0 + 2), Permit::Refused(Refusal::Paused));
+    assert!(block_on(k.ledger.wake("host", 10)).unwrap().is_empty(), "nothing is woken while paused");
+    pause(false).unwrap();
+    let woken: Vec<String> = block_on(k.ledger.wake("host", 10)).unwrap().into_iter().map(|w| w.job_id).collect();
+    assert_eq!(woken, vec!["a", "b"], "oldest first");
+    let state = block_on(k.ledger.limit_state("host", T0 + 3)).unwrap().unwrap();
+    assert_eq!((state.paused, state.waiting), (false, 0));
+    assert_eq!(k.ask("a", T0 + 3), Permit::Granted);
+}
+
+#[test]
+fn a_policy_set_at_run_time_wins_over_the_configured_one_until_given_back() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(5), ..Policy::default() });
+    let set = |policy| block_on(k.ledger.set_limit("host", &Change { paused: None, policy: Some(policy) }, T0));
+    set(Some(Policy { concurrency: Some(1), ..Policy::default() })).unwrap();
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    assert_eq!(k.ask("b", T0), Permit::Refused(Refusal::Full));
+    let shown = block_on(k.ledger.limit_state("host", T0)).unwrap().unwrap();
+    assert_eq!(shown.overridden.and_then(|p| p.concurrency), Some(1));
+    assert_eq!((shown.running, shown.waiting), (1, 1));
+    set(None).unwrap();
+    assert_eq!(k.ask("b", T0 + 1), Permit::Granted, "the configured five again");
+}
+
+#[test]
+fn a_breaker_opens_after_consecutive_failures_then_lets_one_probe_through() {
+    let db = Sqlite::memory();
+    let policy = Policy { breaker: Some(Breaker { trip_after: 2, cooldown_seconds: 10 }), ..Policy::default() };
+    let k = keyed(&db, policy);
+    for (i, job) in ["a", "b"].iter().enumerate() {
+        assert_eq!(k.ask(job, T0), Permit::Granted);
+        k.failed(job, T0 + i as i64, 0);
+    }
+    // The second failure opened it, for 10 s.
+    assert_eq!(k.ask("c", T0 + 2), Permit::Refused(Refusal::Open { until: T0 + 1 + 10_000 }));
+    // Its cool-down over, one probe runs; the others wait in line for it.
+    assert_eq!(k.ask("c", T0 + 10_001), Permit::Granted);
+    assert_eq!(k.ask("d", T0 + 10_002), Permit::Refused(Refusal::Probing));
+    // The probe fails: open again, for twice as long.
+    k.failed("c", T0 + 10_003, 0);
+    assert_eq!(k.ask("d", T0 + 10_004), Permit::Refused(Refusal::Open { until: T0 + 10_003 + 20_000 }));
+    // The next probe succeeds: closed, and everyone may start.
+    assert_eq!(k.ask("d", T0 + 30_003), Permit::Granted);
+    k.done("d", T0 + 30_004);
+    assert_eq!(k.ask("e", T0 + 30_005), Permit::Granted);
+    assert_eq!(k.ask("f", T0 + 30_005), Permit::Granted);
+    let state = block_on(k.ledger.limit_state("host", T0 + 30_005)).unwrap().unwrap();
+    assert_eq!((state.failures, state.open_until, state.probe), (0, None, None));
+}
+
+#[test]
+fn a_breaker_honours_the_largest_retry_after_and_a_success_resets_the_count() {
+    let db = Sqlite::memory();
+    let policy = Policy { breaker: Some(Breaker { trip_after: 2, cooldown_seconds: 10 }), ..Policy::default() };
+    let k = keyed(&db, policy);
+    k.ask("a", T0);
+    k.failed("a", T0, 0);
+    k.ask("b", T0);
+    k.done("b", T0 + 1);
+    k.ask("c", T0 + 2);
+    k.failed("c", T0 + 2, 0);
+    assert_eq!(k.ask("d", T0 + 3), Permit::Granted, "a success in between: one failure in a row, not two");
+    k.failed("d", T0 + 4, 600_000);
+    assert_eq!(
+        k.ask("e", T0 + 5),
+        Permit::Refused(Refusal::Open { until: T0 + 4 + 600_000 }),
+        "the remote's Retry-After"
+    );
+}
+
+#[test]
+fn limit_keys_are_listed_by_name_with_what_runs_and_waits() {
+    let db = Sqlite::memory();
+    let ledger = Ledger::new(&db);
+    let policy = Policy { concurrency: Some(1), ..Policy::default() };
+    for (key, job) in [("b", "1"), ("a", "2"), ("a", "3")] {
+        let ask = Ask { limit_key: key, job_id: job, route: Route::key(job), until: T0 + LEASE_MS, policy };
+        block_on(ledger.acquire(&ask, T0)).unwrap();
+    }
+    let all = block_on(ledger.limit_states("", T0, 10)).unwrap();
+    let shown: Vec<(&str, i64, i64)> = all.iter().map(|s| (s.limit_key.as_str(), s.running, s.waiting)).collect();
+    assert_eq!(shown, vec![("a", 1, 1), ("b", 1, 0)]);
+    assert_eq!(block_on(ledger.limit_states("a", T0, 10)).unwrap().len(), 1, "the page after a");
+}
