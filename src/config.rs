@@ -119,6 +119,9 @@ pub struct Config {
     /// Job types run by other Workers through service bindings (design §13b): (type, binding),
     /// from `SERVICE_HANDLERS = "email=APP,fedify=FEDIFY"`.
     pub service_handlers: Vec<(String, String)>,
+    /// Flow control per limit key (design §20), from `LIMITS`: a JSON object from rule (a limit key,
+    /// or a prefix ending in `*`) to policy.
+    pub limits: crate::flow::Policies,
 }
 
 impl Default for Config {
@@ -140,6 +143,7 @@ impl Default for Config {
             strict_run_budget: 200,
             bulk_redrive_limit: 250,
             service_handlers: Vec::new(),
+            limits: crate::flow::Policies::default(),
             allow_private_targets: false,
             jobs_queue: "orderly-jobs".to_string(),
             dead_letter_queue: "orderly-dlq".to_string(),
@@ -158,7 +162,7 @@ pub struct ConfigError {
     /// The value as configured.
     pub value: String,
     /// What is wrong with it.
-    pub reason: &'static str,
+    pub reason: String,
 }
 
 impl Config {
@@ -178,7 +182,7 @@ impl Config {
             return Err(ConfigError {
                 var: "ORDERING_KEY_PREFIX",
                 value: ordering_key_prefix,
-                reason: "longer than 256 bytes",
+                reason: "longer than 256 bytes".into(),
             });
         }
         // Below 60 is clamped rather than refused: KV's floor, and the spec's rule.
@@ -190,7 +194,7 @@ impl Config {
             return Err(ConfigError {
                 var: "BACKOFF_CAP_SECONDS",
                 value: backoff_cap_seconds.to_string(),
-                reason: "smaller than BACKOFF_BASE_SECONDS",
+                reason: "smaller than BACKOFF_BASE_SECONDS".into(),
             });
         }
         let ordering_mode = choice(
@@ -222,6 +226,7 @@ impl Config {
             strict_run_budget: num("STRICT_RUN_BUDGET", d.strict_run_budget, 1, 1000)?,
             bulk_redrive_limit: num("BULK_REDRIVE_LIMIT", d.bulk_redrive_limit, 1, MAX_BULK_REDRIVE)?,
             service_handlers: service_handlers(lookup("SERVICE_HANDLERS").as_deref().unwrap_or(""))?,
+            limits: limits(&lookup)?,
             ordering_key_prefix,
             lock_ttl_seconds,
             max_attempts: num("MAX_ATTEMPTS", d.max_attempts, 1, 1000)?,
@@ -250,10 +255,17 @@ fn ledger_backend(lookup: &impl Fn(&str) -> Option<String>) -> Result<LedgerBack
         return Err(ConfigError {
             var: "LEDGER_SHARDS",
             value: lookup("LEDGER_SHARDS").unwrap_or_default(),
-            reason: "shards are Durable Objects: set LEDGER = \"do\" (a D1 ledger is one database)",
+            reason: "shards are Durable Objects: set LEDGER = \"do\" (a D1 ledger is one database)".into(),
         });
     }
     Ok(if objects { LedgerBackend::Objects(shards) } else { LedgerBackend::D1 })
+}
+
+/// Reads `LIMITS` (design §20); unset or empty: no limits configured (operators may still set them
+/// at run time).
+fn limits(lookup: &impl Fn(&str) -> Option<String>) -> Result<crate::flow::Policies, ConfigError> {
+    let text = lookup("LIMITS").unwrap_or_default();
+    crate::flow::Policies::parse(&text).map_err(|e| ConfigError { var: "LIMITS", value: text.clone(), reason: e.0 })
 }
 
 /// Shards of a `LEDGER = "do"` ledger when `LEDGER_SHARDS` is unset.
@@ -263,7 +275,8 @@ pub const DEFAULT_SHARDS: u32 = 16;
 /// digits and `_.:-`; a binding a JavaScript identifier; a type given twice, or the name of a
 /// built-in type, is refused (a job type has one handler).
 pub fn service_handlers(var: &str) -> Result<Vec<(String, String)>, ConfigError> {
-    let bad = |reason: &'static str| ConfigError { var: "SERVICE_HANDLERS", value: var.to_string(), reason };
+    let bad =
+        |reason: &'static str| ConfigError { var: "SERVICE_HANDLERS", value: var.to_string(), reason: reason.into() };
     let mut out: Vec<(String, String)> = Vec::new();
     for pair in var.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (ty, binding) = pair.split_once('=').ok_or_else(|| bad("each entry must be type=BINDING"))?;
@@ -299,7 +312,7 @@ fn number(
     (min, max): (u32, u32),
 ) -> Result<u32, ConfigError> {
     let Some(raw) = lookup(var) else { return Ok(default) };
-    let bad = |reason| ConfigError { var, value: raw.clone(), reason };
+    let bad = |reason: &str| ConfigError { var, value: raw.clone(), reason: reason.into() };
     let n: u64 = raw.trim().parse().map_err(|_| bad("not a whole number"))?;
     if n < u64::from(min) {
         return Err(bad("too small"));
@@ -319,18 +332,18 @@ fn queues(lookup: &impl Fn(&str) -> Option<String>, d: &Config) -> Result<(Strin
         return Err(ConfigError {
             var: "JOBS_QUEUE",
             value: jobs_queue,
-            reason: "empty, or the same as DEAD_LETTER_QUEUE",
+            reason: "empty, or the same as DEAD_LETTER_QUEUE".into(),
         });
     }
     if dead_letter_queue.is_empty() {
-        return Err(ConfigError { var: "DEAD_LETTER_QUEUE", value: dead_letter_queue, reason: "empty" });
+        return Err(ConfigError { var: "DEAD_LETTER_QUEUE", value: dead_letter_queue, reason: "empty".into() });
     }
     let urgent_queue = name("URGENT_QUEUE", &d.urgent_queue);
     if urgent_queue.is_empty() || urgent_queue == jobs_queue || urgent_queue == dead_letter_queue {
         return Err(ConfigError {
             var: "URGENT_QUEUE",
             value: urgent_queue,
-            reason: "empty, or the same as JOBS_QUEUE or DEAD_LETTER_QUEUE",
+            reason: "empty, or the same as JOBS_QUEUE or DEAD_LETTER_QUEUE".into(),
         });
     }
     Ok((jobs_queue, dead_letter_queue, urgent_queue))
@@ -344,14 +357,14 @@ fn outlive_a_run(lease_seconds: u32, lock_ttl_seconds: u32, webhook_timeout_seco
         return Err(ConfigError {
             var: "LEASE_SECONDS",
             value: lease_seconds.to_string(),
-            reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lease must outlive the longest run",
+            reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lease must outlive the longest run".into(),
         });
     }
     if lock_ttl_seconds < floor {
         return Err(ConfigError {
             var: "ORDERING_LOCK_TTL",
             value: lock_ttl_seconds.to_string(),
-            reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lock must outlive the longest run",
+            reason: "shorter than WEBHOOK_TIMEOUT_SECONDS + 15: a lock must outlive the longest run".into(),
         });
     }
     Ok(())
@@ -364,9 +377,17 @@ fn choice<T: Copy>(
     reason: &'static str,
 ) -> Result<T, ConfigError> {
     let Some(raw) = lookup(var) else {
-        return options.first().map(|(_, v)| *v).ok_or(ConfigError { var, value: String::new(), reason });
+        return options.first().map(|(_, v)| *v).ok_or(ConfigError {
+            var,
+            value: String::new(),
+            reason: reason.into(),
+        });
     };
-    options.iter().find(|(name, _)| *name == raw.trim()).map(|(_, v)| *v).ok_or(ConfigError { var, value: raw, reason })
+    options.iter().find(|(name, _)| *name == raw.trim()).map(|(_, v)| *v).ok_or_else(|| ConfigError {
+        var,
+        value: raw.clone(),
+        reason: reason.into(),
+    })
 }
 
 #[cfg(test)]
@@ -401,6 +422,11 @@ mod tests {
         assert!(with(&[("BACKOFF_BASE_SECONDS", "50"), ("BACKOFF_CAP_SECONDS", "10")]).is_err());
         assert_eq!(with(&[("WEBHOOK_TIMEOUT_SECONDS", "0")]).unwrap_err().var, "WEBHOOK_TIMEOUT_SECONDS");
         assert_eq!(with(&[("WEBHOOK_TIMEOUT_SECONDS", "301")]).unwrap_err().reason, "too large");
+        let limits = with(&[("LIMITS", r#"{"host": {"concurrency": 2}}"#)]).unwrap().limits;
+        assert_eq!(limits.for_key("host").concurrency, Some(2));
+        let e = with(&[("LIMITS", r#"{"host": {"concurrency": 0}}"#)]).unwrap_err();
+        assert_eq!(e.var, "LIMITS");
+        assert!(e.reason.contains("concurrency must be from 1"), "{}", e.reason);
     }
 
     #[test]

@@ -137,7 +137,7 @@ impl App {
             return Err(StartError::Config(crate::config::ConfigError {
                 var: "the worker's job types",
                 value: problem,
-                reason: "a job type must have one handler",
+                reason: "a job type must have one handler".into(),
             }));
         }
         let sealer = edge::WebCryptoSealer::from_env(env).map_err(StartError::Config)?;
@@ -257,7 +257,7 @@ impl App {
             return Err(StartError::Config(crate::config::ConfigError {
                 var: "SERVICE_HANDLERS",
                 value: format!("{ty}={binding}"),
-                reason: "names a service binding the worker does not have",
+                reason: "names a service binding the worker does not have".into(),
             }));
         }
         let secrets = (edge::secret(env, "WEBHOOK_SECRET"), edge::secret(env, "HANDLER_SECRET"));

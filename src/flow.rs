@@ -26,8 +26,13 @@ pub const DEFAULT_COOLDOWN_SECONDS: u32 = 30;
 /// How long a job parked behind a full or paused limit key waits before maintenance looks at it
 /// again, should the wake-up that a freed slot sends be lost (design §20): a safety net, not a poll.
 pub const PARKED_RECHECK_SECONDS: u32 = 300;
-/// Most rules `LIMITS` may hold, and most bytes a limit key may have.
+/// Most rules `LIMITS` may hold.
 pub const MAX_RULES: usize = 1000;
+
+/// What is wrong with a policy or a rule of `LIMITS`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadPolicy(pub String);
 
 /// At most `rate` starts per `per_seconds`, `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -91,9 +96,9 @@ pub struct PolicyText {
 
 impl PolicyText {
     /// The policy, or what is wrong with it.
-    pub fn policy(&self) -> Result<Policy, String> {
+    pub fn policy(&self) -> Result<Policy, BadPolicy> {
         let within = |name: &str, v: Option<u32>, lo: u32, hi: u32| match v {
-            Some(n) if !(lo..=hi).contains(&n) => Err(format!("{name} must be from {lo} to {hi}, got {n}")),
+            Some(n) if !(lo..=hi).contains(&n) => Err(BadPolicy(format!("{name} must be from {lo} to {hi}, got {n}"))),
             _ => Ok(v),
         };
         let rate = within("rate", self.rate, 1, 100_000)?;
@@ -107,14 +112,14 @@ impl PolicyText {
                 Some(Throttle { rate, per_seconds: per.unwrap_or(1), burst: burst.unwrap_or(1) })
             }
             (None, None, None) => None,
-            (None, _, _) => return Err("per_seconds and burst need a rate".into()),
+            (None, _, _) => return Err(BadPolicy("per_seconds and burst need a rate".into())),
         };
         let breaker = match (trip_after, cooldown_seconds) {
             (Some(trip_after), c) => {
                 Some(Breaker { trip_after, cooldown_seconds: c.unwrap_or(DEFAULT_COOLDOWN_SECONDS) })
             }
             (None, None) => None,
-            (None, Some(_)) => return Err("cooldown_seconds needs trip_after".into()),
+            (None, Some(_)) => return Err(BadPolicy("cooldown_seconds needs trip_after".into())),
         };
         Ok(Policy { throttle, concurrency, breaker })
     }
@@ -132,19 +137,19 @@ pub struct Policies {
 impl Policies {
     /// Reads `LIMITS`: a JSON object from rule to policy, e.g.
     /// `{"mastodon.social": {"rate": 10, "per_seconds": 1, "concurrency": 4}, "tenant-*": {"concurrency": 2}}`.
-    pub fn parse(text: &str) -> Result<Policies, String> {
+    pub fn parse(text: &str) -> Result<Policies, BadPolicy> {
         if text.trim().is_empty() {
             return Ok(Policies::default());
         }
         let rules: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(text).map_err(|e| format!("not a JSON object of rules: {e}"))?;
+            serde_json::from_str(text).map_err(|e| BadPolicy(format!("not a JSON object of rules: {e}")))?;
         if rules.len() > MAX_RULES {
-            return Err(format!("more than {MAX_RULES} rules"));
+            return Err(BadPolicy(format!("more than {MAX_RULES} rules")));
         }
         let mut p = Policies::default();
         for (rule, v) in rules {
-            let text: PolicyText = serde_json::from_value(v).map_err(|e| format!("rule {rule:?}: {e}"))?;
-            let policy = text.policy().map_err(|e| format!("rule {rule:?}: {e}"))?;
+            let text: PolicyText = serde_json::from_value(v).map_err(|e| BadPolicy(format!("rule {rule:?}: {e}")))?;
+            let policy = text.policy().map_err(|e| BadPolicy(format!("rule {rule:?}: {e}")))?;
             match rule.strip_suffix('*') {
                 Some(prefix) => p.prefixes.push((prefix.to_string(), policy)),
                 None => p.exact.push((rule, policy)),
@@ -268,7 +273,7 @@ mod tests {
             (r#"{"k": {"concurency": 3}}"#, "unknown field"),
             (r#"[1]"#, "not a JSON object"),
         ] {
-            let e = Policies::parse(text).unwrap_err();
+            let e = Policies::parse(text).unwrap_err().0;
             assert!(e.contains(says), "{text}: {e}");
         }
     }

@@ -52,7 +52,7 @@ pub struct Keys(pub Vec<Key>);
 impl Keys {
     /// Reads `PAYLOAD_KEY`. A malformed one is a configuration error (never guessed around).
     pub fn parse(secret: &str) -> Result<Keys, ConfigError> {
-        let bad = |reason| ConfigError { var: "PAYLOAD_KEY", value: "…".into(), reason };
+        let bad = |reason: &str| ConfigError { var: "PAYLOAD_KEY", value: "…".into(), reason: reason.into() };
         let mut keys: Vec<Key> = Vec::new();
         for entry in secret.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (id, b64) = entry.split_once(':').ok_or_else(|| bad("each key must be <id>:<base64 of 32 bytes>"))?;

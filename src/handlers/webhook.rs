@@ -175,7 +175,7 @@ pub fn signing_key(var: &'static str, secret: &str) -> Result<Vec<u8>, ConfigErr
         Some(b) => B64.decode(b.trim()).map_err(|_| ConfigError {
             var,
             value: "whsec_…".to_string(),
-            reason: "the part after whsec_ is not base64",
+            reason: "the part after whsec_ is not base64".into(),
         }),
         None => Ok(secret.as_bytes().to_vec()),
     }
@@ -194,7 +194,7 @@ pub fn signing_keys(webhook_secret: Option<&str>, handler_secret: Option<&str>) 
         return Err(ConfigError {
             var: "HANDLER_SECRET",
             value: "(the same key as WEBHOOK_SECRET)".into(),
-            reason: "it must differ from WEBHOOK_SECRET, which every webhook receiver holds",
+            reason: "it must differ from WEBHOOK_SECRET, which every webhook receiver holds".into(),
         });
     }
     Ok((webhook, handler))

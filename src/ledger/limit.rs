@@ -231,10 +231,14 @@ pub(crate) fn set_stmt(key: &str, change: &Change, now: i64) -> Stmt {
     )
 }
 
-/// A page of limit keys by name, after `after`; or only `only`.
-pub(crate) fn states_stmt(after: &str, now: i64, limit: u32, only: Option<&str>) -> Stmt {
-    let params = [("after", after.into()), ("now", now.into()), ("limit", limit.into()), ("only", only.into())];
-    Stmt::bind(sql!("limit_states"), params)
+/// A page of limit keys by name, after `after`.
+pub(crate) fn states_stmt(after: &str, now: i64, limit: u32) -> Stmt {
+    Stmt::bind(sql!("limit_states"), [("after", after.into()), ("now", now.into()), ("limit", limit.into())])
+}
+
+/// One limit key.
+pub(crate) fn state_stmt(key: &str, now: i64) -> Stmt {
+    Stmt::bind(sql!("limit_state"), [("limit_key", key.into()), ("now", now.into())])
 }
 
 fn int(row: &Row, c: &str) -> Option<i64> {
@@ -337,14 +341,13 @@ impl<S: Sql> Shard<S> {
         self.sql.batch(vec![set_stmt(key, change, now)]).await.map(|_| ())
     }
 
-    /// A page of limit keys by name, after `after`; or only `only`.
-    pub async fn limit_states(
-        &self,
-        after: &str,
-        now: i64,
-        limit: u32,
-        only: Option<&str>,
-    ) -> Result<Vec<LimitState>, InfraError> {
-        Ok(self.sql.query(states_stmt(after, now, limit, only)).await?.iter().filter_map(state_of).collect())
+    /// A page of limit keys by name, after `after`.
+    pub async fn limit_states(&self, after: &str, now: i64, limit: u32) -> Result<Vec<LimitState>, InfraError> {
+        Ok(self.sql.query(states_stmt(after, now, limit)).await?.iter().filter_map(state_of).collect())
+    }
+
+    /// One limit key (`None`: none of its jobs has asked to start, and no operator changed it).
+    pub async fn limit_state(&self, key: &str, now: i64) -> Result<Option<LimitState>, InfraError> {
+        Ok(self.sql.query(state_stmt(key, now)).await?.iter().find_map(state_of))
     }
 }

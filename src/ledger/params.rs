@@ -119,7 +119,8 @@ fn every_statement() -> Vec<Stmt> {
     all.extend(limit::release_stmts(&limit::Release { limit_key: "l", job_id: "a", verdict, policy }, 1));
     let change = limit::Change { paused: Some(true), policy: Some(Some(policy)) };
     all.push(limit::set_stmt("l", &change, 1));
-    all.push(limit::states_stmt("a", 1, 10, Some("l")));
+    all.push(limit::states_stmt("a", 1, 10));
+    all.push(limit::state_stmt("l", 1));
     all
 }
 

@@ -481,12 +481,12 @@ impl<S: Sql> Ledger<S> {
 
     /// One limit key as operators see it (`None`: no job of it has asked to start yet).
     pub async fn limit_state(&self, key: &str, now: i64) -> Result<Option<LimitState>, InfraError> {
-        Ok(self.at(Route::key(key)).limit_states("", now, 1, Some(key)).await?.pop())
+        self.at(Route::key(key)).limit_state(key, now).await
     }
 
     /// Limit keys by name after `after`, at most `limit`, from every shard.
     pub async fn limit_states(&self, after: &str, now: i64, limit: u32) -> Result<Vec<LimitState>, InfraError> {
-        let pages = self.every(async |s| s.limit_states(after, now, limit, None).await).await?;
+        let pages = self.every(async |s| s.limit_states(after, now, limit).await).await?;
         let mut all: Vec<LimitState> = pages.into_iter().flatten().collect();
         all.sort_by(|a, b| a.limit_key.cmp(&b.limit_key));
         all.truncate(limit as usize);

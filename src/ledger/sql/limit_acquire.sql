@@ -17,9 +17,9 @@ WHERE s.paused = 0
   AND (s.open_until IS NULL
        OR (s.open_until <= ?3
            AND (s.probe IS NULL OR s.probe = ?2
-                OR NOT EXISTS (SELECT 1 FROM limit_permit AS p
-                               WHERE p.limit_key = ?1 AND p.job_id = s.probe AND p.until > ?3))))
+                OR NOT EXISTS (SELECT 1 FROM limit_permit AS lp
+                               WHERE lp.limit_key = ?1 AND lp.job_id = s.probe AND lp.until > ?3))))
   AND (s.cc IS NULL
-       OR (SELECT count(*) FROM limit_permit AS p WHERE p.limit_key = ?1 AND p.until > ?3 AND p.job_id <> ?2) < s.cc)
+       OR (SELECT count(*) FROM limit_permit AS lp WHERE lp.limit_key = ?1 AND lp.until > ?3 AND lp.job_id <> ?2) < s.cc)
   AND (s.iv IS NULL OR max(s.tat_us, ?3 * 1000) - coalesce(s.tol, 0) <= ?3 * 1000)
 ON CONFLICT (limit_key, job_id) DO UPDATE SET until = excluded.until

@@ -13,5 +13,5 @@ WHERE NOT EXISTS (SELECT 1 FROM limit_permit WHERE limit_key = ?1 AND job_id = ?
   AND (s.paused = 1
        OR (s.open_until IS NOT NULL AND s.open_until <= ?3)
        OR (s.cc IS NOT NULL
-           AND (SELECT count(*) FROM limit_permit AS p WHERE p.limit_key = ?1 AND p.until > ?3) >= s.cc))
+           AND (SELECT count(*) FROM limit_permit AS lp WHERE lp.limit_key = ?1 AND lp.until > ?3) >= s.cc))
 ON CONFLICT (limit_key, job_id) DO NOTHING
