@@ -996,3 +996,102 @@ fn a_handler_panic_noted_before_the_invocation_died_is_recorded_as_its_failure()
     sent.sort();
     assert_eq!(sent, vec![("beside".into(), 0), ("other".into(), 0), ("p".into(), 5)]);
 }
+
+/// A job of limit key `limit` (and of ordering key `key`, if given).
+fn limited(id: &str, ts: i64, key: Option<&str>, limit: &str, payload: Value) -> Incoming {
+    let meta = json!({"id": id, "limit_key": limit});
+    let body = match key {
+        Some(k) => json!({"__fedify_ordering_key__": k, "__fedify_payload__": payload, "__orderly_job__": meta}),
+        None => {
+            let mut p = payload;
+            p["__orderly_job__"] = meta;
+            p
+        }
+    };
+    msg(id, ts, body)
+}
+
+fn with_limits(limits: &str) -> World {
+    let cfg = Config { limits: orderly::flow::Policies::parse(limits).unwrap(), ..Config::default() };
+    World::with(cfg, None)
+}
+
+#[test]
+fn a_full_limit_key_parks_its_job_and_the_next_run_to_end_wakes_it() {
+    let w = with_limits(r#"{"host": {"concurrency": 1}}"#);
+    // Another invocation runs a job of the host (its permit taken, its lease 120 s).
+    let other = orderly::ledger::limit::Ask {
+        limit_key: "host",
+        job_id: "elsewhere",
+        route: orderly::ledger::Route::key("elsewhere"),
+        until: T0 + 120_000,
+        policy: w.cfg.limits.for_key("host"),
+    };
+    let got = block_on(orderly::ledger::Ledger::new(&w.db).acquire(&other, T0)).unwrap();
+    assert_eq!(got, orderly::ledger::limit::Permit::Granted);
+    // b asks while the host is full: parked, its message acked, no attempt spent, nothing run.
+    assert_eq!(w.run(&[limited("b", T0, Some("k1"), "host", ok())]), vec![Outcome::Ack]);
+    let b = w.job("b");
+    assert_eq!((b.status, b.attempts, b.deferrals), (Status::Pending, 0, 1));
+    assert!(w.runs().is_empty());
+    assert!(w.queue.sent().is_empty(), "a parked job is not polled");
+    // The other job's lease ends without a word (its invocation died): its slot frees with it.
+    w.clock.advance_ms(120_000);
+    w.raw.set(true);
+    assert_eq!(w.run(&[limited("c", T0 + 120_000, Some("k2"), "host", ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["c"]);
+    // c's run ended: b, first in the host's line, is sent again, and runs.
+    let sent = w.queue.sent();
+    assert_eq!(sent.iter().map(|e| e.meta.id.as_deref().unwrap_or_default()).collect::<Vec<_>>(), vec!["b"]);
+    let wake = msg("b-wake", T0 + 120_001, sent[0].encode());
+    assert_eq!(w.run(&[wake]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["c", "b"]);
+    assert_eq!(w.job("b").attempts, 1);
+}
+
+#[test]
+fn a_throttled_job_waits_for_its_start_without_spending_an_attempt() {
+    let w = with_limits(r#"{"host": {"rate": 1, "per_seconds": 10}}"#);
+    let out = w.run(&[limited("a", T0, None, "host", ok()), limited("b", T0 + 1, None, "host", ok())]);
+    assert_eq!(out, vec![Outcome::Ack, Outcome::Defer { delay_seconds: 10 }]);
+    let b = w.job("b");
+    assert_eq!((b.status, b.attempts, b.next_run_at), (Status::Pending, 0, T0 + 10_000));
+    w.clock.advance_ms(10_000);
+    assert_eq!(w.run(&[limited("b", T0 + 1, None, "host", ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "b"]);
+}
+
+#[test]
+fn a_throttled_job_holds_its_ordering_key_so_nothing_behind_it_overtakes() {
+    let w = with_limits(r#"{"host": {"rate": 1, "per_seconds": 10}}"#);
+    let a = limited("a", T0, Some("k"), "host", ok());
+    let b = limited("b", T0 + 1, Some("k"), "host", ok());
+    // c has no limit: it would run at once, but it comes after b in k's order.
+    let c = keyed("c", T0 + 2, "k", ok());
+    let out = w.run(&[a, b.clone(), c.clone()]);
+    assert_eq!(out[0], Outcome::Ack);
+    assert_eq!(out[1..], [Outcome::Defer { delay_seconds: 10 }; 2]);
+    assert_eq!(w.lock("k"), Some(owner_token("b")), "k is held for b");
+    w.clock.advance_ms(10_000);
+    assert_eq!(w.run(&[c, b]), vec![Outcome::Ack; 2]);
+    assert_eq!(w.runs(), vec!["a", "b", "c"]);
+}
+
+#[test]
+fn an_open_breaker_holds_its_limit_keys_jobs_without_spending_attempts() {
+    let w = with_limits(r#"{"host": {"trip_after": 1, "cooldown_seconds": 60}}"#);
+    let a = limited("a", T0, None, "host", json!({"type": "t", "fail": 1}));
+    assert_eq!(w.run(&[a.clone()]), vec![Outcome::Retry { delay_seconds: 5 }]);
+    // The failure opened the host's breaker: b waits out the cool-down, not an attempt spent.
+    assert_eq!(w.run(&[limited("b", T0 + 1, None, "host", ok())]), vec![Outcome::Defer { delay_seconds: 60 }]);
+    assert_eq!((w.job("b").attempts, w.job("b").next_run_at), (0, T0 + 60_000));
+    // a comes back for its retry while the breaker is open: held too, its attempt given back.
+    w.clock.advance_ms(5_000);
+    assert_eq!(w.run(&[a.clone()]), vec![Outcome::Defer { delay_seconds: 55 }]);
+    assert_eq!(w.job("a").attempts, 1);
+    // Past the cool-down, a is the probe; it succeeds and the breaker closes for b.
+    w.clock.advance_ms(55_000);
+    assert_eq!(w.run(&[a]), vec![Outcome::Ack]);
+    assert_eq!(w.run(&[limited("b", T0 + 1, None, "host", ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "a", "b"]);
+}

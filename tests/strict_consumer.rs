@@ -543,3 +543,32 @@ fn a_chains_runs_are_in_each_jobs_history() {
     assert_eq!(outcomes("a"), vec![(Some(1), Some(Retry)), (Some(2), Some(Ok_))]);
     assert_eq!(outcomes("b"), vec![(Some(1), Some(Ok_))]);
 }
+
+#[test]
+fn a_throttled_head_holds_its_key_and_wakes_once_for_its_start() {
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"rate": 1, "per_seconds": 30}}"#).unwrap();
+    let limited = |id: &str| JobSpec {
+        id: id.to_string(),
+        job_type: Some("t".into()),
+        ordering_key: Some("k".into()),
+        dedupe_key: None,
+        limit_key: Some("host".into()),
+        payload: Some(ok().to_string()),
+        max_attempts: 8,
+        priority: 5,
+    };
+    let specs = [limited("a"), limited("b"), limited("c")];
+    block_on(Ledger::new(&w.db).enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+    assert_eq!(w.run(&[keyed("a", T0, ok())]), vec![Outcome::Ack]);
+    // a ran; b is the head now, and the host's next start is 30 s away: b waits for it, c behind.
+    assert_eq!(w.runs(), vec!["a"]);
+    assert_eq!(w.wakes(), vec![("b".to_string(), 30)], "one wake-up, at b's start");
+    let b = w.job("b");
+    assert_eq!((b.status, b.attempts, b.next_run_at), (Status::Pending, 0, T0 + 30_000));
+    assert_eq!(w.job("c").status, Status::Pending);
+    w.clock.advance_ms(30_000);
+    assert_eq!(w.run(&[keyed("b", T0 + 30_000, ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "b"], "c waits its own turn of the throttle");
+    assert_eq!(w.wakes().last(), Some(&("c".to_string(), 30)));
+}

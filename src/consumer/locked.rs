@@ -577,6 +577,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             RunEnd::Retry { delay_seconds } => (Outcome::Retry { delay_seconds }, false),
             // Not a failed attempt: the message is put off like a busy key's.
             RunEnd::Snooze { delay_seconds } => (Outcome::Defer { delay_seconds }, true),
+            // Parked in its limit key's line: a freed slot sends it again.
+            RunEnd::Limited(w) if w.parked => (Outcome::Ack, false),
+            RunEnd::Limited(w) => (Outcome::Defer { delay_seconds: w.delay_seconds }, true),
         };
         let settle = Settle::recorded(i, ran.record, outcome);
         g.settled.push(if waits { settle.waiting() } else { settle });

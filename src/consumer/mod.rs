@@ -10,6 +10,7 @@
 //! - `strict.rs`: design §3b, the ledger sequences every key (`ORDERING_MODE = "strict"`); unkeyed
 //!   messages in a strict batch take the lock-mode path, which needs no lock for them.
 
+mod gate;
 mod locked;
 mod strict;
 
@@ -193,6 +194,8 @@ enum RunEnd {
     Snooze {
         delay_seconds: u32,
     },
+    /// Not run: its limit key refused it a start (design §20). Its key waits; no attempt spent.
+    Limited(gate::Waits),
 }
 
 impl RunEnd {
@@ -200,6 +203,7 @@ impl RunEnd {
     fn again_after(&self) -> Option<u32> {
         match self {
             RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => Some(*delay_seconds),
+            RunEnd::Limited(waits) => Some(waits.delay_seconds),
             RunEnd::Done | RunEnd::Dead => None,
         }
     }
@@ -541,6 +545,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             Ok(p) => p,
             Err(why) => return self.wait_for_key(job, started_at, why),
         };
+        let gate = self.gate(job).await;
+        if matches!(gate, gate::Gate::Shut(_) | gate::Gate::Down(_)) {
+            return self.refused(job, gate);
+        }
         let result = match payload.map(|v| serde_json::from_str::<Value>(&v).ok()) {
             Some(Some(payload)) => {
                 let cx = JobContext {
@@ -554,6 +562,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             Some(None) | None => Err(JobError::permanent("the ledger row has no readable payload")),
         };
+        if matches!(gate, gate::Gate::Held) {
+            self.release(job, &result).await;
+        }
         self.ran(job, &self.owner, started_at, result, sealed).await
     }
 
@@ -576,6 +587,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             RunEnd::Dead => RunOutcome::Dead,
             RunEnd::Retry { .. } => RunOutcome::Retry,
             RunEnd::Snooze { .. } => RunOutcome::Snooze,
+            RunEnd::Limited(_) => unreachable!("a refused start is never a run"),
         };
         // A success is described by the job's DONE row (complete.sql), not by a history row:
         // one row written less per job. (A success whose completion is refused, our lease lost,

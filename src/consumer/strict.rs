@@ -63,6 +63,8 @@ enum Stop {
     Budget,
     /// The invocation stalled past its lease: the reaper has the key's jobs.
     LeaseLost,
+    /// The key's next job waits in its limit key's line (design §20): a freed slot wakes it.
+    Parked,
 }
 
 /// How a key's chain starts.
@@ -329,7 +331,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             }
             match stop {
                 Some(Stop::Retry(job, delay)) => return producer::message_for(&job, delay),
-                Some(Stop::Blocked | Stop::LeaseLost) => return None,
+                Some(Stop::Blocked | Stop::LeaseLost | Stop::Parked) => return None,
                 Some(Stop::Budget) => {
                     let head = step.state.head.filter(|h| h.status == Status::Pending)?;
                     let delay = if head.next_run_at > now { until(now, Some(head.next_run_at)) } else { 0 };
@@ -420,6 +422,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                 RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => {
                     stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds))
                 }
+                // Parked in its limit key's line: a freed slot wakes it, no message needed.
+                RunEnd::Limited(w) if w.parked => stop = Some(Stop::Parked),
+                RunEnd::Limited(w) => stop = Some(Stop::Retry(Box::new(job.clone()), w.delay_seconds)),
             }
             if stop.is_none() {
                 prev = Some(job.id.clone());

@@ -1,0 +1,131 @@
+//! Flow control at a job's start (design §20), for both ordering modes: a claimed job with a limit
+//! key asks it for a permit right before its handler would run, and frees it right after.
+//!
+//! A refused job is handed back like a job never run (PENDING, its attempt returned, no history
+//! line): the key's order is untouched, a limit only delays a start. How it comes back depends on
+//! why it waits: for a time (the throttle's next start, an open breaker's cool-down) its message is
+//! put off until then; for a slot (a full or paused key, a breaker's probe) it is parked in the
+//! key's line and sent again when a run of the key ends or an operator resumes it, not polled. A
+//! parked job is due at once, so any delivery may try it again; should its wake-up be lost, the
+//! ledger's maintenance sends it again as it does any overdue job.
+
+use super::{Consumer, RunEnd};
+use crate::clock::Clock;
+use crate::error::InfraError;
+use crate::flow::{Refusal, RunVerdict};
+use crate::handlers::{Done, JobError, Runner};
+use crate::ledger::limit::{Ask, Permit, Release};
+use crate::ledger::{Job, Record, Sql, Status};
+use crate::limits::delay_until;
+use crate::lock::Kv;
+use crate::producer::{self, QueueSender};
+
+/// Seconds a job refused for a limit key's outage waits.
+const DOWN_DELAY_SECONDS: u32 = super::INFRA_RETRY_DELAY_SECONDS;
+
+/// What a job's limit key said before its run.
+pub(super) enum Gate {
+    /// No limit key: nothing asked, nothing to free.
+    Free,
+    /// Granted: free the permit when the run ends.
+    Held,
+    /// Not now: hand the job back.
+    Shut(Refusal),
+    /// The limit key's shard failed: hand the job back for the outage.
+    Down(InfraError),
+}
+
+/// How a refused job waits: for `delay_seconds` (its message put off), or parked (its message
+/// acked, a wake-up brings it back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Waits {
+    pub delay_seconds: u32,
+    pub parked: bool,
+}
+
+impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
+    /// Asks `job`'s limit key, if it has one, for a permit to start now.
+    pub(super) async fn gate(&self, job: &Job) -> Gate {
+        let Some(limit_key) = job.limit_key.as_deref() else { return Gate::Free };
+        let now = self.clock.now_ms();
+        let ask = Ask {
+            limit_key,
+            job_id: &job.id,
+            route: job.route(),
+            until: now + i64::from(self.cfg.lease_seconds) * 1000,
+            policy: self.cfg.limits.for_key(limit_key),
+        };
+        match self.ledger.acquire(&ask, now).await {
+            Ok(Permit::Granted) => Gate::Held,
+            Ok(Permit::Refused(why)) => Gate::Shut(why),
+            Err(e) => Gate::Down(e),
+        }
+    }
+
+    /// A claimed job its limit key refused: handed back (its attempt returned, counted as a
+    /// deferral), due when it should be tried again; a parked one is due now (see the module).
+    pub(super) fn refused(&self, job: &Job, gate: Gate) -> super::Ran {
+        let now = self.clock.now_ms();
+        let (waits, next_run_at) = match gate {
+            Gate::Shut(why) if why.parks() => {
+                let waits = Waits { delay_seconds: crate::flow::PARKED_RECHECK_SECONDS, parked: true };
+                (waits, now)
+            }
+            Gate::Shut(why) => {
+                let at = why.retry_at(now);
+                (Waits { delay_seconds: delay_until(now, Some(at)), parked: false }, at)
+            }
+            Gate::Down(e) => {
+                self.outage(format!("job {:?}: its limit key could not be asked, deferred: {e}", job.id));
+                let at = now + i64::from(DOWN_DELAY_SECONDS) * 1000;
+                (Waits { delay_seconds: DOWN_DELAY_SECONDS, parked: false }, at)
+            }
+            Gate::Free | Gate::Held => unreachable!("only a refusal hands a job back"),
+        };
+        let defer = self.defer(job, now, next_run_at);
+        super::Ran { record: Record { transition: defer, run: None }, end: RunEnd::Limited(waits) }
+    }
+
+    /// After a permitted run: frees the permit, tells the breaker how the run went, and sends again
+    /// the job woken to take the slot. Best effort: a permit not freed lapses with the job's lease,
+    /// a wake-up not sent leaves its job to maintenance.
+    pub(super) async fn release(&self, job: &Job, result: &Result<Done, JobError>) {
+        let Some(limit_key) = job.limit_key.as_deref() else { return };
+        let verdict = match result {
+            Ok(_) => RunVerdict::Succeeded,
+            Err(JobError::Snooze { .. }) => RunVerdict::Neither,
+            Err(JobError::Retryable { retry_after, .. }) => {
+                RunVerdict::Failed { retry_after_ms: i64::from(retry_after.unwrap_or(0)) * 1000 }
+            }
+            Err(_) => RunVerdict::Failed { retry_after_ms: 0 },
+        };
+        let policy = self.cfg.limits.for_key(limit_key);
+        let release = Release { limit_key, job_id: &job.id, verdict, policy };
+        let woken = match self.ledger.release(&release, self.clock.now_ms()).await {
+            Ok(woken) => woken,
+            Err(e) => return self.outage(format!("limit key {limit_key:?}: permit not freed, it lapses: {e}")),
+        };
+        self.wake(woken).await;
+    }
+
+    /// Sends again the jobs taken out of a limit key's line (those still PENDING).
+    pub(super) async fn wake(&self, woken: Vec<crate::ledger::limit::Woken>) {
+        if woken.is_empty() {
+            return;
+        }
+        let ids: Vec<(&str, crate::ledger::Route)> = woken.iter().map(|w| (w.job_id.as_str(), w.route)).collect();
+        let rows = match self.ledger.get_routed(&ids).await {
+            Ok(rows) => rows,
+            Err(e) => return self.outage(format!("parked jobs not woken (maintenance will): {e}")),
+        };
+        let msgs = rows
+            .into_iter()
+            .flatten()
+            .filter(|j| j.status == Status::Pending)
+            .filter_map(|j| producer::message_for(&j, 0))
+            .collect();
+        if let Err(e) = producer::send_all(self.queue, msgs).await {
+            self.outage(format!("parked jobs not woken (maintenance will): {e}"));
+        }
+    }
+}
