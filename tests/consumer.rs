@@ -1081,13 +1081,13 @@ fn a_throttled_job_holds_its_ordering_key_so_nothing_behind_it_overtakes() {
 fn an_open_breaker_holds_its_limit_keys_jobs_without_spending_attempts() {
     let w = with_limits(r#"{"host": {"trip_after": 1, "cooldown_seconds": 60}}"#);
     let a = limited("a", T0, None, "host", json!({"type": "t", "fail": 1}));
-    assert_eq!(w.run(&[a.clone()]), vec![Outcome::Retry { delay_seconds: 5 }]);
+    assert_eq!(w.run(std::slice::from_ref(&a)), vec![Outcome::Retry { delay_seconds: 5 }]);
     // The failure opened the host's breaker: b waits out the cool-down, not an attempt spent.
     assert_eq!(w.run(&[limited("b", T0 + 1, None, "host", ok())]), vec![Outcome::Defer { delay_seconds: 60 }]);
     assert_eq!((w.job("b").attempts, w.job("b").next_run_at), (0, T0 + 60_000));
     // a comes back for its retry while the breaker is open: held too, its attempt given back.
     w.clock.advance_ms(5_000);
-    assert_eq!(w.run(&[a.clone()]), vec![Outcome::Defer { delay_seconds: 55 }]);
+    assert_eq!(w.run(std::slice::from_ref(&a)), vec![Outcome::Defer { delay_seconds: 55 }]);
     assert_eq!(w.job("a").attempts, 1);
     // Past the cool-down, a is the probe; it succeeds and the breaker closes for b.
     w.clock.advance_ms(55_000);
