@@ -151,6 +151,27 @@ pub async fn send_all<Q: QueueSender>(queue: &Q, msgs: Vec<OutMessage>) -> Resul
     first_error.map_or(Ok(()), Err)
 }
 
+/// Sends again the jobs taken out of a limit key's line (design §20), those still PENDING: their
+/// rows are read where they live, and each gets its message.
+pub async fn wake<S: crate::ledger::Sql, Q: QueueSender>(
+    ledger: &crate::ledger::Ledger<S>,
+    queue: &Q,
+    woken: &[crate::ledger::limit::Woken],
+) -> Result<(), InfraError> {
+    if woken.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<(&str, crate::ledger::Route)> = woken.iter().map(|w| (w.job_id.as_str(), w.route)).collect();
+    let rows = ledger.get_routed(&ids).await?;
+    let msgs = rows
+        .into_iter()
+        .flatten()
+        .filter(|j| j.status == crate::ledger::Status::Pending)
+        .filter_map(|j| message_for(&j, 0))
+        .collect();
+    send_all(queue, msgs).await
+}
+
 /// The message that (re)delivers a ledger job. `None` for a row with no readable payload (only
 /// undecodable bodies have none, and those are DEAD for good).
 pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {

@@ -422,3 +422,56 @@ fn the_producer_token_submits_and_reads_state_and_nothing_else() {
     api.producer_token = Some("short");
     assert_eq!(api.gate("POST", "/jobs", Some("Bearer short")).map(|r| r.status), Some(500));
 }
+
+#[test]
+fn an_operator_pauses_a_limit_key_sets_its_policy_and_a_resume_wakes_its_parked_jobs() {
+    let mut w = World::new();
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host*": {"concurrency": 4}}"#).unwrap();
+    // A key no job has used yet is shown with its configured policy.
+    let r = w.call("GET", "/limits/host.example", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json_body()["policy"], json!({"concurrency": 4}));
+    assert_eq!((r.json_body()["paused"].clone(), r.json_body()["waiting"].clone()), (json!(false), json!(0)));
+    // A submitted job carries its limit key to the ledger and the queue.
+    let r = w.call("POST", "/jobs", Some(json!({"payload": webhook(1), "limit_key": "host.example"})));
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(block_on(w.ledger.get("job-001")).unwrap().unwrap().limit_key.as_deref(), Some("host.example"));
+    assert_eq!(w.queue.sent()[0].meta.limit_key.as_deref(), Some("host.example"));
+
+    let r =
+        w.call("PUT", "/limits/host.example", Some(json!({"paused": true, "policy": {"rate": 2, "concurrency": 1}})));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let shown = r.json_body();
+    assert_eq!((shown["paused"].clone(), shown["overridden"].clone()), (json!(true), json!(true)));
+    assert_eq!(shown["policy"], json!({"rate": 2, "per_seconds": 1, "burst": 1, "concurrency": 1}));
+    assert_eq!(shown["configured"], json!({"concurrency": 4}));
+    // The job asks to start while the key is paused: it is parked.
+    let ask = orderly::ledger::limit::Ask {
+        limit_key: "host.example",
+        job_id: "job-001",
+        route: block_on(w.ledger.get("job-001")).unwrap().unwrap().route(),
+        until: T0 + 120_000,
+        policy: w.cfg.limits.for_key("host.example"),
+    };
+    let refused = block_on(w.ledger.acquire(&ask, T0)).unwrap();
+    assert_eq!(refused, orderly::ledger::limit::Permit::Refused(orderly::flow::Refusal::Paused));
+    assert_eq!(w.call("GET", "/limits", None).json_body()["limits"][0]["waiting"], json!(1));
+    // Resumed: the parked job is sent again.
+    let before = w.queue.sent().len();
+    let r = w.call("PUT", "/limits/host.example", Some(json!({"paused": false, "policy": null})));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!((r.json_body()["overridden"].clone(), r.json_body()["waiting"].clone()), (json!(false), json!(0)));
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), before + 1);
+    assert_eq!(sent[before].meta.id.as_deref(), Some("job-001"));
+
+    for (body, says) in [
+        (json!({}), "nothing to change"),
+        (json!({"policy": {"concurrency": 0}}), "concurrency must be from 1"),
+        (json!({"paused": 1}), "true or false"),
+    ] {
+        let r = w.call("PUT", "/limits/host.example", Some(body));
+        assert_eq!(r.status, 400);
+        assert!(r.json_body()["error"].as_str().unwrap().contains(says), "{}", r.body);
+    }
+}

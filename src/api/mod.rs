@@ -1,5 +1,6 @@
 //! The operator HTTP API (design §5): submit, count, list, inspect, cancel and redrive jobs (one or
-//! in bulk by filter), per-minute activity, strict mode's blocked keys and skip; the dashboard and
+//! in bulk by filter), per-minute activity, strict mode's blocked keys and skip, flow control's
+//! limit keys (`limits.rs`); the dashboard and
 //! the API's OpenAPI document. [`ROUTES`] is the one list of routes: the router matches only
 //! these, and a test checks `openapi.json` against it.
 //!
@@ -9,6 +10,7 @@
 //! and read a job's state and the counts ([`PRODUCER_ROUTES`]); the shell carries no data and asks for the token itself, because
 //! a browser cannot attach a bearer token to a page load. Errors are `{"error": ...}` JSON.
 
+mod limits;
 mod submission;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
@@ -72,6 +74,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/jobs/{id}/cancel"),
     ("GET", "/keys"),
     ("POST", "/keys/{key}/skip"),
+    ("GET", "/limits"),
+    ("GET", "/limits/{key}"),
+    ("PUT", "/limits/{key}"),
 ];
 
 /// The routes `PRODUCER_TOKEN` opens: submit jobs, read one job's state (never its payload,
@@ -385,6 +390,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             "/jobs/{id}/cancel" => self.cancel(cfg, param).await,
             "/keys" => self.keys(cfg, &req.query).await,
             "/keys/{key}/skip" => self.skip(cfg, param).await,
+            "/limits" => self.limits(cfg, &req.query).await,
+            "/limits/{key}" if req.method == "PUT" => self.change_limit(cfg, param, &req.body).await,
+            "/limits/{key}" => self.limit(cfg, param).await,
             // The public routes are answered by the gate.
             other => Ok(ApiResponse::error(404, format!("no handler for {other}"))),
         };

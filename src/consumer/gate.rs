@@ -15,7 +15,7 @@ use crate::error::InfraError;
 use crate::flow::{Refusal, RunVerdict};
 use crate::handlers::{Done, JobError, Runner};
 use crate::ledger::limit::{Ask, Permit, Release};
-use crate::ledger::{Job, Record, Sql, Status};
+use crate::ledger::{Job, Record, Sql};
 use crate::limits::delay_until;
 use crate::lock::Kv;
 use crate::producer::{self, QueueSender};
@@ -108,23 +108,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         self.wake(woken).await;
     }
 
-    /// Sends again the jobs taken out of a limit key's line (those still PENDING).
+    /// Sends again the jobs taken out of a limit key's line.
     pub(super) async fn wake(&self, woken: Vec<crate::ledger::limit::Woken>) {
-        if woken.is_empty() {
-            return;
-        }
-        let ids: Vec<(&str, crate::ledger::Route)> = woken.iter().map(|w| (w.job_id.as_str(), w.route)).collect();
-        let rows = match self.ledger.get_routed(&ids).await {
-            Ok(rows) => rows,
-            Err(e) => return self.outage(format!("parked jobs not woken (maintenance will): {e}")),
-        };
-        let msgs = rows
-            .into_iter()
-            .flatten()
-            .filter(|j| j.status == Status::Pending)
-            .filter_map(|j| producer::message_for(&j, 0))
-            .collect();
-        if let Err(e) = producer::send_all(self.queue, msgs).await {
+        if let Err(e) = producer::wake(&self.ledger, self.queue, &woken).await {
             self.outage(format!("parked jobs not woken (maintenance will): {e}"));
         }
     }
