@@ -10,7 +10,7 @@ export interface OrderlyEnqueueOptions extends MessageQueueEnqueueOptions {
 /** A Fedify `MessageQueue` whose tasks orderly runs in strict per-key order. */
 export class OrderlyMessageQueue implements MessageQueue {
   readonly nativeRetrial: true;
-  constructor(options: { client: OrderlyClient } | ClientOptions);
+  constructor(options: ({ client: OrderlyClient } | ClientOptions) & { limitKeyOf?: ((message: any) => string | undefined) | null });
   enqueue(message: any, options?: OrderlyEnqueueOptions): Promise<void>;
   enqueueMany(messages: readonly any[], options?: OrderlyEnqueueOptions): Promise<void>;
   /** Always throws: orderly calls the Worker's `orderlyHandler` entrypoint. */
@@ -19,6 +19,9 @@ export class OrderlyMessageQueue implements MessageQueue {
   /** Runs one task for orderly; the seconds to snooze it for and the message its next run gets, or null. */
   runTask<T>(federation: Federation<T>, contextData: T, job: { id: string; payload: { message: unknown } }): Promise<{ seconds: number; message: unknown } | null>;
 }
+
+/** A message's limit key by default: an outbox delivery's inbox's origin. */
+export function inboxOrigin(message: unknown): string | undefined;
 
 /** Most bytes of jobs in one request the adapter makes. */
 export const MAX_REQUEST_BYTES: number;

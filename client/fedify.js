@@ -6,6 +6,9 @@
 //
 // - Jobs are of type "fedify", sensitive (their payloads carry private keys: orderly seals them
 //   under PAYLOAD_KEY and shows them "redacted"), keyed by Fedify's `orderingKey` as given.
+// - An outbox delivery's limit key is its inbox's origin (design §20): a policy in orderly's
+//   LIMITS for that origin (or a prefix such as `https://*`) throttles, caps and breaks the
+//   circuit for that one server, and holds only its own deliveries (`limitKeyOf` changes it).
 // - A message's job id is derived from its Fedify id, so enqueueing it twice is idempotent; a
 //   message enqueued while a task runs gets an id derived from the task's job and the message
 //   itself (a digest of it without the fields Fedify makes anew each time: `id`, `started`,
@@ -88,17 +91,31 @@ function delaySeconds(delay) {
   return Math.min(43_200, Math.max(0, Math.ceil(ms / 1000)));
 }
 
+/** A message's limit key by default: an outbox delivery's inbox's origin (one remote server). */
+export function inboxOrigin(message) {
+  if (message?.type !== "outbox" || typeof message.inbox !== "string") return undefined;
+  try {
+    return new URL(message.inbox).origin;
+  } catch {
+    return undefined;
+  }
+}
+
 export class OrderlyMessageQueue {
   /** orderly retries failed tasks itself (with backoff, holding the key). */
   nativeRetrial = true;
   #client;
+  #limitKeyOf;
 
   /**
    * @param {{ client?: OrderlyClient, token?: string, service?: { fetch: typeof fetch }, baseUrl?: string, fetch?: typeof fetch }} options
    *   an `OrderlyClient`, or what one takes: orderly's PRODUCER_TOKEN (it only submits and counts) and a service binding to orderly.
+   *   `limitKeyOf(message)`: a message's limit key ([`inboxOrigin`] by default; `null` for none).
    */
   constructor(options = {}) {
-    this.#client = options.client ?? new OrderlyClient(options);
+    const { limitKeyOf = inboxOrigin, ...clientOptions } = options;
+    this.#client = options.client ?? new OrderlyClient(clientOptions);
+    this.#limitKeyOf = limitKeyOf ?? (() => undefined);
   }
 
   /** The job for one Fedify message. */
@@ -106,6 +123,8 @@ export class OrderlyMessageQueue {
     const opts = { sensitive: true, id };
     if (options?.orderingKey != null) opts.orderingKey = options.orderingKey;
     if (options?.deduplicationKey != null) opts.dedupeKey = options.deduplicationKey;
+    const limitKey = this.#limitKeyOf(message);
+    if (limitKey != null) opts.limitKey = limitKey;
     const delay = delaySeconds(options?.delay);
     if (delay > 0) opts.delaySeconds = delay;
     return { payload: { type: "fedify", message }, options: opts };

@@ -7,6 +7,9 @@ export interface EnqueueOptions {
   orderingKey?: string;
   /** At most one PENDING or RUNNING job per dedupe key (single payloads only). */
   dedupeKey?: string;
+  /** Whose flow-control policy (orderly's LIMITS, or /limits) holds the job's start back: a
+   * tenant, a remote host. At most 256 bytes. */
+  limitKey?: string;
   /** 0..43200. */
   delaySeconds?: number;
   /** 1..1000; orderly's MAX_ATTEMPTS by default. */

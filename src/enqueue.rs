@@ -24,6 +24,8 @@ pub struct Enqueue {
     pub ordering_key: Option<String>,
     /// While a job with this key is PENDING or RUNNING, another is a duplicate of it.
     pub dedupe_key: Option<String>,
+    /// Whose flow-control policy holds the job's start back (a tenant, a remote host; design §20).
+    pub limit_key: Option<String>,
     /// Seconds before the job may run (0..43,200).
     pub delay_seconds: u32,
     /// Runs before DEAD (1..1000); `MAX_ATTEMPTS` when `None`.
@@ -43,6 +45,11 @@ impl Enqueue {
         Enqueue { ordering_key: Some(ordering_key.into()), ..Enqueue::default() }
     }
 
+    /// These options, under limit key `limit_key` as well.
+    pub fn limited(self, limit_key: impl Into<String>) -> Self {
+        Enqueue { limit_key: Some(limit_key.into()), ..self }
+    }
+
     /// The `POST /jobs` job object for `payload` with these options.
     pub fn job(&self, payload: Value) -> Value {
         let mut o = Map::new();
@@ -52,6 +59,9 @@ impl Enqueue {
         }
         if let Some(k) = &self.dedupe_key {
             o.insert("dedupe_key".into(), json!(k));
+        }
+        if let Some(k) = &self.limit_key {
+            o.insert("limit_key".into(), json!(k));
         }
         if self.delay_seconds > 0 {
             o.insert("delay_seconds".into(), json!(self.delay_seconds));

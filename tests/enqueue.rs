@@ -31,7 +31,8 @@ fn a_rust_producer_records_and_sends_with_every_option() {
         max_attempts: Some(3),
         priority: Some(1),
         ..Enqueue::default()
-    };
+    }
+    .limited("host.example");
     let job = block_on(p.enqueue(webhook(1), &options)).unwrap();
     assert_eq!(job, Submitted { id: "rs-1".into(), status: Status::Pending, duplicate: false });
     let row = block_on(w.ledger.get("rs-1")).unwrap().unwrap();
@@ -39,6 +40,7 @@ fn a_rust_producer_records_and_sends_with_every_option() {
         (row.ordering_key.as_deref(), row.dedupe_key.as_deref(), row.max_attempts, row.priority, row.next_run_at),
         (Some("acct/1"), Some("welcome-1"), 3, 1, T0 + 30_000)
     );
+    assert_eq!(row.limit_key.as_deref(), Some("host.example"));
     let sent = w.queue.sent_with_delay();
     assert_eq!(
         (sent[0].0.meta.id.as_deref(), sent[0].0.ordering_key.as_deref(), sent[0].1),

@@ -85,10 +85,11 @@ test("a Fedify app's deliveries run through orderly in each inbox's order, once 
       assert.deepEqual(inbox.got[host].map((a) => a.id), want, `${host} received the note's activities in order, once each`);
       assert.ok(inbox.got[host].every((a) => a.signed), "signed by Fedify");
     }
-    const jobs = (await w.db.prepare("SELECT id, type, status, ordering_key, attempts, payload FROM job ORDER BY ordering_key, seq").all()).results;
+    const jobs = (await w.db.prepare("SELECT id, type, status, ordering_key, limit_key, attempts, payload FROM job ORDER BY ordering_key, seq").all()).results;
     assert.equal(jobs.length, 12, "one job per activity and inbox");
     assert.ok(jobs.every((j) => j.type === "fedify" && j.status === "DONE"));
     assert.ok(jobs.every((j) => j.ordering_key.startsWith(`${object}\n`)), "Fedify's key, with the recipient's origin");
+    assert.ok(jobs.every((j) => j.limit_key === j.ordering_key.split("\n")[1]), "each delivery's limit key is its server's origin");
     const dump = JSON.stringify(jobs) + JSON.stringify((await w.db.prepare("SELECT * FROM job_event").all()).results);
     assert.ok(!/"d"\s*:/.test(dump) && !dump.includes("privateKey"), "no private JWK in D1");
     assert.ok(jobs.every((j) => j.payload.startsWith("sealed:v1:k1:")));
