@@ -23,6 +23,11 @@ use crate::producer::{self, QueueSender};
 /// Seconds a job refused for a limit key's outage waits.
 const DOWN_DELAY_SECONDS: u32 = super::INFRA_RETRY_DELAY_SECONDS;
 
+/// How long a throttle's grant stays good at least, whatever the interval: a start may follow its
+/// grant by this much, so a throttle faster than one start per this holds its rate over a window
+/// only up to the starts this much allows (design §20).
+pub const GRANT_FRESH_MS: i64 = 250;
+
 /// What a job's limit key said before its run.
 pub(super) enum Gate {
     /// No limit key: nothing asked, nothing to free.
@@ -55,11 +60,30 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             until: now + i64::from(self.cfg.lease_seconds) * 1000,
             policy: self.cfg.limits.for_key(limit_key),
         };
-        match self.ledger.acquire(&ask, now).await {
-            Ok(Permit::Granted) => Gate::Held,
-            Ok(Permit::Refused(why)) => Gate::Shut(why),
-            Err(e) => Gate::Down(e),
+        let answer = match self.ledger.ask(&ask, now).await {
+            Ok(a) => a,
+            Err(e) => return Gate::Down(e),
+        };
+        if let Permit::Refused(why) = answer.permit {
+            return Gate::Shut(why);
         }
+        // A grant is good only while it is fresh: the run must start within one throttle interval
+        // of the ask (at least GRANT_FRESH_MS, a round trip's worth), else starts delayed by a slow
+        // answer could bunch up past the rate; and while its permit, which lapses with the lease,
+        // still outlasts a run.
+        let late_ms = self.clock.now_ms() - now;
+        let fresh_ms = answer
+            .interval_us
+            .map_or(i64::MAX, |us| (us / 1000).max(GRANT_FRESH_MS))
+            .min(self.cfg.refresh_after_ms(self.cfg.lease_seconds));
+        if late_ms > fresh_ms {
+            self.outage(format!("job {:?}: its start was granted {late_ms} ms ago, too late to use", job.id));
+            let release = Release { limit_key, job_id: &job.id, verdict: RunVerdict::Neither, policy: ask.policy };
+            let woken = self.ledger.release(&release, self.clock.now_ms()).await.unwrap_or_default();
+            self.wake(woken).await;
+            return Gate::Shut(Refusal::Throttled { at: self.clock.now_ms() });
+        }
+        Gate::Held
     }
 
     /// A claimed job its limit key refused: handed back (its attempt returned, counted as a

@@ -39,6 +39,15 @@ pub enum Permit {
     Refused(Refusal),
 }
 
+/// What a job asking to start was told, and the throttle's interval in force (µs), if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// The verdict.
+    pub permit: Permit,
+    /// The policy's throttle interval, the override's if there is one.
+    pub interval_us: Option<i64>,
+}
+
 /// A job's run ended: its permit goes, and the breaker hears how it went.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Release<'a> {
@@ -147,7 +156,7 @@ pub(crate) fn ask_stmts(ask: &Ask<'_>, now: i64) -> Vec<Stmt> {
                 ("job_id", job.into()),
                 ("now", now.into()),
                 ("until", until.into()),
-                ("interval_us", b.interval_us),
+                ("interval_us", b.interval_us.clone()),
             ],
         ),
         Stmt::bind(
@@ -170,6 +179,7 @@ pub(crate) fn ask_stmts(ask: &Ask<'_>, now: i64) -> Vec<Stmt> {
                 ("now", now.into()),
                 ("until", until.into()),
                 ("tolerance_us", b.tolerance_us),
+                ("interval_us", b.interval_us),
             ],
         ),
     ]
@@ -320,9 +330,11 @@ fn state_of(row: &Row) -> Option<LimitState> {
 
 impl<S: Sql> Shard<S> {
     /// Asks for `ask`'s permit: one batch in the limit key's shard.
-    pub async fn acquire(&self, ask: &Ask<'_>, now: i64) -> Result<Permit, InfraError> {
+    pub async fn ask(&self, ask: &Ask<'_>, now: i64) -> Result<Answer, InfraError> {
         let out = self.sql.batch(ask_stmts(ask, now)).await?;
-        permit_of(out.last().and_then(|rows| rows.first()), now)
+        let row = out.last().and_then(|rows| rows.first());
+        let interval_us = row.and_then(|r| int(r, "interval_us"));
+        Ok(Answer { permit: permit_of(row, now)?, interval_us })
     }
 
     /// Frees `r`'s permit, tells the breaker, and takes the next job out of the line: one batch.

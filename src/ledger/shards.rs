@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use futures::future::join_all;
 
 use super::history::{Event, Minute};
-use super::limit::{Ask, Change, LimitState, Permit, Release, Woken};
+use super::limit::{Answer, Ask, Change, LimitState, Permit, Release, Woken};
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
 use super::{
     Cancel, Claimed, Counts, DeadFilter, DeadMatches, Job, JobSpec, Lease, ListFilter, Record, RecordedDead, Redrive,
@@ -460,8 +460,13 @@ impl<S: Sql> Ledger<S> {
     }
 
     /// Asks for a job's permit to start, in its limit key's shard (design §20).
+    pub async fn ask(&self, ask: &Ask<'_>, now: i64) -> Result<Answer, InfraError> {
+        self.at(Route::key(ask.limit_key)).ask(ask, now).await
+    }
+
+    /// [`Self::ask`], the verdict alone.
     pub async fn acquire(&self, ask: &Ask<'_>, now: i64) -> Result<Permit, InfraError> {
-        self.at(Route::key(ask.limit_key)).acquire(ask, now).await
+        Ok(self.ask(ask, now).await?.permit)
     }
 
     /// Frees a job's permit when its run ended: the jobs woken to take its slot.

@@ -62,13 +62,30 @@ pub struct Setup {
     pub shards: usize,
     /// Faults at a shard's boundary (with `shards` > 1).
     pub shard_faults: ShardFaults,
+    /// Flow control (design §20): jobs carry one of this many limit keys (`host-0`..), each
+    /// ordering key always the same one (as Fedify's deliveries to one server), under [`LIMITS`];
+    /// 0: no limit keys. An operator pauses `host-0` for a while.
+    pub limit_keys: usize,
 }
+
+/// The simulation's `LIMITS`: a concurrency limit, a throttle with a burst, and a breaker that
+/// trips with a concurrency of one (`host-2` and every other host).
+pub const LIMITS: &str = r#"{"host-0": {"concurrency": 2}, "host-1": {"rate": 2, "per_seconds": 1, "burst": 2},
+    "host-*": {"concurrency": 1, "trip_after": 3, "cooldown_seconds": 5}}"#;
+/// When the operator pauses `host-0`, and resumes it (ms after the start).
+const PAUSE_FROM_MS: i64 = 4_000;
+const PAUSE_UNTIL_MS: i64 = 12_000;
 
 const SHARD_CHAOS: ShardFaults =
     ShardFaults { overloaded: 0.01, lost_answer: 0.01, reset: 0.005, skew: 0.005, one_down: true };
 
 /// A setup over `shards` shard objects, with the shard faults when `faults`. Lock mode promises
 /// no order once infrastructure fails (a deferred job can be overtaken), shards or not.
+/// A setup whose jobs carry limit keys (design §20).
+fn limited(name: &'static str, base: Setup) -> Setup {
+    Setup { name, limit_keys: 3, ..base }
+}
+
 fn sharded(name: &'static str, base: Setup, shards: usize, faults: bool) -> Setup {
     let shard_faults = if faults { SHARD_CHAOS } else { Setup { ..base }.shard_faults };
     let order_promised = base.order_promised && (base.mode == OrderingMode::Strict || !faults);
@@ -118,6 +135,7 @@ fn strict(name: &'static str, concurrency: usize, on_dead: OnDead) -> Setup {
         order_promised: true,
         shards: 1,
         shard_faults: ShardFaults { overloaded: 0.0, lost_answer: 0.0, reset: 0.0, skew: 0.0, one_down: false },
+        limit_keys: 0,
     }
 }
 
@@ -138,6 +156,7 @@ fn lock(name: &'static str, concurrency: usize, reorder: bool, faults: Faults, s
         order_promised: concurrency == 1 && !reorder && !scripted_failures && faults.transient == 0.0,
         shards: 1,
         shard_faults: ShardFaults { overloaded: 0.0, lost_answer: 0.0, reset: 0.0, skew: 0.0, one_down: false },
+        limit_keys: 0,
     }
 }
 
@@ -155,6 +174,9 @@ pub fn setups() -> Vec<Setup> {
         sharded("strict-c4-block-shards3", strict("", 4, OnDead::Block), 3, true),
         sharded("lock-c1-shards4", lock("", 1, false, NO_FAULTS, false), 4, false),
         sharded("lock-c4-chaos-shards4", lock("", 4, true, CHAOS, true), 4, true),
+        limited("strict-c8-limits", strict("", 8, OnDead::Skip)),
+        limited("lock-c4-limits", lock("", 4, true, CHAOS, true)),
+        limited("strict-c8-limits-shards4", sharded("", strict("", 8, OnDead::Skip), 4, true)),
     ]
 }
 
@@ -174,6 +196,8 @@ enum Tag {
 struct Planned {
     id: String,
     key: Option<String>,
+    /// Its limit key, if the setup has them.
+    limit: Option<String>,
     /// Production order within its key.
     n: i64,
     payload: Value,
@@ -229,6 +253,11 @@ impl Sim {
             ordering_mode: setup.mode,
             on_dead: setup.on_dead,
             strict_run_budget: 15,
+            limits: if setup.limit_keys > 0 {
+                orderly::flow::Policies::parse(LIMITS).expect("the simulation's LIMITS")
+            } else {
+                orderly::flow::Policies::default()
+            },
             ..Config::default()
         };
         let objects: Vec<Rc<SimObject>> =
@@ -294,9 +323,18 @@ impl Sim {
             // for jobs delivered in order, would let later jobs of the key pass it.
             let delayed = self.setup.mode == OrderingMode::Strict && !direct && rng.chance(0.1);
             let delay_seconds = if delayed { rng.range(3, 30) as u32 } else { 0 };
+            // An ordering key always has the same limit key; an unkeyed job any.
+            let limit = (self.setup.limit_keys > 0).then(|| {
+                let n = match &key {
+                    Some(k) => k[1..].parse::<usize>().unwrap_or(0),
+                    None => rng.range(0, self.setup.limit_keys as i64 - 1) as usize,
+                };
+                format!("host-{}", n % self.setup.limit_keys)
+            });
             self.planned.push(Planned {
                 id: format!("job-{i}"),
                 key,
+                limit,
                 n: *n,
                 payload,
                 direct,
@@ -383,7 +421,7 @@ impl Sim {
                         Some(k) => json!({"__fedify_ordering_key__": k, "__fedify_payload__": p.payload}),
                         None => p.payload.clone(),
                     };
-                    body["__orderly_job__"] = json!({"id": p.id});
+                    body["__orderly_job__"] = json!({"id": p.id, "limit_key": p.limit});
                     broker.borrow_mut().send(body, sched.now(), 0);
                     i += 1;
                     continue;
@@ -398,7 +436,10 @@ impl Sim {
                 let new_id = || ids.borrow_mut().pop_front().unwrap_or_default();
                 let jobs: Vec<Value> = planned[i..j]
                     .iter()
-                    .map(|p| json!({"payload": p.payload, "ordering_key": p.key, "delay_seconds": p.delay_seconds}))
+                    .map(|p| {
+                        json!({"payload": p.payload, "ordering_key": p.key, "delay_seconds": p.delay_seconds,
+                               "limit_key": p.limit})
+                    })
                     .collect();
                 // A delayed job may not run before its delay has passed from its submission.
                 for p in planned[i..j].iter().filter(|p| p.delay_seconds > 0) {
@@ -447,6 +488,8 @@ impl Sim {
             inv: inv.clone(),
             strict: (self.setup.mode == OrderingMode::Strict).then_some(self.setup.on_dead),
             timeout_ms: i64::from(self.cfg.webhook_timeout_seconds) * 1000,
+            limits: self.cfg.limits.clone(),
+            lease_ms: i64::from(self.cfg.lease_seconds) * 1000,
             backoff: (self.cfg.backoff_base_seconds, self.cfg.backoff_cap_seconds),
         };
         let (sched, cfg, broker, obs, faults) =
@@ -556,6 +599,38 @@ impl Sim {
         Task { fut: Box::pin(fut), wake_at: self.sched.now(), tag: Tag::Background }
     }
 
+    /// The limit-key operator: pauses or resumes `host-0` through the API (retried until it
+    /// answers 200). The pause holds from its answer; the resume is asked from its request on.
+    fn pause(&self, paused: bool) -> Task<Tag> {
+        let (ledger, queue, sched, cfg) = (self.ledger("limits"), self.queue(), self.sched.clone(), self.cfg.clone());
+        let obs = self.obs.clone();
+        let fut = async move {
+            let api = sim_api(&ledger, &queue, &sched, &cfg, &String::new);
+            let req = ApiRequest {
+                method: "PUT".into(),
+                path: "/limits/host-0".into(),
+                query: String::new(),
+                authorization: Some(format!("Bearer {SIM_TOKEN}")),
+                body: serde_json::to_vec(&json!({ "paused": paused })).unwrap_or_default(),
+            };
+            if !paused {
+                obs.borrow_mut().paused.1 = Some(sched.now());
+            }
+            loop {
+                let r = api.handle(&req).await;
+                // A 503 after the change was made (the wake-up not sent): maintenance sends it.
+                if r.status == 200 || (r.status == 503 && r.json_body().get("limit").is_some()) {
+                    break;
+                }
+                sched.pause(500).await;
+            }
+            if paused {
+                obs.borrow_mut().paused.0 = Some(sched.now());
+            }
+        };
+        Task { fut: Box::pin(fut), wake_at: self.sched.now(), tag: Tag::Background }
+    }
+
     fn all_finished(&self) -> bool {
         let finished = |db: &Sqlite| -> i64 {
             db.conn
@@ -571,6 +646,12 @@ impl Sim {
         let mut next_inv = 0u64;
         let mut next_cron = T0 + 60_000;
         let mut next_operator = T0 + 15_000;
+        // The limit-key operator's next change: pause host-0, then resume it.
+        let mut pauses: VecDeque<(i64, bool)> = if self.setup.limit_keys > 0 {
+            VecDeque::from([(T0 + PAUSE_FROM_MS, true), (T0 + PAUSE_UNTIL_MS, false)])
+        } else {
+            VecDeque::new()
+        };
         let redriven: Shared<Vec<String>> = shared(Vec::new());
         let mut steps = 0u64;
         let mut crashes = 0u64;
@@ -610,6 +691,11 @@ impl Sim {
                 next_cron += 60_000;
                 tasks.push(self.cron());
             }
+            if let Some(&(at, paused)) = pauses.front().filter(|(at, _)| now >= *at) {
+                let _ = at;
+                pauses.pop_front();
+                tasks.push(self.pause(paused));
+            }
             if now >= next_operator && self.setup.mode == OrderingMode::Strict {
                 // Under skip the operator redrives while keys are still busy, so a redriven job
                 // lands below a running one.
@@ -626,7 +712,7 @@ impl Sim {
                 if now > T0 + HORIZON_MS {
                     break;
                 }
-                let mut next = next_cron;
+                let mut next = pauses.front().map_or(next_cron, |(at, _)| next_cron.min(*at));
                 if self.setup.mode == OrderingMode::Strict {
                     next = next.min(next_operator);
                 }
@@ -704,6 +790,8 @@ impl Sim {
 
     fn check(self, mut violations: Vec<String>, crashes: u64, redriven: &[String]) -> Outcome {
         let obs = self.obs.borrow();
+        // Flow control holds in every setup, whatever its ordering mode promises.
+        violations.extend(throttle_violations(&obs, &self.cfg.limits));
         let mut t = Tally {
             seeds: 1,
             jobs: self.planned.len() as u64,

@@ -220,6 +220,12 @@ pub struct Observations {
     /// after a failed run (equal jitter never waits less), less the early-delivery allowance.
     /// Worked out here from what the simulation asked for and saw, not read from the ledger.
     pub not_before: BTreeMap<String, i64>,
+    /// Flow control (design §20): the handlers running now, per limit key (job, invocation).
+    pub limit_active: BTreeMap<String, Vec<(String, String)>>,
+    /// Every handler start, per limit key, ms.
+    pub limit_starts: BTreeMap<String, Vec<i64>>,
+    /// When the pause of `host-0` took hold (its answer) and when its resume was asked.
+    pub paused: (Option<i64>, Option<i64>),
 }
 
 #[derive(Debug, Clone)]
@@ -476,6 +482,10 @@ pub struct SimRunner {
     pub timeout_ms: i64,
     /// `BACKOFF_BASE_SECONDS` and `BACKOFF_CAP_SECONDS`, for the not-before oracle.
     pub backoff: (u32, u32),
+    /// `LIMITS`, for the flow-control oracle.
+    pub limits: orderly::flow::Policies,
+    /// `LEASE_SECONDS`, ms: a permit lapses one lease after its ask.
+    pub lease_ms: i64,
 }
 
 /// How early a PENDING job may be claimed: never (the consumer's `EARLY_DELIVERY_ALLOWANCE_MS`); the
@@ -492,15 +502,21 @@ fn min_backoff_ms(attempt: u32, (base, cap): (u32, u32)) -> i64 {
 struct RunGuard {
     obs: Obs,
     key: Option<String>,
+    limit: Option<String>,
     job: String,
     inv: String,
 }
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
+        let mut o = self.obs.borrow_mut();
         if let Some(k) = &self.key {
-            let mut o = self.obs.borrow_mut();
             if let Some(v) = o.active.get_mut(k) {
+                v.retain(|(j, i)| !(j == &self.job && i == &self.inv));
+            }
+        }
+        if let Some(l) = &self.limit {
+            if let Some(v) = o.limit_active.get_mut(l) {
                 v.retain(|(j, i)| !(j == &self.job && i == &self.inv));
             }
         }
@@ -573,6 +589,9 @@ impl Runner for SimRunner {
                     }
                 }
             }
+            if let Some(l) = me.as_ref().and_then(|j| j.limit_key.clone()) {
+                self.limit_oracle(&mut o, &l, job.id);
+            }
             o.runs.push(RunRecord {
                 job: job.id.to_string(),
                 key: key.clone(),
@@ -589,8 +608,9 @@ impl Runner for SimRunner {
         // `"snooze": n` in the body: the job's first n runs snooze.
         let earlier_runs = self.obs.borrow().runs.iter().filter(|r| r.job == job.id).count() as u64 - 1;
         let snooze = earlier_runs < body.get("snooze").and_then(Value::as_u64).unwrap_or(0);
+        let limit = me.as_ref().and_then(|j| j.limit_key.clone());
         let _guard =
-            RunGuard { obs: self.obs.clone(), key: key.clone(), job: job.id.to_string(), inv: self.inv.clone() };
+            RunGuard { obs: self.obs.clone(), key: key.clone(), limit, job: job.id.to_string(), inv: self.inv.clone() };
 
         let hang = !snooze && self.sched.chance(self.faults.hang);
         let result = if snooze {
@@ -630,6 +650,82 @@ impl Runner for SimRunner {
         }
         result
     }
+}
+
+impl SimRunner {
+    /// Flow control's oracle at a handler's start (design §20): no more running than the limit
+    /// key's concurrency, nothing of a paused key, nothing while its breaker is open but the probe
+    /// (the breaker's state read from the key's shard). The throttle is checked over every window
+    /// once the run is over ([`throttle_violations`]).
+    fn limit_oracle(&self, o: &mut Observations, limit: &str, job: &str) {
+        let now = self.sched.now();
+        let policy = self.limits.for_key(limit);
+        let active = o.limit_active.entry(limit.to_string()).or_default();
+        active.push((job.to_string(), self.inv.clone()));
+        if let Some(n) = policy.concurrency.filter(|&n| active.len() > n as usize) {
+            let v = format!("limit {limit}: {} running, its concurrency is {n}: {active:?}", active.len());
+            o.violations.push(v);
+        }
+        o.limit_starts.entry(limit.to_string()).or_default().push(now);
+        let db = &self.dbs[Route::key(limit).shard(self.dbs.len())];
+        if limit == "host-0" {
+            // When its start was asked for: its permit lapses one lease after the ask. A start
+            // asked for before the pause took hold was granted before it (after, it is refused).
+            let asked: Option<i64> = db
+                .conn
+                .query_row("SELECT until FROM limit_permit WHERE limit_key = ?1 AND job_id = ?2", [limit, job], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .ok()
+                .map(|until| until - self.lease_ms);
+            if let (Some(from), until) = o.paused {
+                let during = |t: i64| t >= from && until.is_none_or(|u| t < u);
+                if during(now) && asked.is_none_or(during) {
+                    o.violations.push(format!("limit {limit}: {job} started while the key was paused"));
+                }
+            }
+        }
+        if policy.breaker.is_some() {
+            let state: Option<(Option<i64>, Option<String>)> = db
+                .conn
+                .query_row("SELECT open_until, probe FROM limit_state WHERE limit_key = ?1", [limit], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .ok();
+            match state {
+                Some((Some(until), _)) if until > now => {
+                    o.violations.push(format!("limit {limit}: {job} started while its breaker was open"))
+                }
+                Some((Some(_), probe)) if probe.as_deref() != Some(job) => {
+                    o.violations.push(format!("limit {limit}: {job} started while the breaker's probe is {probe:?}"))
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The throttle's oracle: in any window of a limit key's `per_seconds`, at most `rate + burst`
+/// starts (design §20).
+pub fn throttle_violations(o: &Observations, limits: &orderly::flow::Policies) -> Vec<String> {
+    let mut out = Vec::new();
+    for (limit, starts) in &o.limit_starts {
+        let Some(t) = limits.for_key(limit).throttle else { continue };
+        let (window, most) = (i64::from(t.per_seconds) * 1000, (t.rate + t.burst) as usize);
+        let mut starts = starts.clone();
+        starts.sort();
+        for (i, &s) in starts.iter().enumerate() {
+            let within = starts[i..].iter().take_while(|&&x| x < s + window).count();
+            if within > most {
+                out.push(format!(
+                    "limit {limit}: {within} starts in the {window} ms from +{} ms, at most {most}",
+                    s - 1_700_000_000_000
+                ));
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// The run rule's oracle, written apart from the SQL it checks: whether `job`, below a run of
