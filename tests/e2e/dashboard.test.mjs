@@ -174,3 +174,35 @@ test("the dashboard charts the jobs a test ran, shows a job's timeline, cancels 
     await w.dispose();
   }
 });
+
+test("the dashboard shows a limit key, pauses and resumes it, and sets its policy", async () => {
+  const w = await start({ vars: { LIMITS: JSON.stringify({ "host.test": { concurrency: 2 } }) } });
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+  try {
+    const res = await w.api("POST", "/jobs", { payload: webhook("/ok/limited"), limit_key: "host.test" });
+    await waitFor(async () => (await w.job(res.json.jobs[0].id))?.status === "DONE", "the limited job DONE");
+    const page = await browser.newPage();
+    await page.goto(w.url.href);
+    await page.fill("#token", TOKEN);
+    await page.click("button[type=submit]");
+    const row = 'tr[data-limit="host.test"]';
+    await page.waitForSelector(row);
+    assert.match(await page.textContent(`${row} td:nth-child(2)`), /"concurrency":2/);
+
+    await page.click(`${row} button[data-action="pause"]`);
+    await waitFor(async () => (await w.api("GET", "/limits/host.test")).json.paused === true, "the key paused");
+    await page.waitForSelector(`${row} button[data-action="resume"]`);
+    await page.click(`${row} button[data-action="resume"]`);
+    await waitFor(async () => (await w.api("GET", "/limits/host.test")).json.paused === false, "the key resumed");
+
+    await page.fill("#l-key", "host.test");
+    await page.fill("#l-policy", '{"rate": 5, "concurrency": 1}');
+    await page.click("#limit-form button");
+    await waitFor(async () => (await w.api("GET", "/limits/host.test")).json.overridden === true, "the policy set");
+    assert.deepEqual((await w.api("GET", "/limits/host.test")).json.policy, { rate: 5, per_seconds: 1, burst: 1, concurrency: 1 });
+    await page.waitForFunction(() => document.querySelector('tr[data-limit="host.test"] td:nth-child(2)')?.textContent.includes("set here"));
+  } finally {
+    await browser.close();
+    await w.dispose();
+  }
+});

@@ -101,3 +101,19 @@ test("enqueueMany outside a task is one request, refuses one dedupe key for many
   assert.equal(r.requests.length, 1, "nothing submitted for the refused call");
   assert.deepEqual(await queue.getDepth(), { queued: 4 }, "running jobs are not queued");
 });
+
+test("an outbox delivery's limit key is its inbox's origin, and can be chosen or turned off", async () => {
+  const messages = [
+    { type: "outbox", id: "m1", inbox: "https://mastodon.social/users/bob/inbox" },
+    { type: "outbox", id: "m2", inbox: "not a url" },
+    { type: "fanout", id: "m3", activity: "https://a.test/activities/1" },
+  ];
+  const limitKeys = async (options) => {
+    const r = recorder();
+    await new OrderlyMessageQueue({ client: r.client, ...options }).enqueueMany(messages, { orderingKey: "k" });
+    return r.requests.flat().map((j) => j.options.limitKey);
+  };
+  assert.deepEqual(await limitKeys({}), ["https://mastodon.social", undefined, undefined]);
+  assert.deepEqual(await limitKeys({ limitKeyOf: (m) => `tenant-${m.id}` }), ["tenant-m1", "tenant-m2", "tenant-m3"]);
+  assert.deepEqual(await limitKeys({ limitKeyOf: null }), [undefined, undefined, undefined]);
+});

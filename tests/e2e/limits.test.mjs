@@ -1,0 +1,84 @@
+// Flow control per limit key (design §20) end to end: the built worker under miniflare with real
+// simulated Queues and D1 (or the Durable Object shards), LIMITS from its vars, an operator's
+// pause through the API, and an in-process HTTP target that counts what runs at once.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { start, webhook, waitFor, sleep } from "./harness.mjs";
+
+const LIMITS = JSON.stringify({
+  "one.test": { concurrency: 1 },
+  "down.test": { trip_after: 2, cooldown_seconds: 5 },
+});
+
+async function submit(w, jobs) {
+  const r = await w.api("POST", "/jobs", { jobs });
+  assert.equal(r.status, 202, r.text);
+  return r.json.jobs.map((j) => j.id);
+}
+
+const finished = (w, ids) =>
+  waitFor(async () => (await Promise.all(ids.map((id) => w.job(id)))).every((j) => j?.status === "DONE"), `jobs ${ids} done`, 60_000);
+
+test("a limit key's concurrency holds across invocations, its pause holds everything, its resume wakes the parked", async () => {
+  const w = await start({ vars: { LIMITS } });
+  try {
+    let inflight = 0;
+    let most = 0;
+    w.target.onRequest = async (e) => {
+      if (!e.path.startsWith("/ok/one/")) return;
+      inflight++;
+      most = Math.max(most, inflight);
+      await sleep(300);
+      inflight--;
+    };
+    // Six jobs of six ordering keys (nothing orders them) under one limit key of concurrency 1.
+    const ids = await submit(w, Array.from({ length: 6 }, (_, i) => ({
+      payload: webhook(`/ok/one/${i}`), ordering_key: `k${i}`, limit_key: "one.test",
+    })));
+    await finished(w, ids);
+    assert.equal(most, 1, "never two of one.test's jobs at once");
+    for (const id of ids) assert.equal((await w.job(id)).attempts, 1, `${id}: a job that waited for its slot spent no attempt`);
+    let shown = (await w.api("GET", "/limits/one.test")).json;
+    assert.deepEqual([shown.running, shown.waiting, shown.policy], [0, 0, { concurrency: 1 }]);
+
+    // Paused: a job of the key is parked, not run, no attempt spent; resumed: it runs.
+    const paused = await w.api("PUT", "/limits/one.test", { paused: true });
+    assert.equal(paused.status, 200, paused.text);
+    const [held] = await submit(w, [{ payload: webhook("/ok/one/paused"), limit_key: "one.test" }]);
+    await waitFor(async () => (await w.api("GET", "/limits/one.test")).json.waiting === 1, "the job parked", 30_000);
+    await sleep(1_000);
+    assert.equal(w.target.to("/ok/one/paused").length, 0, "nothing of a paused key runs");
+    const parked = await w.job(held);
+    assert.deepEqual([parked.status, parked.attempts], ["PENDING", 0]);
+    const resumed = await w.api("PUT", "/limits/one.test", { paused: false });
+    assert.equal(resumed.status, 200, resumed.text);
+    await finished(w, [held]);
+    shown = (await w.api("GET", "/limits")).json.limits.find((l) => l.limit_key === "one.test");
+    assert.deepEqual([shown.paused, shown.waiting], [false, 0]);
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("a limit key's breaker opens after its failures, holds its jobs without spending attempts, and a probe closes it", async () => {
+  const w = await start({ vars: { LIMITS } });
+  try {
+    // Two failures in a row (each job fails once, then succeeds) open down.test's breaker.
+    const failing = await submit(w, [
+      { payload: webhook("/fail/1/a"), limit_key: "down.test", max_attempts: 3 },
+      { payload: webhook("/fail/1/b"), limit_key: "down.test", max_attempts: 3 },
+    ]);
+    await waitFor(async () => (await w.api("GET", "/limits/down.test")).json.breaker.open_until != null, "the breaker open", 30_000);
+    const [later] = await submit(w, [{ payload: webhook("/ok/down/later"), limit_key: "down.test" }]);
+    await sleep(1_000);
+    assert.equal(w.target.to("/ok/down/later").length, 0, "nothing starts while the breaker is open");
+    assert.equal((await w.job(later)).attempts, 0, "a job held by the breaker spends no attempt");
+    // Past the cool-down one job probes; its success closes the breaker and the rest run.
+    await finished(w, [...failing, later]);
+    const shown = (await w.api("GET", "/limits/down.test")).json;
+    assert.deepEqual([shown.breaker.failures, shown.breaker.open_until], [0, null]);
+    assert.equal((await w.job(later)).attempts, 1);
+  } finally {
+    await w.dispose();
+  }
+});
