@@ -23,9 +23,10 @@ use serde::{Deserialize, Serialize};
 pub const MAX_COOLDOWN_MS: i64 = crate::limits::MAX_DELAY_SECONDS as i64 * 1000;
 /// A breaker's first cool-down when its policy names none.
 pub const DEFAULT_COOLDOWN_SECONDS: u32 = 30;
-/// How long a job parked behind a full or paused limit key waits before maintenance looks at it
-/// again, should the wake-up that a freed slot sends be lost (design §20): a safety net, not a poll.
-pub const PARKED_RECHECK_SECONDS: u32 = 300;
+/// Longest the jobs of an ordering key behind a job parked for its limit key's slot wait between
+/// looks (lock mode: the key is held for the parked job this long at least; design §20). The
+/// parked job itself is woken when a slot frees, not by a look.
+pub const PARKED_RECHECK_SECONDS: u32 = 30;
 /// Most rules `LIMITS` may hold.
 pub const MAX_RULES: usize = 1000;
 

@@ -3,6 +3,7 @@
 //! in one more round trip, settle. Round trips per batch: two to D1; KV get+put per key group to
 //! take the lock, get+delete to release it (all lock operations are `lock.rs`'s).
 
+use crate::flow::PARKED_RECHECK_SECONDS;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
@@ -474,9 +475,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// How long messages of a held key wait. A key held by one of our jobs waiting for its retry
     /// stays held until that retry is due, so wait that long instead of spending deliveries
     /// polling; a key held by a running group (or by anyone else) is polled at the configured delay.
+    /// A holder parked in its limit key's line (design §20) is due, but runs only once a slot
+    /// frees: the longer it has waited, the longer the jobs behind it wait between looks (its
+    /// time parked so far, up to [`PARKED_POLL_MAX_SECONDS`]), so a long wait costs few deliveries.
     fn held_delay(&self, now: i64, holder: Option<&Job>) -> u32 {
         let base = self.cfg.lock_retry_delay_seconds;
         match holder {
+            Some(j) if j.status == Status::Pending && j.limit_key.is_some() && j.next_run_at <= now => {
+                let parked_for = u32::try_from((now - j.updated_at).max(0) / 1000).unwrap_or(u32::MAX);
+                parked_for.clamp(base, PARKED_RECHECK_SECONDS.max(base))
+            }
             Some(j) if j.status == Status::Pending => until(now, Some(j.next_run_at)).max(base),
             _ => base,
         }
