@@ -151,12 +151,15 @@ pub async fn send_all<Q: QueueSender>(queue: &Q, msgs: Vec<OutMessage>) -> Resul
     first_error.map_or(Ok(()), Err)
 }
 
-/// Sends again the jobs taken out of a limit key's line (design §20), those still PENDING: their
-/// rows are read where they live, and each gets its message.
+/// Sends again the jobs taken out of a limit key's line (design §20), those not finished: their
+/// rows are read where they live, and each gets its message. A job still RUNNING was parked by
+/// an invocation that has not yet recorded handing it back: its message comes `running_delay`
+/// seconds later, once it has.
 pub async fn wake<S: crate::ledger::Sql, Q: QueueSender>(
     ledger: &crate::ledger::Ledger<S>,
     queue: &Q,
     woken: &[crate::ledger::limit::Woken],
+    running_delay: u32,
 ) -> Result<(), InfraError> {
     if woken.is_empty() {
         return Ok(());
@@ -166,8 +169,11 @@ pub async fn wake<S: crate::ledger::Sql, Q: QueueSender>(
     let msgs = rows
         .into_iter()
         .flatten()
-        .filter(|j| j.status == crate::ledger::Status::Pending)
-        .filter_map(|j| message_for(&j, 0))
+        .filter_map(|j| match j.status {
+            crate::ledger::Status::Pending => message_for(&j, 0),
+            crate::ledger::Status::Running => message_for(&j, running_delay.max(1)),
+            crate::ledger::Status::Done | crate::ledger::Status::Dead => None,
+        })
         .collect();
     send_all(queue, msgs).await
 }

@@ -1095,3 +1095,32 @@ fn an_open_breaker_holds_its_limit_keys_jobs_without_spending_attempts() {
     assert_eq!(w.run(&[limited("b", T0 + 1, None, "host", ok())]), vec![Outcome::Ack]);
     assert_eq!(w.runs(), vec!["a", "a", "b"]);
 }
+
+#[test]
+fn a_job_woken_before_its_parking_is_recorded_still_gets_its_message() {
+    let w = with_limits(r#"{"host": {"concurrency": 1}}"#);
+    let ledger = orderly::ledger::Ledger::new(&w.db);
+    let ask = |job: &str, at: i64| orderly::ledger::limit::Ask {
+        limit_key: "host",
+        job_id: "",
+        route: orderly::ledger::Route::key(job),
+        until: at + 120_000,
+        policy: w.cfg.limits.for_key("host"),
+    };
+    // x holds the host's slot; another invocation has claimed b and parked it, but has not yet
+    // recorded handing it back: b is still RUNNING under that invocation's lease.
+    block_on(ledger.acquire(&orderly::ledger::limit::Ask { job_id: "x", ..ask("x", T0) }, T0)).unwrap();
+    let b = orderly::ledger::JobSpec { limit_key: Some("host".into()), ..spec("b", None) };
+    let lease = Lease { now: T0, until: T0 + 120_000, due_before: T0 };
+    block_on(ledger.claim_all(&[&b], "other", lease)).unwrap();
+    let parked = block_on(ledger.acquire(&orderly::ledger::limit::Ask { job_id: "b", ..ask("b", T0) }, T0)).unwrap();
+    assert_eq!(parked, orderly::ledger::limit::Permit::Refused(orderly::flow::Refusal::Full));
+    // x's lease ends; c runs, and its end wakes b: b's message is sent, after a short delay, so that
+    // it finds b handed back rather than being lost until maintenance.
+    w.clock.advance_ms(120_000);
+    w.raw.set(true);
+    assert_eq!(w.run(&[limited("c", T0 + 120_000, None, "host", ok())]), vec![Outcome::Ack]);
+    let sent: Vec<(String, u32)> =
+        w.queue.sent_with_delay().into_iter().map(|(e, d)| (e.meta.id.unwrap_or_default(), d)).collect();
+    assert_eq!(sent, vec![("b".to_string(), 2)]);
+}

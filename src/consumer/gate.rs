@@ -132,9 +132,17 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         self.wake(woken).await;
     }
 
-    /// Sends again the jobs taken out of a limit key's line.
+    /// Notes the jobs taken out of a limit key's line, to be sent again once this batch's results
+    /// are recorded ([`Self::send_woken`]): a job this very invocation parked is handed back only
+    /// when its batch records, and a wake-up read before that would find it still RUNNING.
     pub(super) async fn wake(&self, woken: Vec<crate::ledger::limit::Woken>) {
-        if let Err(e) = producer::wake(&self.ledger, self.queue, &woken).await {
+        self.woken.borrow_mut().extend(woken);
+    }
+
+    /// Sends again the jobs woken during this batch (see [`Self::wake`]).
+    pub(super) async fn send_woken(&self) {
+        let woken = std::mem::take(&mut *self.woken.borrow_mut());
+        if let Err(e) = producer::wake(&self.ledger, self.queue, &woken, self.cfg.lock_retry_delay_seconds).await {
             self.outage(format!("parked jobs not woken (maintenance will): {e}"));
         }
     }

@@ -245,6 +245,8 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     pub log: &'a dyn Fn(&Event<'_>),
     /// Opens sealed payloads and seals their results (`PAYLOAD_KEY`), if set.
     pub sealer: Option<&'a dyn Sealer>,
+    /// Jobs taken out of a limit key's line during this batch, sent again once it is recorded.
+    woken: RefCell<Vec<crate::ledger::limit::Woken>>,
 }
 
 /// The middle of jitter's range: what a consumer uses until `with_random` gives it randomness.
@@ -279,6 +281,7 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
             random: &middle,
             log: &no_log,
             sealer: None,
+            woken: RefCell::default(),
         }
     }
 
@@ -362,11 +365,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         if msgs.is_empty() {
             return Vec::new();
         }
-        match (role, self.cfg.ordering_mode) {
+        let out = match (role, self.cfg.ordering_mode) {
             (Role::DeadLetter, _) => self.dead_letters(msgs, &decoded).await,
             (Role::Main, OrderingMode::Lock) => self.run_locked(msgs, &decoded).await,
             (Role::Main, OrderingMode::Strict) => self.run_strict_batch(msgs, decoded).await,
-        }
+        };
+        self.send_woken().await;
+        out
     }
 
     /// Seals the payload of every `fedify` job that arrived in plain (sent straight to the queue,
