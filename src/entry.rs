@@ -319,7 +319,7 @@ impl App {
         if let Some(answer) = api.gate(&api_req.method, &api_req.path, api_req.authorization.as_deref()) {
             return respond(answer);
         }
-        if api_req.method == "POST" {
+        if matches!(api_req.method.as_str(), "POST" | "PUT") {
             match edge::read_capped(&mut req, MAX_BODY_BYTES).await {
                 Ok(body) => api_req.body = body,
                 Err(answer) => return respond(answer),
