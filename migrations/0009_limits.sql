@@ -39,6 +39,6 @@ CREATE TABLE limit_wait (
   limit_key TEXT    NOT NULL,
   job_id    TEXT    NOT NULL,
   since     INTEGER NOT NULL,                -- ms: first refused
-  route     INTEGER NOT NULL,                -- the job's route (where its row lives)
+  route     TEXT    NOT NULL,                -- the job's route (where its row lives), in decimal
   PRIMARY KEY (limit_key, job_id)
 ) WITHOUT ROWID;

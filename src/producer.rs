@@ -152,30 +152,35 @@ pub async fn send_all<Q: QueueSender>(queue: &Q, msgs: Vec<OutMessage>) -> Resul
 }
 
 /// Sends again the jobs taken out of a limit key's line (design §20), those not finished: their
-/// rows are read where they live, and each gets its message. A job still RUNNING was parked by
-/// an invocation that has not yet recorded handing it back: its message comes `running_delay`
-/// seconds later, once it has.
+/// rows are read where they live, and each gets its message. A job still RUNNING was parked by an
+/// invocation that has not yet recorded handing it back: one RUNNING under `mine` (the caller's own
+/// invocation) is not sent but returned, for the caller to send once its batch is recorded; any
+/// other gets its message `running_delay` seconds later, once its invocation has recorded it.
 pub async fn wake<S: crate::ledger::Sql, Q: QueueSender>(
     ledger: &crate::ledger::Ledger<S>,
     queue: &Q,
     woken: &[crate::ledger::limit::Woken],
     running_delay: u32,
-) -> Result<(), InfraError> {
+    mine: Option<&str>,
+) -> Result<Vec<crate::ledger::limit::Woken>, InfraError> {
+    use crate::ledger::Status;
     if woken.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let ids: Vec<(&str, crate::ledger::Route)> = woken.iter().map(|w| (w.job_id.as_str(), w.route)).collect();
     let rows = ledger.get_routed(&ids).await?;
-    let msgs = rows
-        .into_iter()
-        .flatten()
-        .filter_map(|j| match j.status {
-            crate::ledger::Status::Pending => message_for(&j, 0),
-            crate::ledger::Status::Running => message_for(&j, running_delay.max(1)),
-            crate::ledger::Status::Done | crate::ledger::Status::Dead => None,
-        })
-        .collect();
-    send_all(queue, msgs).await
+    let (mut msgs, mut later) = (Vec::new(), Vec::new());
+    for (w, row) in woken.iter().zip(rows) {
+        let Some(j) = row else { continue };
+        match j.status {
+            Status::Running if mine.is_some() && j.lease_owner.as_deref() == mine => later.push(w.clone()),
+            Status::Running => msgs.extend(message_for(&j, running_delay.max(1))),
+            Status::Pending => msgs.extend(message_for(&j, 0)),
+            Status::Done | Status::Dead => {}
+        }
+    }
+    send_all(queue, msgs).await?;
+    Ok(later)
 }
 
 /// The message that (re)delivers a ledger job. `None` for a row with no readable payload (only

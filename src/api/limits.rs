@@ -148,7 +148,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let woken = if room > 0 { self.ledger.wake(key, room).await? } else { Vec::new() };
         let shown =
             if woken.is_empty() { shown } else { view(key, self.ledger.limit_state(key, now).await?.as_ref(), cfg) };
-        if let Err(e) = producer::wake(self.ledger, self.queue, &woken, cfg.lock_retry_delay_seconds).await {
+        if let Err(e) = producer::wake(self.ledger, self.queue, &woken, cfg.lock_retry_delay_seconds, None).await {
             let error = format!("{e}; the change is made, and maintenance sends the parked jobs again");
             return Ok(ApiResponse::json(503, json!({"error": error, "limit": shown})));
         }

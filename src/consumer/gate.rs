@@ -132,17 +132,23 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         self.wake(woken).await;
     }
 
-    /// Notes the jobs taken out of a limit key's line, to be sent again once this batch's results
-    /// are recorded ([`Self::send_woken`]): a job this very invocation parked is handed back only
-    /// when its batch records, and a wake-up read before that would find it still RUNNING.
+    /// Sends again the jobs taken out of a limit key's line, at once (a wake-up held back until the
+    /// batch ends would be lost with the invocation, the job out of the line); those this very
+    /// invocation parked and has not yet recorded handing back wait for [`Self::send_woken`].
     pub(super) async fn wake(&self, woken: Vec<crate::ledger::limit::Woken>) {
-        self.woken.borrow_mut().extend(woken);
+        let delay = self.cfg.lock_retry_delay_seconds;
+        match producer::wake(&self.ledger, self.queue, &woken, delay, Some(&self.owner)).await {
+            Ok(mine) => self.woken.borrow_mut().extend(mine),
+            Err(e) => self.outage(format!("parked jobs not woken (maintenance will): {e}")),
+        }
     }
 
-    /// Sends again the jobs woken during this batch (see [`Self::wake`]).
+    /// Sends again the jobs of this invocation woken during its batch, now that the batch is
+    /// recorded (see [`Self::wake`]).
     pub(super) async fn send_woken(&self) {
         let woken = std::mem::take(&mut *self.woken.borrow_mut());
-        if let Err(e) = producer::wake(&self.ledger, self.queue, &woken, self.cfg.lock_retry_delay_seconds).await {
+        if let Err(e) = producer::wake(&self.ledger, self.queue, &woken, self.cfg.lock_retry_delay_seconds, None).await
+        {
             self.outage(format!("parked jobs not woken (maintenance will): {e}"));
         }
     }

@@ -166,7 +166,7 @@ pub(crate) fn ask_stmts(ask: &Ask<'_>, now: i64) -> Vec<Stmt> {
                 ("job_id", job.into()),
                 ("now", now.into()),
                 ("until", until.into()),
-                ("route", ask.route.bits().into()),
+                ("route", ask.route.to_text().into()),
                 ("concurrency", b.concurrency),
             ],
         ),
@@ -289,7 +289,7 @@ fn woken_of(rows: &[Row]) -> Vec<Woken> {
     rows.iter()
         .filter_map(|r| {
             let job_id = r.get("job_id").and_then(Value::as_str)?.to_string();
-            Some(Woken { job_id, route: Route::from_bits(int(r, "route")?) })
+            Some(Woken { job_id, route: Route::parse(r.get("route").and_then(Value::as_str)?)? })
         })
         .collect()
 }

@@ -41,14 +41,15 @@ impl Route {
         Route(fnv1a(key.as_bytes()))
     }
 
-    /// The route as stored in a row (the same 64 bits, as SQLite's signed INTEGER).
-    pub fn bits(self) -> i64 {
-        self.0 as i64
+    /// The route as stored in a row: its 64 bits in decimal, as TEXT (a number would pass
+    /// through JavaScript's doubles on the way to a Durable Object shard and lose its low bits).
+    pub fn to_text(self) -> String {
+        self.0.to_string()
     }
 
-    /// A route read back from a row ([`Route::bits`]).
-    pub fn from_bits(bits: i64) -> Route {
-        Route(bits as u64)
+    /// A route read back from a row ([`Route::to_text`]).
+    pub fn parse(text: &str) -> Option<Route> {
+        text.parse().ok().map(Route)
     }
 
     /// The shard, of `shards` (at least 1), that holds the job.
@@ -61,6 +62,13 @@ impl Route {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_route_survives_its_row() {
+        let r = Route::key("https://mastodon.social");
+        assert_eq!(Route::parse(&r.to_text()), Some(r));
+        assert_eq!(Route::parse("-1"), None);
+    }
 
     #[test]
     fn fnv1a_matches_the_published_vectors() {
