@@ -599,33 +599,39 @@ impl Sim {
         Task { fut: Box::pin(fut), wake_at: self.sched.now(), tag: Tag::Background }
     }
 
-    /// The limit-key operator: pauses or resumes `host-0` through the API (retried until it
-    /// answers 200). The pause holds from its answer; the resume is asked from its request on.
-    fn pause(&self, paused: bool) -> Task<Tag> {
+    /// The limit-key operator: pauses `host-0` through the API, then resumes it, each asked again
+    /// until it answers (one task, so a retried pause never lands after the resume). The pause
+    /// holds from its answer; the resume is asked from its request on.
+    fn pause_and_resume(&self) -> Task<Tag> {
         let (ledger, queue, sched, cfg) = (self.ledger("limits"), self.queue(), self.sched.clone(), self.cfg.clone());
         let obs = self.obs.clone();
         let fut = async move {
             let api = sim_api(&ledger, &queue, &sched, &cfg, &String::new);
-            let req = ApiRequest {
+            let req = |paused: bool| ApiRequest {
                 method: "PUT".into(),
                 path: "/limits/host-0".into(),
                 query: String::new(),
                 authorization: Some(format!("Bearer {SIM_TOKEN}")),
                 body: serde_json::to_vec(&json!({ "paused": paused })).unwrap_or_default(),
             };
-            if !paused {
-                obs.borrow_mut().paused.1 = Some(sched.now());
-            }
-            loop {
-                let r = api.handle(&req).await;
-                // A 503 after the change was made (the wake-up not sent): maintenance sends it.
-                if r.status == 200 || (r.status == 503 && r.json_body().get("limit").is_some()) {
-                    break;
+            for paused in [true, false] {
+                if paused {
+                    sched.pause(T0 + PAUSE_FROM_MS - sched.now()).await;
+                } else {
+                    sched.pause((T0 + PAUSE_UNTIL_MS - sched.now()).max(0)).await;
+                    obs.borrow_mut().paused.1 = Some(sched.now());
                 }
-                sched.pause(500).await;
-            }
-            if paused {
-                obs.borrow_mut().paused.0 = Some(sched.now());
+                loop {
+                    let r = api.handle(&req(paused)).await;
+                    // A 503 after the change was made (the wake-up not sent): maintenance sends it.
+                    if r.status == 200 || (r.status == 503 && r.json_body().get("limit").is_some()) {
+                        break;
+                    }
+                    sched.pause(500).await;
+                }
+                if paused {
+                    obs.borrow_mut().paused.0 = Some(sched.now());
+                }
             }
         };
         Task { fut: Box::pin(fut), wake_at: self.sched.now(), tag: Tag::Background }
@@ -646,12 +652,10 @@ impl Sim {
         let mut next_inv = 0u64;
         let mut next_cron = T0 + 60_000;
         let mut next_operator = T0 + 15_000;
-        // The limit-key operator's next change: pause host-0, then resume it.
-        let mut pauses: VecDeque<(i64, bool)> = if self.setup.limit_keys > 0 {
-            VecDeque::from([(T0 + PAUSE_FROM_MS, true), (T0 + PAUSE_UNTIL_MS, false)])
-        } else {
-            VecDeque::new()
-        };
+        // The limit-key operator: pauses host-0, then resumes it.
+        if self.setup.limit_keys > 0 {
+            tasks.push(self.pause_and_resume());
+        }
         let redriven: Shared<Vec<String>> = shared(Vec::new());
         let mut steps = 0u64;
         let mut crashes = 0u64;
@@ -691,11 +695,6 @@ impl Sim {
                 next_cron += 60_000;
                 tasks.push(self.cron());
             }
-            if let Some(&(at, paused)) = pauses.front().filter(|(at, _)| now >= *at) {
-                let _ = at;
-                pauses.pop_front();
-                tasks.push(self.pause(paused));
-            }
             if now >= next_operator && self.setup.mode == OrderingMode::Strict {
                 // Under skip the operator redrives while keys are still busy, so a redriven job
                 // lands below a running one.
@@ -712,7 +711,7 @@ impl Sim {
                 if now > T0 + HORIZON_MS {
                     break;
                 }
-                let mut next = pauses.front().map_or(next_cron, |(at, _)| next_cron.min(*at));
+                let mut next = next_cron;
                 if self.setup.mode == OrderingMode::Strict {
                     next = next.min(next_operator);
                 }
@@ -777,6 +776,32 @@ impl Sim {
             }
             for r in &self.obs.borrow().runs {
                 println!("run {} (seq {:?}) by {} at +{} ok={:?}", r.job, r.seq, r.inv, (r.start - T0) / 1000, r.ok);
+            }
+            for db in &self.dbs {
+                for table in ["limit_state", "limit_permit", "limit_wait"] {
+                    let Ok(mut st) = db.conn.prepare(&format!("SELECT * FROM {table}")) else { continue };
+                    let n = st.column_count();
+                    let rows = st
+                        .query_map([], |r| {
+                            Ok((0..n)
+                                .map(|i| {
+                                    format!(
+                                        "{:?}",
+                                        r.get_ref(i)
+                                            .map(|v| v.data_type())
+                                            .ok()
+                                            .and(r.get::<_, rusqlite::types::Value>(i).ok())
+                                    )
+                                })
+                                .collect::<Vec<_>>()
+                                .join(" "))
+                        })
+                        .map(|rows| rows.filter_map(Result::ok).collect::<Vec<_>>())
+                        .unwrap_or_default();
+                    for r in rows {
+                        println!("{table}: {r}");
+                    }
+                }
             }
             println!("crashed: {:?}", self.obs.borrow().crashed);
             if let Ok(id) = std::env::var("SIM_TRACE_JOB") {
