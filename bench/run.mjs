@@ -15,8 +15,16 @@
 // Cloudflare runs each queue's consumer independently), the others send everything to one queue.
 // Lane consumers run only that workload.
 //
+// The flow-control workloads (design §20) run at C=4 only. `throttle10` and `throttle100`: jobs on
+// 20 ordering keys sharing one limit key throttled to 10/s and 100/s; the target times every
+// start, for the achieved rate over the run and the most starts in any one-second window.
+// `hotlimit`: 10,000 jobs of one limit key (100 ordering keys, at most 4 running at once) beside
+// 50 quiet keys of 10 jobs each arriving over 10 s, against `quiet`, the quiet keys alone: the
+// quiet jobs' p95 wait (arrival to first start) in each. These two run direct consumers only (an
+// arrival time is a message's visibility).
+//
 //   npm run bench
-//   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent
+//   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent,throttle10,throttle100,quiet,hotlimit
 //   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane
 //   (`shards-api`: strict mode, POST /jobs, the ledger on four Durable Object shards)
 import { Miniflare } from "miniflare";
@@ -29,9 +37,21 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 1);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,4,16").split(",").map(Number);
-const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail,urgent").split(",");
+const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail,urgent,throttle10,throttle100,quiet,hotlimit").split(",");
 const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane").split(",");
 const URGENT_JOBS = 10;
+/** The flow-control workloads: their policies (`LIMITS`), job counts, and the concurrency they run at. */
+const FLOW = {
+  throttle10: { limits: { api: { rate: 10 } }, jobs: 200 },
+  throttle100: { limits: { api: { rate: 100 } }, jobs: 1000 },
+  quiet: { limits: { hot: { concurrency: 4 } }, jobs: 0 },
+  hotlimit: { limits: { hot: { concurrency: 4 } }, jobs: 10_000 },
+};
+const FLOW_CONCURRENCY = 4;
+const QUIET_KEYS = 50;
+const QUIET_JOBS_PER_KEY = 10;
+const QUIET_ARRIVAL_MS = 10_000;
+const arrivalTimed = (name) => name === "quiet" || name === "hotlimit";
 const QUEUES = ["orderly-jobs", "orderly-jobs-urgent"];
 const HANDLER_LATENCY_MS = Number(process.env.BENCH_HANDLER_MS ?? 2);
 const MAX_BATCH = Number(process.env.BENCH_MAX_BATCH ?? 100);
@@ -68,8 +88,10 @@ async function purge(mf) {
 }
 
 /** Jobs of a workload: key and per-key sequence number; `hotfail` fails every 10th job once;
- * `urgent` is an unkeyed backlog followed by URGENT_JOBS jobs of priority 0. */
+ * `urgent` is an unkeyed backlog followed by URGENT_JOBS jobs of priority 0; the flow-control
+ * workloads give jobs a limit key, and `quiet`'s jobs (also in `hotlimit`) an arrival time. */
 function workload(name) {
+  if (FLOW[name]) return flowWorkload(name);
   const keyOf = { hot: () => "hot", hotfail: () => "hot", keys20: (i) => `k${i % 20}`, unkeyed: () => null, urgent: () => null }[name];
   const seqs = new Map();
   const count = MESSAGES + (name === "urgent" ? URGENT_JOBS : 0);
@@ -83,16 +105,39 @@ function workload(name) {
   });
 }
 
-/** A producer's message body for a job sent straight to the queue (Fedify's envelope when keyed). */
-const directBody = ({ key, payload }) => (key === null ? payload : { __fedify_ordering_key__: key, __fedify_payload__: payload });
+function flowWorkload(name) {
+  const job = (key, seq, limitKey, extra = {}) =>
+    ({ key, limitKey, payload: { type: "webhook", url: "http://target.test/hook", body: { key, seq, ...extra } } });
+  const { jobs } = FLOW[name];
+  if (name.startsWith("throttle")) return Array.from({ length: jobs }, (_, i) => job(`k${i % 20}`, Math.floor(i / 20) + 1, "api"));
+  const hot = Array.from({ length: jobs }, (_, i) => job(`hot-${i % 100}`, Math.floor(i / 100) + 1, "hot"));
+  // Quiet jobs arrive evenly over QUIET_ARRIVAL_MS, each key's in order; their limit keys have no policy.
+  const n = QUIET_KEYS * QUIET_JOBS_PER_KEY;
+  const quiet = Array.from({ length: n }, (_, i) => {
+    const arriveMs = Math.floor((i * QUIET_ARRIVAL_MS) / n);
+    return { ...job(`q${i % QUIET_KEYS}`, Math.floor(i / QUIET_KEYS) + 1, `quiet-${i % QUIET_KEYS}`, { quiet: true, arriveMs }), arriveMs };
+  });
+  return [...hot, ...quiet];
+}
 
-/** The webhook target: counts runs, distinct jobs run, and per-key order inversions. */
+/** A producer's message body for a job sent straight to the queue (Fedify's envelope when keyed). */
+const directBody = ({ key, limitKey, payload }) => {
+  const body = key === null ? { ...payload } : { __fedify_ordering_key__: key, __fedify_payload__: payload };
+  if (limitKey) body.__orderly_job__ = { limit_key: limitKey };
+  return body;
+};
+
+/** The webhook target: counts runs, distinct jobs run, and per-key order inversions; times every
+ * start, and each quiet job's wait from its arrival (`t.t0` is when the drain began). */
 function target() {
-  const t = { runs: 0, inversions: 0, last: new Map(), done: new Set(), attempts: new Map(), backlogDone: 0, urgentAfter: [] };
+  const t = { runs: 0, inversions: 0, last: new Map(), done: new Set(), attempts: new Map(), backlogDone: 0, urgentAfter: [],
+    starts: [], quietWaits: [], t0: Date.now() };
   t.handle = async (request) => {
-    const { key, seq, failOnce, urgent } = await request.json();
+    const { key, seq, failOnce, urgent, quiet, arriveMs } = await request.json();
     t.runs++;
+    t.starts.push(Date.now());
     const id = `${key}/${seq}`;
+    if (quiet && !t.attempts.has(id)) t.quietWaits.push(Date.now() - (t.t0 + arriveMs));
     const n = (t.attempts.get(id) ?? 0) + 1;
     t.attempts.set(id, n);
     if (HANDLER_LATENCY_MS > 0) await sleep(HANDLER_LATENCY_MS);
@@ -112,7 +157,7 @@ function target() {
   return t;
 }
 
-async function startConsumer(kind, t, lane) {
+async function startConsumer(kind, t, lane, limits) {
   const common = {
     modules: true,
     modulesRules: MODULES_RULES,
@@ -137,6 +182,7 @@ async function startConsumer(kind, t, lane) {
       ...vars,
       ORDERING_MODE: mode,
       BENCH_LANE: lane ? "1" : "0",
+      ...(limits ? { LIMITS: JSON.stringify(limits) } : {}),
       ...(shards ? { LEDGER: "do", LEDGER_SHARDS: String(shards) } : {}),
     },
   });
@@ -157,11 +203,11 @@ async function startConsumer(kind, t, lane) {
 export async function drain(mf, worker, initial, concurrency) {
   const t0 = Date.now();
   let seq = 0;
-  const message = (body, delaySeconds = 0) =>
-    ({ id: `m${seq++}`, body, timestamp: new Date(), attempts: 1, visibleAt: Date.now() + delaySeconds * 1000 });
+  const message = (body, delaySeconds = 0, arriveMs = 0) =>
+    ({ id: `m${seq++}`, body, timestamp: new Date(), attempts: 1, visibleAt: Date.now() + delaySeconds * 1000 + arriveMs });
   const pending = Object.fromEntries(QUEUES.map((q) => [q, []]));
   const inflight = Object.fromEntries(QUEUES.map((q) => [q, new Set()]));
-  const enqueue = (o) => pending[o.queue ?? "orderly-jobs"].push(message(o.body, o.delaySeconds));
+  const enqueue = (o) => pending[o.queue ?? "orderly-jobs"].push(message(o.body, o.delaySeconds, o.arriveMs));
   initial.forEach(enqueue);
   const m = { deliveries: 0, deadLettered: 0, batches: 0, acks: 0, maxInflight: 0 };
   const collect = async () => {
@@ -214,6 +260,20 @@ export async function drain(mf, worker, initial, concurrency) {
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const p95 = (xs) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * 0.95))];
+
+/** Handler starts per second from first to last start, and the most starts in any one second
+ * (a window [s, s + 1000 ms) from each start). */
+function startRate(starts) {
+  const s = [...starts].sort((a, b) => a - b);
+  let worst = 0;
+  for (let i = 0, j = 0; i < s.length; i++) {
+    while (j < s.length && s[j] < s[i] + 1000) j++;
+    worst = Math.max(worst, j - i);
+  }
+  const span = s.length > 1 ? (s[s.length - 1] - s[0]) / 1000 : 0;
+  return { perSecond: span > 0 ? (s.length - 1) / span : 0, worstWindow: worst };
+}
 
 /** One consumer on one workload at one concurrency: medians over RUNS. */
 export async function measure(consumer, name, concurrency) {
@@ -221,7 +281,7 @@ export async function measure(consumer, name, concurrency) {
   const results = [];
   for (let r = 0; r < RUNS; r++) {
     const t = target();
-    const { mf, worker } = await startConsumer(kind, t, lane === "lane");
+    const { mf, worker } = await startConsumer(kind, t, lane === "lane", FLOW[name]?.limits);
     try {
       const jobs = workload(name);
       let initial;
@@ -229,7 +289,7 @@ export async function measure(consumer, name, concurrency) {
       if (path === "api") {
         // Submitted through POST /jobs (recorded, sequenced, sent): the sends are the messages.
         for (let i = 0; i < jobs.length; i += 500) {
-          const chunk = jobs.slice(i, i + 500).map((j) => ({ payload: j.payload, ordering_key: j.key, priority: j.priority }));
+          const chunk = jobs.slice(i, i + 500).map((j) => ({ payload: j.payload, ordering_key: j.key, priority: j.priority, limit_key: j.limitKey }));
           const res = await mf.dispatchFetch("http://bench.test/jobs", {
             method: "POST",
             headers: { authorization: "Bearer bench-token-0123456789", "content-type": "application/json" },
@@ -243,8 +303,9 @@ export async function measure(consumer, name, concurrency) {
         submitted = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
         await mf.dispatchFetch("http://bench.test/__reset");
       } else {
-        initial = jobs.map((j) => ({ body: directBody(j), delaySeconds: 0 }));
+        initial = jobs.map((j) => ({ body: directBody(j), delaySeconds: 0, arriveMs: j.arriveMs ?? 0 }));
       }
+      t.t0 = Date.now();
       const q = await drain(mf, worker, initial, concurrency);
       const stats = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
       const purged = kind === "lock" || kind === "strict" ? await purge(mf) : { rowsWritten: 0, rowsRead: 0, statements: 0 };
@@ -259,6 +320,7 @@ export async function measure(consumer, name, concurrency) {
       }
       results.push({ ...q, ...stats, jobs: jobs.length, runs: t.runs, inversions: t.inversions, neverRun: jobs.length - t.done.size,
         urgentAfter: t.urgentAfter.length ? median(t.urgentAfter) : null,
+        ...startRate(t.starts), quietP95: t.quietWaits.length ? p95(t.quietWaits) : null,
         // Whole life: submission, every delivery and transition, the purge.
         d1RowsWritten: sub("d1RowsWritten") + stats.d1RowsWritten + purged.rowsWritten,
         d1RowsRead: sub("d1RowsRead") + stats.d1RowsRead + purged.rowsRead,
@@ -284,6 +346,9 @@ export async function measure(consumer, name, concurrency) {
     deadLettered: pick("deadLettered"),
     runsPerJob: perJob("runs"),
     urgentAfter: results[0].urgentAfter === null ? null : pick("urgentAfter"),
+    perSecond: pick("perSecond"),
+    worstWindow: pick("worstWindow"),
+    quietP95: results[0].quietP95 === null ? null : pick("quietP95"),
     d1RowsWritten: perJob("d1RowsWritten"),
     d1RowsRead: perJob("d1RowsRead"),
     d1Statements: perJob("d1Statements"),
@@ -312,12 +377,22 @@ async function main() {
   const rows = [header];
   const costs = [["workload", "C", "consumer", "D1 rows written/job", "D1 rows read/job", "D1 statements/job", "Queues ops/job", "KV reads/job", "KV writes/job", "DO requests/job", "USD per million jobs", "jobs/day on the free plan"]];
   const drains = new Map();
+  const flow = [["workload", "C", "consumer", "configured", "starts/s over the run", "most starts in 1 s", "deliveries/job", "quiet jobs' p95 wait ms"]];
+  const quietP95 = new Map();
   for (const name of WORKLOADS) {
-    for (const c of CONCURRENCY) {
+    for (const c of FLOW[name] ? [FLOW_CONCURRENCY] : CONCURRENCY) {
       for (const consumer of CONSUMERS) {
         // The lane only matters for urgent jobs; the urgent workload needs submissions (priority).
         if (name === "urgent" ? !consumer.includes("-api") : consumer.endsWith("-lane")) continue;
+        // Limits are orderly's; an arrival time is a direct message's visibility.
+        if (FLOW[name] && (consumer.startsWith("fedify") || consumer.startsWith("floor") || (arrivalTimed(name) && !consumer.endsWith("-direct")))) continue;
         const x = await measure(consumer, name, c);
+        if (FLOW[name]) {
+          const api = FLOW[name].limits.api;
+          flow.push([name, String(c), consumer, api ? `${api.rate}/s, burst 1` : "hot: concurrency 4", name.startsWith("throttle") ? fmt(x.perSecond) : "-",
+            name.startsWith("throttle") ? String(x.worstWindow) : "-", fmt(x.deliveriesPerJob), x.quietP95 === null ? "-" : String(x.quietP95)]);
+          if (x.quietP95 !== null) quietP95.set(`${name}/${consumer}`, x.quietP95);
+        }
         drains.set(`${name}/${c}/${consumer}`, x.drainMs);
         const orderly = consumer.startsWith("lock") || consumer.startsWith("strict") || consumer.startsWith("shards");
         rows.push([name, String(c), consumer, String(x.drainMs), fmt(x.deliveriesPerJob), name === "unkeyed" ? "-" : String(x.inversions),
@@ -342,6 +417,12 @@ async function main() {
     return t.map((r) => "| " + r.map((c, i) => c.padEnd(w[i])).join(" | ") + " |").join("\n");
   };
   console.log(table(rows));
+  console.log("\nFlow control (design §20): a throttle's achieved rate and worst second; a hot limit key's effect on quiet keys:\n");
+  for (const consumer of CONSUMERS) {
+    const [with_, without] = [quietP95.get(`hotlimit/${consumer}`), quietP95.get(`quiet/${consumer}`)];
+    if (with_ !== undefined && without) flow.push(["hotlimit / quiet", String(FLOW_CONCURRENCY), consumer, "p95 ratio", "-", "-", "-", fmt(with_ / without)]);
+  }
+  console.log(table(flow));
   console.log("\nCost per job over its whole life (submission, deliveries, transitions, history, results, purge), " +
     "at Cloudflare's list prices (README: Cost per job); the handler's own cost (the webhook) is not counted:\n");
   console.log(table(costs));

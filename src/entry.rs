@@ -234,9 +234,13 @@ impl App {
             defer_all("the ledger has no shard");
             return Ok(());
         };
+        let sleep = |ms: i64| -> futures::future::LocalBoxFuture<'_, ()> {
+            Box::pin(worker::Delay::from(std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+        };
         let consumer = Consumer::new(&s.cfg, &kv, first, &runner, &SystemClock, &s.queue, owner.clone())
             .with_ledger(s.ledger())
             .with_random(&edge::random)
+            .with_sleep(&sleep)
             .with_log(&log)
             .with_sealer(s.sealer.as_ref().map(|s| s as &dyn Sealer));
         let panicked = crate::panics::take();

@@ -452,6 +452,7 @@ fn an_operator_pauses_a_limit_key_sets_its_policy_and_a_resume_wakes_its_parked_
         route: block_on(w.ledger.get("job-001")).unwrap().unwrap().route(),
         until: T0 + 120_000,
         policy: w.cfg.limits.for_key("host.example"),
+        pace_ms: 0,
     };
     let refused = block_on(w.ledger.acquire(&ask, T0)).unwrap();
     assert_eq!(refused, orderly::ledger::limit::Permit::Refused(orderly::flow::Refusal::Paused));

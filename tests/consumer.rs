@@ -1026,6 +1026,7 @@ fn a_full_limit_key_parks_its_job_and_the_next_run_to_end_wakes_it() {
         route: orderly::ledger::Route::key("elsewhere"),
         until: T0 + 120_000,
         policy: w.cfg.limits.for_key("host"),
+        pace_ms: 0,
     };
     let got = block_on(orderly::ledger::Ledger::new(&w.db).acquire(&other, T0)).unwrap();
     assert_eq!(got, orderly::ledger::limit::Permit::Granted);
@@ -1106,6 +1107,7 @@ fn a_job_woken_before_its_parking_is_recorded_still_gets_its_message() {
         route: orderly::ledger::Route::key(job),
         until: at + 120_000,
         policy: w.cfg.limits.for_key("host"),
+        pace_ms: 0,
     };
     // x holds the host's slot; another invocation has claimed b and parked it, but has not yet
     // recorded handing it back: b is still RUNNING under that invocation's lease.

@@ -5,7 +5,7 @@ mod support;
 
 use futures::executor::block_on;
 use orderly::flow::{Breaker, Policy, Refusal, RunVerdict, Throttle};
-use orderly::ledger::limit::{Ask, Change, Permit, Release, Woken};
+use orderly::ledger::limit::{Answer, Ask, Change, Permit, Release, Woken};
 use orderly::ledger::{Ledger, Route};
 use support::Sqlite;
 
@@ -19,9 +19,13 @@ struct Keyed<'a> {
 
 impl Keyed<'_> {
     fn ask(&self, job: &str, now: i64) -> Permit {
-        let ask =
-            Ask { limit_key: "host", job_id: job, route: Route::key(job), until: now + LEASE_MS, policy: self.policy };
-        block_on(self.ledger.acquire(&ask, now)).unwrap()
+        self.paced(job, now, 0).permit
+    }
+    /// An ask from an invocation that waits for a start up to `pace_ms` ahead.
+    fn paced(&self, job: &str, now: i64, pace_ms: i64) -> Answer {
+        let until = now + LEASE_MS;
+        let ask = Ask { limit_key: "host", job_id: job, route: Route::key(job), until, policy: self.policy, pace_ms };
+        block_on(self.ledger.ask(&ask, now)).unwrap()
     }
     fn release(&self, job: &str, now: i64, verdict: RunVerdict) -> Vec<String> {
         let r = Release { limit_key: "host", job_id: job, verdict, policy: self.policy };
@@ -66,16 +70,34 @@ fn a_permit_whose_job_never_ended_lapses_with_its_lease() {
 }
 
 #[test]
-fn a_throttle_spaces_starts_and_names_the_next_one() {
+fn a_throttle_spaces_starts_and_books_each_refused_job_its_own_turn() {
     let db = Sqlite::memory();
     let k = keyed(&db, Policy { throttle: Some(Throttle { rate: 2, per_seconds: 1, burst: 1 }), ..Policy::default() });
     assert_eq!(k.ask("a", T0), Permit::Granted);
+    // Refused together, told to come back one interval apart, not all at the next start.
     assert_eq!(k.ask("b", T0 + 100), Permit::Refused(Refusal::Throttled { at: T0 + 500 }));
-    assert_eq!(k.ask("b", T0 + 499), Permit::Refused(Refusal::Throttled { at: T0 + 500 }));
+    assert_eq!(k.ask("c", T0 + 100), Permit::Refused(Refusal::Throttled { at: T0 + 1000 }));
     assert_eq!(k.ask("b", T0 + 500), Permit::Granted);
-    // Idle for a while: no credit piles up beyond the burst.
-    assert_eq!(k.ask("c", T0 + 10_000), Permit::Granted);
-    assert_eq!(k.ask("d", T0 + 10_000), Permit::Refused(Refusal::Throttled { at: T0 + 10_500 }));
+    assert_eq!(k.ask("c", T0 + 999), Permit::Refused(Refusal::Throttled { at: T0 + 1500 }), "early: booked again");
+    assert_eq!(k.ask("c", T0 + 1000), Permit::Granted, "a booking is a hint: the throttle decides");
+    // Idle for a while: no credit piles up beyond the burst, and bookings start from now.
+    assert_eq!(k.ask("d", T0 + 10_000), Permit::Granted);
+    assert_eq!(k.ask("e", T0 + 10_000), Permit::Refused(Refusal::Throttled { at: T0 + 10_500 }));
+}
+
+#[test]
+fn a_start_due_within_the_pace_is_granted_ahead_and_the_rest_booked() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { throttle: Some(Throttle { rate: 10, per_seconds: 1, burst: 1 }), ..Policy::default() });
+    let answers: Vec<Answer> = (0..13).map(|i| k.paced(&format!("j{i}"), T0, 1_000)).collect();
+    // Starts 100 ms apart up to the pace: each granted, its start named, for its invocation to wait.
+    for (i, a) in answers.iter().take(11).enumerate() {
+        assert_eq!((a.permit, a.start_at), (Permit::Granted, T0 + 100 * i as i64), "j{i}");
+    }
+    assert_eq!(answers[11].permit, Permit::Refused(Refusal::Throttled { at: T0 + 1_100 }));
+    assert_eq!(answers[12].permit, Permit::Refused(Refusal::Throttled { at: T0 + 1_200 }));
+    // Without a pace, only a start due now is granted.
+    assert_eq!(k.paced("late", T0 + 1_050, 0).permit, Permit::Refused(Refusal::Throttled { at: T0 + 1_300 }));
 }
 
 #[test]
@@ -172,7 +194,7 @@ fn limit_keys_are_listed_by_name_with_what_runs_and_waits() {
     let ledger = Ledger::new(&db);
     let policy = Policy { concurrency: Some(1), ..Policy::default() };
     for (key, job) in [("b", "1"), ("a", "2"), ("a", "3")] {
-        let ask = Ask { limit_key: key, job_id: job, route: Route::key(job), until: T0 + LEASE_MS, policy };
+        let ask = Ask { limit_key: key, job_id: job, route: Route::key(job), until: T0 + LEASE_MS, policy, pace_ms: 0 };
         block_on(ledger.acquire(&ask, T0)).unwrap();
     }
     let all = block_on(ledger.limit_states("", T0, 10)).unwrap();

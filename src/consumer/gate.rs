@@ -28,6 +28,11 @@ const DOWN_DELAY_SECONDS: u32 = super::INFRA_RETRY_DELAY_SECONDS;
 /// only up to the starts this much allows (design §20).
 pub const GRANT_FRESH_MS: i64 = 250;
 
+/// How far ahead a throttle may grant a start that the invocation then waits for: a throttle
+/// faster than Queues' whole-second delays still runs at its rate, and a job refused comes back
+/// up to this much before the start booked for it (never after it) and waits the rest.
+pub const PACE_MS: i64 = 1_000;
+
 /// What a job's limit key said before its run.
 pub(super) enum Gate {
     /// No limit key: nothing asked, nothing to free.
@@ -59,6 +64,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             route: job.route(),
             until: now + i64::from(self.cfg.lease_seconds) * 1000,
             policy: self.cfg.limits.for_key(limit_key),
+            pace_ms: if self.sleep.is_some() { PACE_MS } else { 0 },
         };
         let answer = match self.ledger.ask(&ask, now).await {
             Ok(a) => a,
@@ -67,15 +73,19 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         if let Permit::Refused(why) = answer.permit {
             return Gate::Shut(why);
         }
+        // A start granted ahead is waited for here.
+        if let Some(sleep) = self.sleep.filter(|_| answer.start_at > self.clock.now_ms()) {
+            sleep(answer.start_at - self.clock.now_ms()).await;
+        }
         // A grant is good only while it is fresh: the run must start within one throttle interval
-        // of the ask (at least GRANT_FRESH_MS, a round trip's worth), else starts delayed by a slow
-        // answer could bunch up past the rate; and while its permit, which lapses with the lease,
-        // still outlasts a run.
-        let late_ms = self.clock.now_ms() - now;
+        // of its start (at least GRANT_FRESH_MS, a round trip's worth), else starts delayed by a
+        // slow answer could bunch up past the rate; and while its permit, which lapses with the
+        // lease, still outlasts a run (counted from the ask).
+        let late_ms = self.clock.now_ms() - answer.start_at.max(now);
         let fresh_ms = answer
             .interval_us
             .map_or(i64::MAX, |us| (us / 1000).max(GRANT_FRESH_MS))
-            .min(self.cfg.refresh_after_ms(self.cfg.lease_seconds));
+            .min(self.cfg.refresh_after_ms(self.cfg.lease_seconds) - (answer.start_at - now).max(0));
         if late_ms > fresh_ms {
             self.outage(format!("job {:?}: its start was granted {late_ms} ms ago, too late to use", job.id));
             let release = Release { limit_key, job_id: &job.id, verdict: RunVerdict::Neither, policy: ask.policy };
@@ -97,7 +107,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             Gate::Shut(why) => {
                 let at = why.retry_at(now);
-                (Waits { delay_seconds: delay_until(now, Some(at)), parked: false }, at)
+                // A throttled job comes back up to PACE_MS before its booked start and waits the
+                // rest here (whole seconds rounded down); without a timer, at its start or after.
+                let paced = matches!(why, Refusal::Throttled { .. }) && self.sleep.is_some();
+                let delay_seconds = if paced {
+                    u32::try_from(((at - now) / 1000).max(1)).unwrap_or(u32::MAX).min(crate::config::MAX_DELAY_SECONDS)
+                } else {
+                    delay_until(now, Some(at))
+                };
+                let next_run_at = if paced { now + i64::from(delay_seconds) * 1000 } else { at };
+                (Waits { delay_seconds, parked: false }, next_run_at)
             }
             Gate::Down(e) => {
                 self.outage(format!("job {:?}: its limit key could not be asked, deferred: {e}", job.id));

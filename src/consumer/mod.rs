@@ -247,7 +247,13 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     pub sealer: Option<&'a dyn Sealer>,
     /// Jobs taken out of a limit key's line during this batch, sent again once it is recorded.
     woken: RefCell<Vec<crate::ledger::limit::Woken>>,
+    /// Waits that many ms (the worker's timer), so a throttled start due within
+    /// [`gate::PACE_MS`] is waited for here instead of sent back; none: never waited for.
+    sleep: Option<&'a Sleep<'a>>,
 }
+
+/// A timer: a future ready after that many ms.
+pub type Sleep<'a> = dyn Fn(i64) -> futures::future::LocalBoxFuture<'a, ()> + 'a;
 
 /// The middle of jitter's range: what a consumer uses until `with_random` gives it randomness.
 fn middle() -> f64 {
@@ -282,6 +288,7 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
             log: &no_log,
             sealer: None,
             woken: RefCell::default(),
+            sleep: None,
         }
     }
 
@@ -303,6 +310,12 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
     /// Opens sealed payloads and seals their results (`PAYLOAD_KEY`).
     pub fn with_sealer(self, sealer: Option<&'a dyn Sealer>) -> Self {
         Consumer { sealer, ..self }
+    }
+
+    /// A timer, so a throttled job waits for a start due within [`gate::PACE_MS`] in this
+    /// invocation (without one, every throttled job is sent back until its start).
+    pub fn with_sleep(self, sleep: &'a Sleep<'a>) -> Self {
+        Consumer { sleep: Some(sleep), ..self }
     }
 }
 

@@ -2,9 +2,9 @@
 //! parked for a slot, the circuit breaker, and operators' changes. A limit key's rows live in one
 //! shard, the one its name routes to ([`Route::key`]), so each decision is one batch there, atomic.
 //!
-//! A start costs one batch before the run (state row made once, permit, charge, line, verdict)
-//! and one after (free the permit, the breaker, wake the next in line); a job without a limit key
-//! costs nothing more.
+//! A start costs one batch before the run (state row made once, permit, charge, line, booking,
+//! verdict) and one after (free the permit, the breaker, wake the next in line); a job without a
+//! limit key costs nothing more.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -28,6 +28,9 @@ pub struct Ask<'a> {
     pub until: i64,
     /// The configured policy.
     pub policy: Policy,
+    /// How far ahead of the throttle's next start a start may be granted, ms: the asker waits
+    /// for it (0 when it cannot wait; see `consumer/gate.rs`).
+    pub pace_ms: i64,
 }
 
 /// What a job asking to start was told.
@@ -44,6 +47,8 @@ pub enum Permit {
 pub struct Answer {
     /// The verdict.
     pub permit: Permit,
+    /// When granted: when the job may start (ms), now or up to the ask's pace ahead.
+    pub start_at: i64,
     /// The policy's throttle interval, the override's if there is one.
     pub interval_us: Option<i64>,
 }
@@ -147,6 +152,7 @@ pub(crate) fn ask_stmts(ask: &Ask<'_>, now: i64) -> Vec<Stmt> {
                 ("interval_us", b.interval_us.clone()),
                 ("tolerance_us", b.tolerance_us.clone()),
                 ("concurrency", b.concurrency.clone()),
+                ("pace_ms", ask.pace_ms.into()),
             ],
         ),
         Stmt::bind(
@@ -170,13 +176,23 @@ pub(crate) fn ask_stmts(ask: &Ask<'_>, now: i64) -> Vec<Stmt> {
                 ("concurrency", b.concurrency),
             ],
         ),
+        Stmt::bind(
+            sql!("limit_book"),
+            [
+                ("limit_key", key.into()),
+                ("job_id", job.into()),
+                ("now", now.into()),
+                ("until", until.into()),
+                ("interval_us", b.interval_us.clone()),
+                ("tolerance_us", b.tolerance_us.clone()),
+            ],
+        ),
         Stmt::bind(sql!("limit_unpark"), [("limit_key", key.into()), ("job_id", job.into()), ("until", until.into())]),
         Stmt::bind(
             sql!("limit_verdict"),
             [
                 ("limit_key", key.into()),
                 ("job_id", job.into()),
-                ("now", now.into()),
                 ("until", until.into()),
                 ("tolerance_us", b.tolerance_us),
                 ("interval_us", b.interval_us),
@@ -276,9 +292,9 @@ fn permit_of(row: Option<&Row>, now: i64) -> Result<Permit, InfraError> {
         match open_until {
             Some(until) if until > now => Refusal::Open { until },
             _ => {
-                // The throttle's next start, µs; rounded up to the next whole ms.
-                let next_us = row.get("next_at_us").and_then(Value::as_f64).unwrap_or(0.0) as i64;
-                Refusal::Throttled { at: ((next_us + 999) / 1000).max(now + 1) }
+                // The start the throttle booked for it, µs; rounded up to the next whole ms.
+                let booked_us = row.get("booked_at_us").and_then(Value::as_f64).unwrap_or(0.0) as i64;
+                Refusal::Throttled { at: ((booked_us + 999) / 1000).max(now + 1) }
             }
         }
     };
@@ -334,7 +350,9 @@ impl<S: Sql> Shard<S> {
         let out = self.sql.batch(ask_stmts(ask, now)).await?;
         let row = out.last().and_then(|rows| rows.first());
         let interval_us = row.and_then(|r| int(r, "interval_us"));
-        Ok(Answer { permit: permit_of(row, now)?, interval_us })
+        let start_us = row.and_then(|r| r.get("start_at_us")).and_then(Value::as_f64).map_or(0, |us| us as i64);
+        let start_at = ((start_us + 999) / 1000).max(now);
+        Ok(Answer { permit: permit_of(row, now)?, start_at, interval_us })
     }
 
     /// Frees `r`'s permit, tells the breaker, and takes the next job out of the line: one batch.

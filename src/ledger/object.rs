@@ -30,6 +30,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0007_cost_per_job", include_str!("../../migrations/0007_cost_per_job.sql")),
     ("0008_snoozes", include_str!("../../migrations/0008_snoozes.sql")),
     ("0009_limits", include_str!("../../migrations/0009_limits.sql")),
+    ("0010_throttle_bookings", include_str!("../../migrations/0010_throttle_bookings.sql")),
 ];
 
 /// The schema this code's SQL is written for.

@@ -113,7 +113,7 @@ fn every_statement() -> Vec<Stmt> {
         concurrency: Some(1),
         breaker: Some(crate::flow::Breaker { trip_after: 1, cooldown_seconds: 1 }),
     };
-    let ask = limit::Ask { limit_key: "l", job_id: "a", route: Route::key("k"), until: 2, policy };
+    let ask = limit::Ask { limit_key: "l", job_id: "a", route: Route::key("k"), until: 2, policy, pace_ms: 0 };
     all.extend(limit::ask_stmts(&ask, 1));
     let verdict = crate::flow::RunVerdict::Failed { retry_after_ms: 5 };
     all.extend(limit::release_stmts(&limit::Release { limit_key: "l", job_id: "a", verdict, policy }, 1));

@@ -496,9 +496,11 @@ impl Sim {
             (self.sched.clone(), self.cfg.clone(), self.broker.clone(), self.obs.clone(), self.setup.faults);
         let fut = async move {
             let random = || sched.rng.borrow_mut().f64();
+            let sleep = |ms: i64| -> futures::future::LocalBoxFuture<'_, ()> { Box::pin(sched.pause(ms)) };
             let consumer = Consumer::new(&cfg, &kv, &sqls[0], &runner, &*sched.clock, &queue, inv.clone())
                 .with_ledger(Ledger::sharded(sqls.iter().collect()))
-                .with_random(&random);
+                .with_random(&random)
+                .with_sleep(&sleep);
             let out = consumer.process(role, &incoming).await;
             if std::env::var("SIM_TRACE").is_ok() {
                 let desc: Vec<String> = incoming

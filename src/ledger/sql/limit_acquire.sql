@@ -2,10 +2,11 @@
 -- The key's policy is its run-time override when it has one, else the configured one (?5..?7).
 -- Refused (no row back) when the key is paused; its breaker is open, or past its cool-down with
 -- a live probe other than this job; as many permits are live as its concurrency allows; or its
--- throttle's next start (GCRA: the theoretical arrival time less the burst's tolerance) is later.
+-- throttle's next start (GCRA: the theoretical arrival time less the burst's tolerance) is more
+-- than ?8 ms away: a start that near is granted, and the job waits for it in its invocation.
 -- One statement, so it holds under any number of concurrent invocations. A job that holds a
 -- permit already (its lease was lost and it is claimed again) renews it.
--- params: ?1 limit_key, ?2 job_id, ?3 now, ?4 until, ?5 interval_us, ?6 tolerance_us, ?7 concurrency
+-- params: ?1 limit_key, ?2 job_id, ?3 now, ?4 until, ?5 interval_us, ?6 tolerance_us, ?7 concurrency, ?8 pace_ms
 INSERT INTO limit_permit (limit_key, job_id, until)
 SELECT ?1, ?2, ?4
 FROM (SELECT paused, tat_us, open_until, probe,
@@ -21,5 +22,5 @@ WHERE s.paused = 0
                                WHERE lp.limit_key = ?1 AND lp.job_id = s.probe AND lp.until > ?3))))
   AND (s.cc IS NULL
        OR (SELECT count(*) FROM limit_permit AS lp WHERE lp.limit_key = ?1 AND lp.until > ?3 AND lp.job_id <> ?2) < s.cc)
-  AND (s.iv IS NULL OR max(s.tat_us, ?3 * 1000) - coalesce(s.tol, 0) <= ?3 * 1000)
+  AND (s.iv IS NULL OR max(s.tat_us, ?3 * 1000) - coalesce(s.tol, 0) <= (?3 + ?8) * 1000)
 ON CONFLICT (limit_key, job_id) DO UPDATE SET until = excluded.until
