@@ -12,6 +12,12 @@ export interface EnqueueOptions {
   limitKey?: string;
   /** 0..43200. */
   delaySeconds?: number;
+  /** No attempt starts later than this many seconds after submission (1..2592000, later than
+   * delaySeconds): one due later is DEAD, "expired", without running. */
+  deadlineSeconds?: number;
+  /** A run taking longer is stopped and retried (1..300; never past orderly's
+   * WEBHOOK_TIMEOUT_SECONDS). */
+  timeoutSeconds?: number;
   /** 1..1000; orderly's MAX_ATTEMPTS by default. */
   maxAttempts?: number;
   /** 0 (most urgent) .. 9; 5 by default. */
@@ -51,6 +57,10 @@ export interface Job {
   priority: number;
   /** What the successful run returned; a webhook's is `{status, content_type, body}`. */
   result: unknown;
+  limit_key: string | null;
+  /** No attempt starts at or after this (ms); one due later is DEAD, "expired". */
+  deadline_at: number | null;
+  timeout_seconds: number | null;
 }
 
 export interface JobEvent {

@@ -308,7 +308,7 @@ mod tests {
     }
 
     fn ctx<'a>(payload: &'a Value) -> JobContext<'a> {
-        JobContext { id: "j", attempt: 2, payload, ordering_key: Some("k"), priority: 5 }
+        JobContext { id: "j", attempt: 2, payload, ordering_key: Some("k"), priority: 5, timeout_ms: None }
     }
 
     struct NoHttp;

@@ -28,6 +28,11 @@ pub struct Enqueue {
     pub limit_key: Option<String>,
     /// Seconds before the job may run (0..43,200).
     pub delay_seconds: u32,
+    /// No attempt starts later than this many seconds after submission (later than
+    /// `delay_seconds`): one due later is DEAD, "expired" (design §20).
+    pub deadline_seconds: Option<u32>,
+    /// A run taking longer is stopped and retried (1..300; never past `WEBHOOK_TIMEOUT_SECONDS`).
+    pub timeout_seconds: Option<u32>,
     /// Runs before DEAD (1..1000); `MAX_ATTEMPTS` when `None`.
     pub max_attempts: Option<u32>,
     /// 0 most urgent .. 9; 5 when `None`.
@@ -65,6 +70,12 @@ impl Enqueue {
         }
         if self.delay_seconds > 0 {
             o.insert("delay_seconds".into(), json!(self.delay_seconds));
+        }
+        if let Some(s) = self.deadline_seconds {
+            o.insert("deadline_seconds".into(), json!(s));
+        }
+        if let Some(s) = self.timeout_seconds {
+            o.insert("timeout_seconds".into(), json!(s));
         }
         if let Some(n) = self.max_attempts {
             o.insert("max_attempts".into(), json!(n));

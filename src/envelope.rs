@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::limits::MAX_PRIORITY;
+use crate::limits::{MAX_PRIORITY, MAX_TIMEOUT_SECONDS};
 
 /// Fedify's ordering key field.
 pub const ORDERING_KEY_FIELD: &str = "__fedify_ordering_key__";
@@ -52,6 +52,12 @@ pub struct JobMeta {
     pub max_attempts: Option<u32>,
     /// 0 most urgent .. 9; 5 when absent (design §12).
     pub priority: Option<u8>,
+    /// No attempt starts at or after this, ms since the epoch: one due later is DEAD, "expired"
+    /// (design §20).
+    pub deadline_at: Option<i64>,
+    /// A run taking longer is stopped and fails, retryable; 1..=300, and never longer than
+    /// `WEBHOOK_TIMEOUT_SECONDS` (design §20).
+    pub timeout_seconds: Option<u32>,
     /// When the job's first message was sent (ms), written by orderly when it sends a waiting
     /// job's message again (design §3): a key's messages keep their order in a batch, whose
     /// members are planned by send time, though a re-sent one has a new one.
@@ -119,6 +125,12 @@ impl Envelope {
         if let Some(p) = self.meta.priority {
             meta.insert("priority".into(), Value::from(p));
         }
+        if let Some(at) = self.meta.deadline_at {
+            meta.insert("deadline_at".into(), Value::from(at));
+        }
+        if let Some(t) = self.meta.timeout_seconds {
+            meta.insert("timeout_seconds".into(), Value::from(t));
+        }
         if let Some(at) = self.meta.queued_at {
             meta.insert("queued_at".into(), Value::from(at));
         }
@@ -156,14 +168,21 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
         None | Some(Value::Null) => None,
         Some(v) => Some(checked_priority(&v).map_err(|e| bad(format!("{JOB_FIELD}.{e}")))?),
     };
-    let queued_at =
-        match m.remove("queued_at") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_i64().filter(|&ms| ms >= 0).ok_or_else(|| {
-                bad(format!("{JOB_FIELD}.queued_at must be a whole number of milliseconds, got {v}"))
-            })?),
-        };
-    Ok(JobMeta { id, dedupe_key, limit_key, max_attempts, priority, queued_at })
+    let ms = |m: &mut Map<String, Value>, field: &str| match m.remove(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .filter(|&ms| ms >= 0)
+            .map(Some)
+            .ok_or_else(|| bad(format!("{JOB_FIELD}.{field} must be a whole number of milliseconds, got {v}"))),
+    };
+    let deadline_at = ms(&mut m, "deadline_at")?;
+    let timeout_seconds = match m.remove("timeout_seconds") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(checked_timeout(&v).map_err(|e| bad(format!("{JOB_FIELD}.{e}")))?),
+    };
+    let queued_at = ms(&mut m, "queued_at")?;
+    Ok(JobMeta { id, dedupe_key, limit_key, max_attempts, priority, deadline_at, timeout_seconds, queued_at })
 }
 
 /// Why a message body is not JSON (bytes, no body, a value JSON cannot hold), as the edge read it.
@@ -213,6 +232,12 @@ pub fn checked_priority(v: &Value) -> Result<u8, OutOfRange> {
 pub fn checked_max_attempts(v: &Value) -> Result<u32, OutOfRange> {
     let n = whole_in("max_attempts", v, 1, "", u64::from(MAX_ATTEMPTS_LIMIT))?;
     Ok(u32::try_from(n).unwrap_or(MAX_ATTEMPTS_LIMIT))
+}
+
+/// Checks a `timeout_seconds` value: a whole number in 1..=300. Shared with the HTTP API.
+pub fn checked_timeout(v: &Value) -> Result<u32, OutOfRange> {
+    let n = whole_in("timeout_seconds", v, 1, "", u64::from(MAX_TIMEOUT_SECONDS))?;
+    Ok(u32::try_from(n).unwrap_or(MAX_TIMEOUT_SECONDS))
 }
 
 /// Checks an id-like string (ordering key, job id, dedupe key): non-empty, at most 256 bytes.
@@ -346,6 +371,8 @@ mod tests {
                 limit_key: None,
                 max_attempts: Some(3),
                 priority: None,
+                deadline_at: None,
+                timeout_seconds: None,
                 queued_at: None
             }
         );
@@ -365,10 +392,20 @@ mod tests {
                 limit_key: Some("example.com".into()),
                 max_attempts: Some(2),
                 priority: None,
+                deadline_at: Some(1_764_603_600_000),
+                timeout_seconds: Some(20),
                 queued_at: Some(1_764_600_000_000),
             },
         };
         assert_eq!(Envelope::decode(e.encode()).unwrap(), e);
+        for (meta, want) in [
+            (json!({"deadline_at": -5}), "deadline_at must be a whole number of milliseconds"),
+            (json!({"timeout_seconds": 0}), "timeout_seconds must be a whole number from 1 to 300"),
+            (json!({"timeout_seconds": 301}), "timeout_seconds must be a whole number from 1 to 300"),
+        ] {
+            let err = Envelope::decode(json!({"__orderly_job__": meta})).unwrap_err();
+            assert!(err.to_string().contains(want), "{err}");
+        }
         for bad in [json!(-1), json!(1.5), json!("soon")] {
             let err = Envelope::decode(json!({"__orderly_job__": {"queued_at": bad}})).unwrap_err();
             assert!(err.to_string().contains("queued_at must be a whole number"), "{err}");

@@ -8,6 +8,11 @@ pub const DEFAULT_PRIORITY: u8 = 5;
 pub const MAX_PRIORITY: u8 = 9;
 /// Largest delay Cloudflare Queues accepts for `retry` and `send` (12 hours).
 pub const MAX_DELAY_SECONDS: u32 = 43_200;
+/// Longest run a job's own `timeout_seconds` may ask for: the most `WEBHOOK_TIMEOUT_SECONDS`
+/// allows (a job's timeout only shortens the configured run bound the lease is sized for).
+pub const MAX_TIMEOUT_SECONDS: u32 = 300;
+/// Furthest a job's deadline may be from its submission (`deadline_seconds`): 30 days.
+pub const MAX_DEADLINE_SECONDS: u32 = 30 * 24 * 3600;
 /// How long past its `next_run_at` a PENDING job may wait before its message counts as lost.
 /// Generous: a backlog also delays delivery, and a needless re-send costs a duplicate delivery
 /// (which the ledger absorbs), never a second run.

@@ -201,6 +201,8 @@ pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
             limit_key: job.limit_key.clone(),
             max_attempts: u32::try_from(job.max_attempts).ok(),
             priority: (job.priority != DEFAULT_PRIORITY).then_some(job.priority),
+            deadline_at: job.deadline_at,
+            timeout_seconds: job.timeout_seconds,
             queued_at: Some(job.created_at),
         },
     };

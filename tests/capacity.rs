@@ -55,6 +55,8 @@ fn spec(i: usize) -> JobSpec {
         ordering_key: Some(format!("key-{}", i % 500)),
         dedupe_key: None,
         limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
         payload: Some("{\"type\":\"webhook\",\"url\":\"https://example.com/hook\",\"body\":{}}".into()),
         max_attempts: 8,
         priority: 5,

@@ -21,7 +21,8 @@ use support::{MemoryQueue, Sqlite};
 const T0: i64 = 1_700_000_000_000;
 
 /// Runs jobs as their payload scripts: `{"fail": n}` fails the first n attempts (retryable),
-/// `{"permanent": true}` fails for good, `{"takes_ms": n}` advances the clock. Records every run.
+/// `{"permanent": true}` fails for good, `{"takes_ms": n}` advances the clock, `{"hangs": true}`
+/// never ends. Records every run.
 struct Script {
     clock: Rc<ManualClock>,
     kv: Rc<MemoryKv<Rc<ManualClock>>>,
@@ -67,6 +68,9 @@ impl Runner for Script {
         if let Some(ms) = job.payload.get("takes_ms").and_then(Value::as_i64) {
             self.clock.advance_ms(ms);
         }
+        if job.payload.get("hangs").is_some() {
+            futures::future::pending::<()>().await;
+        }
         if job.payload.get("permanent").is_some() {
             return Err(JobError::permanent("HTTP 404"));
         }
@@ -99,6 +103,8 @@ struct World {
     raw: std::cell::Cell<bool>,
     /// The database file (for a second connection that acts behind the consumer's back).
     path: std::path::PathBuf,
+    /// Give the consumer a timer (one that moves the clock on by what it waits).
+    timer: std::cell::Cell<bool>,
 }
 
 impl World {
@@ -128,6 +134,7 @@ impl World {
             log: RefCell::default(),
             queue: MemoryQueue::default(),
             raw: Default::default(),
+            timer: Default::default(),
         }
     }
     fn process(&self, role: Role, msgs: &[Incoming]) -> Vec<Outcome> {
@@ -143,6 +150,11 @@ impl World {
         )
         .with_random(&|| 1.0)
         .with_log(&log);
+        let sleep = |ms: i64| -> futures::future::LocalBoxFuture<'_, ()> {
+            self.clock.advance_ms(ms);
+            Box::pin(async {})
+        };
+        let consumer = if self.timer.get() { consumer.with_sleep(&sleep) } else { consumer };
         let before = self.queue.sent_with_delay().len();
         let mut out = block_on(consumer.process(role, msgs));
         if self.raw.get() {
@@ -192,6 +204,8 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
         ordering_key: key.map(str::to_string),
         dedupe_key: None,
         limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
         payload: Some(ok().to_string()),
         max_attempts: 8,
         priority: 5,
@@ -1125,4 +1139,64 @@ fn a_job_woken_before_its_parking_is_recorded_still_gets_its_message() {
     let sent: Vec<(String, u32)> =
         w.queue.sent_with_delay().into_iter().map(|(e, d)| (e.meta.id.unwrap_or_default(), d)).collect();
     assert_eq!(sent, vec![("b".to_string(), 2)]);
+}
+
+#[test]
+fn a_job_past_its_deadline_is_dead_expired_and_never_runs() {
+    let w = World::new();
+    let late = msg("late", T0, json!({"type": "t", "__orderly_job__": {"deadline_at": T0}}));
+    let fresh = msg("fresh", T0, json!({"type": "t", "__orderly_job__": {"deadline_at": T0 + 60_000}}));
+    assert_eq!(w.run(&[late, fresh]), vec![Outcome::Ack, Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["fresh"]);
+    let dead = w.job("late");
+    assert_eq!(dead.status, Status::Dead);
+    assert_eq!(dead.last_error.as_deref(), Some("expired: not started by its deadline (0 s late)"));
+    assert_eq!(w.job("fresh").status, Status::Done);
+}
+
+#[test]
+fn a_retry_due_after_the_deadline_expires_instead_of_running() {
+    let w = World::new();
+    let body = json!({"type": "t", "fail": 1, "__orderly_job__": {"deadline_at": T0 + 5_000}});
+    w.run(&[msg("m", T0, body.clone())]);
+    assert_eq!(w.job("m").status, Status::Pending, "the first attempt failed, a retry is due");
+    w.clock.advance_ms(10_000);
+    w.run(&[msg("m", T0, body)]);
+    assert_eq!(w.runs(), vec!["m"], "the retry never ran");
+    let dead = w.job("m");
+    assert_eq!((dead.status, dead.attempts), (Status::Dead, 2));
+    assert!(dead.last_error.unwrap().starts_with("expired: not started by its deadline"));
+}
+
+#[test]
+fn a_run_that_outlasts_its_timeout_is_stopped_and_retried() {
+    let w = World::new();
+    w.timer.set(true);
+    let short = msg("short", T0, json!({"type": "t", "hangs": true, "__orderly_job__": {"timeout_seconds": 2}}));
+    // A job's timeout only shortens the configured run bound (WEBHOOK_TIMEOUT_SECONDS, 30 s here).
+    let long = msg("long", T0, json!({"type": "t", "hangs": true, "__orderly_job__": {"timeout_seconds": 300}}));
+    w.run(&[short, long]);
+    for (id, secs) in [("short", 2), ("long", 30)] {
+        let j = w.job(id);
+        assert_eq!((j.status, j.attempts), (Status::Pending, 1), "{id}: retried, its attempt spent");
+        assert_eq!(j.last_error, Some(format!("timed out after {secs} s (the job's timeout_seconds)")), "{id}");
+    }
+}
+
+#[test]
+fn a_throttled_job_comes_back_before_its_booked_start_and_waits_for_it_in_the_invocation() {
+    // One start per 1.5 s.
+    let w = with_limits(r#"{"host": {"rate": 2, "per_seconds": 3}}"#);
+    w.timer.set(true);
+    let [a, b, c] = ["a", "b", "c"].map(|id| limited(id, T0, None, "host", ok()));
+    // a starts now; b and c are booked the next two starts (T0 + 1.5 s, T0 + 3 s), and their
+    // messages come back in whole seconds rounded down: early, never late.
+    let out = w.run(&[a, b.clone(), c]);
+    assert_eq!(out, vec![Outcome::Ack, Outcome::Defer { delay_seconds: 1 }, Outcome::Defer { delay_seconds: 3 }]);
+    assert_eq!((w.job("b").attempts, w.job("b").next_run_at), (0, T0 + 1_000));
+    w.clock.advance_ms(1_000);
+    // Back 0.5 s early: granted, and this invocation waits until its start.
+    assert_eq!(w.run(&[b]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "b"]);
+    assert_eq!(w.clock.now_ms(), T0 + 1_500, "b waited for its start");
 }

@@ -30,6 +30,8 @@ fn a_rust_producer_records_and_sends_with_every_option() {
         delay_seconds: 30,
         max_attempts: Some(3),
         priority: Some(1),
+        deadline_seconds: Some(3_600),
+        timeout_seconds: Some(20),
         ..Enqueue::default()
     }
     .limited("host.example");
@@ -41,7 +43,9 @@ fn a_rust_producer_records_and_sends_with_every_option() {
         (Some("acct/1"), Some("welcome-1"), 3, 1, T0 + 30_000)
     );
     assert_eq!(row.limit_key.as_deref(), Some("host.example"));
+    assert_eq!((row.deadline_at, row.timeout_seconds), (Some(T0 + 3_600_000), Some(20)));
     let sent = w.queue.sent_with_delay();
+    assert_eq!((sent[0].0.meta.deadline_at, sent[0].0.meta.timeout_seconds), (Some(T0 + 3_600_000), Some(20)));
     assert_eq!(
         (sent[0].0.meta.id.as_deref(), sent[0].0.ordering_key.as_deref(), sent[0].1),
         (Some("rs-1"), Some("acct/1"), 30)

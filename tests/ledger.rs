@@ -19,6 +19,8 @@ fn spec(id: &str) -> JobSpec {
         ordering_key: Some("k".into()),
         dedupe_key: None,
         limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
         payload: Some(r#"{"type":"webhook"}"#.into()),
         max_attempts: 3,
         priority: 5,

@@ -16,6 +16,8 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
         ordering_key: key.map(str::to_string),
         dedupe_key: None,
         limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
         payload: Some("{\"type\":\"webhook\"}".into()),
         max_attempts: 3,
         priority: 5,

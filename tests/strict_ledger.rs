@@ -20,6 +20,8 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
         ordering_key: key.map(str::to_string),
         dedupe_key: None,
         limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
         payload: Some(format!(r#"{{"type":"webhook","id":"{id}"}}"#)),
         max_attempts: 3,
         priority: 5,

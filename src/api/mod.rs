@@ -446,8 +446,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             return Ok(Submission::refused(413, None, format!("more than {MAX_JOBS_PER_REQUEST} jobs in one request")));
         }
         let mut jobs = Vec::with_capacity(items.len());
+        let now = self.clock.now_ms();
         for (i, item) in items.into_iter().enumerate() {
-            match parse_job(item, cfg, self.types, self.sealer.is_some(), (self.new_id)()) {
+            match parse_job(item, cfg, self.types, self.sealer.is_some(), (self.new_id)(), now) {
                 Ok(j) => jobs.push(j),
                 Err(e) => return Ok(Submission::refused(e.status(), Some(i), e.to_string())),
             }
@@ -458,7 +459,6 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 job.spec.payload = Some(sealer.seal(&job.spec.id, plain).await?);
             }
         }
-        let now = self.clock.now_ms();
         let due: Vec<(&JobSpec, i64)> = jobs.iter().map(|j| (&j.spec, now + i64::from(j.delay) * 1000)).collect();
         let recorded = self.ledger.enqueue_all(&due, now).await?;
         let mut answer = Vec::with_capacity(jobs.len());

@@ -6,8 +6,11 @@ use serde_json::{Map, Value};
 
 use crate::app::JobTypes;
 use crate::config::{Config, MAX_DELAY_SECONDS};
-use crate::envelope::{checked_id, checked_key, checked_max_attempts, checked_priority, Envelope, JobMeta};
+use crate::envelope::{
+    checked_id, checked_key, checked_max_attempts, checked_priority, checked_timeout, Envelope, JobMeta,
+};
 use crate::ledger::{DeadFilter, JobSpec, DEFAULT_PRIORITY};
+use crate::limits::MAX_DEADLINE_SECONDS;
 use crate::producer::{self, OutMessage, MAX_MESSAGE_BYTES, MAX_PAYLOAD_BYTES};
 use crate::seal::FEDIFY_TYPE;
 
@@ -55,6 +58,8 @@ struct Fields {
     delay: u32,
     max_attempts: Option<u32>,
     priority: Option<u8>,
+    deadline_seconds: Option<u32>,
+    timeout_seconds: Option<u32>,
 }
 
 fn key_field(o: &mut Map<String, Value>, f: &str) -> Result<Option<String>, BadInput> {
@@ -62,6 +67,17 @@ fn key_field(o: &mut Map<String, Value>, f: &str) -> Result<Option<String>, BadI
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => checked_key(f, s).map(Some).map_err(|e| BadInput::invalid(e.to_string())),
         Some(_) => Err(BadInput::invalid(format!("\"{f}\" must be a string"))),
+    }
+}
+
+/// A whole number of seconds in `low..=high`, if given.
+fn seconds_field(o: &mut Map<String, Value>, f: &str, low: u32, high: u32) -> Result<Option<u32>, BadInput> {
+    match o.remove(f) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) if (low..=high).contains(&n) => Ok(Some(n)),
+            _ => Err(BadInput::invalid(format!("{f} must be a whole number from {low} to {high}"))),
+        },
     }
 }
 
@@ -83,17 +99,7 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
         Some(Value::Bool(b)) => b,
         Some(_) => return Err(BadInput::invalid("\"sensitive\" must be true or false")),
     };
-    let delay = match o.remove("delay_seconds") {
-        None | Some(Value::Null) => 0,
-        Some(v) => match v.as_u64() {
-            Some(n) if n <= u64::from(MAX_DELAY_SECONDS) => n as u32,
-            _ => {
-                return Err(BadInput::invalid(format!(
-                    "delay_seconds must be a whole number from 0 to {MAX_DELAY_SECONDS}"
-                )))
-            }
-        },
-    };
+    let delay = seconds_field(&mut o, "delay_seconds", 0, MAX_DELAY_SECONDS)?.unwrap_or(0);
     let invalid = |e: crate::envelope::OutOfRange| BadInput::invalid(e.to_string());
     let max_attempts = match o.remove("max_attempts") {
         None | Some(Value::Null) => None,
@@ -103,20 +109,42 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
         None | Some(Value::Null) => None,
         Some(v) => Some(checked_priority(&v).map_err(invalid)?),
     };
+    let deadline_seconds = seconds_field(&mut o, "deadline_seconds", 1, MAX_DEADLINE_SECONDS)?;
+    if deadline_seconds.is_some_and(|d| d <= delay) {
+        return Err(BadInput::invalid(
+            "deadline_seconds must be later than delay_seconds: the job would expire before it is due",
+        ));
+    }
+    let timeout_seconds = match o.remove("timeout_seconds") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(checked_timeout(&v).map_err(invalid)?),
+    };
     if let Some(k) = o.keys().next() {
         return Err(BadInput::invalid(format!("unknown field {k:?}")));
     }
-    Ok(Fields { id, ordering_key, dedupe_key, limit_key, sensitive, delay, max_attempts, priority })
+    Ok(Fields {
+        id,
+        ordering_key,
+        dedupe_key,
+        limit_key,
+        sensitive,
+        delay,
+        max_attempts,
+        priority,
+        deadline_seconds,
+        timeout_seconds,
+    })
 }
 
-/// Reads one submitted job: its ledger spec, its message and its delay. `sealing`: whether
-/// `PAYLOAD_KEY` is set (sensitive jobs need it); `new_id`: its id unless it names its own.
+/// Reads one submitted job at `now`: its ledger spec, its message and its delay. `sealing`:
+/// whether `PAYLOAD_KEY` is set (sensitive jobs need it); `new_id`: its id unless it names its own.
 pub(super) fn parse_job(
     item: Value,
     cfg: &Config,
     types: &dyn JobTypes,
     sealing: bool,
     new_id: String,
+    now: i64,
 ) -> Result<Parsed, BadInput> {
     let Value::Object(mut o) = item else { return Err(BadInput::invalid("a job must be an object")) };
     let payload = o.remove("payload").ok_or_else(|| BadInput::invalid("\"payload\" is required"))?;
@@ -140,12 +168,15 @@ pub(super) fn parse_job(
             plain.len()
         )));
     }
+    let deadline_at = f.deadline_seconds.map(|s| now + i64::from(s) * 1000);
     let meta = JobMeta {
         id: Some(f.id.clone()),
         dedupe_key: f.dedupe_key.clone(),
         limit_key: f.limit_key.clone(),
         max_attempts: f.max_attempts,
         priority: f.priority,
+        deadline_at,
+        timeout_seconds: f.timeout_seconds,
         queued_at: None,
     };
     let env = Envelope {
@@ -168,6 +199,8 @@ pub(super) fn parse_job(
         ordering_key: f.ordering_key,
         dedupe_key: f.dedupe_key,
         limit_key: f.limit_key,
+        deadline_at,
+        timeout_seconds: f.timeout_seconds,
         payload: Some(plain),
         max_attempts: f.max_attempts.unwrap_or(cfg.max_attempts),
         priority: f.priority.unwrap_or(DEFAULT_PRIORITY),
@@ -229,6 +262,7 @@ mod tests {
             &crate::app::BuiltIn,
             false,
             "id1".into(),
+            0,
         )
         .unwrap();
         assert_eq!(ok.spec.max_attempts, 2);
@@ -246,6 +280,9 @@ mod tests {
             (json!({"payload": 1, "dedupe_key": ""}), "dedupe_key"),
             (json!({"payload": 1, "priority": 10}), "priority must be"),
             (json!({"payload": 1, "priorty": 1}), "unknown field"),
+            (json!({"payload": 1, "deadline_seconds": 0}), "deadline_seconds must be a whole number from 1"),
+            (json!({"payload": 1, "deadline_seconds": 60, "delay_seconds": 60}), "would expire before it is due"),
+            (json!({"payload": 1, "timeout_seconds": 301}), "timeout_seconds must be a whole number from 1 to 300"),
             (json!([1]), "object"),
             (json!({"payload": {"type": "fax"}}), "unknown job type \"fax\" (known: webhook)"),
             (json!({"payload": [1]}), "no \"type\""),
@@ -257,7 +294,7 @@ mod tests {
                 "not a valid HTTP header",
             ),
         ] {
-            let Err(e) = parse_job(job.clone(), &cfg, &crate::app::BuiltIn, false, "x".into()) else {
+            let Err(e) = parse_job(job.clone(), &cfg, &crate::app::BuiltIn, false, "x".into(), 0) else {
                 panic!("{job} was accepted")
             };
             let (status, msg) = (e.status(), e.to_string());
@@ -266,11 +303,11 @@ mod tests {
         }
         let big =
             json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(MAX_MESSAGE_BYTES)}});
-        assert!(matches!(parse_job(big, &cfg, &crate::app::BuiltIn, false, "x".into()), Err(BadInput::TooLarge(_))));
+        assert!(matches!(parse_job(big, &cfg, &crate::app::BuiltIn, false, "x".into(), 0), Err(BadInput::TooLarge(_))));
         // A sensitive job's message is a stub, but its payload is held to the same limit.
         let big = json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(900_000)},
                          "sensitive": true});
-        let refused = parse_job(big, &cfg, &crate::app::BuiltIn, true, "x".into());
+        let refused = parse_job(big, &cfg, &crate::app::BuiltIn, true, "x".into(), 0);
         assert!(
             matches!(&refused, Err(BadInput::TooLarge(m)) if m.contains("a job's payload is at most")),
             "{:?}",

@@ -453,6 +453,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             ordering_key: env.ordering_key.clone(),
             dedupe_key: env.meta.dedupe_key.clone(),
             limit_key: env.meta.limit_key.clone(),
+            deadline_at: env.meta.deadline_at,
+            timeout_seconds: env.meta.timeout_seconds,
             payload: Some(payload),
             max_attempts: env.meta.max_attempts.unwrap_or(self.cfg.max_attempts),
             priority: env.meta.priority.unwrap_or(DEFAULT_PRIORITY),
@@ -485,6 +487,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             ordering_key: None,
             dedupe_key: None,
             limit_key: None,
+            deadline_at: None,
+            timeout_seconds: None,
             payload: m.body.as_ref().ok().map(Value::to_string).filter(|p| p.len() <= MAX_BODY_JSON_BYTES),
             max_attempts: self.cfg.max_attempts,
             priority: DEFAULT_PRIORITY,
@@ -559,6 +563,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let started_at = self.clock.now_ms();
         let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
         let sealed = job.payload.as_deref().is_some_and(is_sealed);
+        if let Some(deadline) = job.deadline_at.filter(|&d| started_at >= d) {
+            // Not run at all: what it was for is past (design §20). DEAD like a permanent failure.
+            let why = format!("expired: not started by its deadline ({} s late)", (started_at - deadline) / 1000);
+            return self.ran(job, &self.owner, started_at, Err(JobError::permanent(why)), false).await;
+        }
         let payload = match self.payload_of(job).await {
             Ok(p) => p,
             Err(why) => return self.wait_for_key(job, started_at, why),
@@ -575,8 +584,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     payload: &payload,
                     ordering_key: job.ordering_key.as_deref(),
                     priority: job.priority,
+                    timeout_ms: self.timeout_ms(job),
                 };
-                self.runner.run(&cx).await
+                self.timed(job, self.runner.run(&cx)).await
             }
             Some(None) | None => Err(JobError::permanent("the ledger row has no readable payload")),
         };
@@ -584,6 +594,27 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             self.release(job, &result).await;
         }
         self.ran(job, &self.owner, started_at, result, sealed).await
+    }
+
+    /// The job's own time limit for a run, ms, never past the configured run bound (design §20).
+    fn timeout_ms(&self, job: &Job) -> Option<u32> {
+        job.timeout_seconds.map(|t| t.min(self.cfg.webhook_timeout_seconds).saturating_mul(1000))
+    }
+
+    /// `run`, stopped when it outlasts the job's timeout: a retryable failure. The handler's
+    /// future is dropped at its next await (a Rust handler that never awaits cannot be stopped).
+    async fn timed(
+        &self,
+        job: &Job,
+        run: impl std::future::Future<Output = Result<Done, JobError>>,
+    ) -> Result<Done, JobError> {
+        let (Some(ms), Some(sleep)) = (self.timeout_ms(job), self.sleep) else { return run.await };
+        match futures::future::select(std::pin::pin!(run), sleep(i64::from(ms))).await {
+            futures::future::Either::Left((result, _)) => result,
+            futures::future::Either::Right(_) => {
+                Err(JobError::retry(format!("timed out after {} s (the job's timeout_seconds)", ms / 1000)))
+            }
+        }
     }
 
     /// What a run of `job` by `owner` (its lease owner) records: the guarded transition its

@@ -134,6 +134,8 @@ pub struct JobContext<'a> {
     pub ordering_key: Option<&'a str>,
     /// 0 most urgent .. 9.
     pub priority: u8,
+    /// The job's own time limit for this run, ms, if it has one: outbound HTTP waits no longer.
+    pub timeout_ms: Option<u32>,
 }
 
 /// Runs a job of any type: what the consumer calls.

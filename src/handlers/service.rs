@@ -147,7 +147,11 @@ pub async fn run<H: HttpClient, C: Clock>(
 ) -> Result<Done, JobError> {
     let now_s = services.clock.now_ms() / 1000;
     let req = request(job, job_type, binding, services.handler_key.as_deref(), now_s);
-    match services.http.send(req, services.http_timeout_ms).await {
+    match services
+        .http
+        .send(req, job.timeout_ms.map_or(services.http_timeout_ms, |t| t.min(services.http_timeout_ms)))
+        .await
+    {
         Ok(resp) => outcome(&resp, services.retry_after_cap_seconds),
         Err(SendError::Network(e)) => Err(JobError::retry(format!("service {binding}: {e}"))),
         Err(SendError::Invalid(e)) => Err(JobError::permanent(format!("service {binding}: {e}"))),
@@ -171,7 +175,14 @@ mod tests {
     #[test]
     fn the_request_carries_the_job_and_its_signature() {
         let payload = json!({"to": "a@b.test", "n": 9007199254740993u64});
-        let job = JobContext { id: "j1", attempt: 3, payload: &payload, ordering_key: Some("acct/1"), priority: 2 };
+        let job = JobContext {
+            id: "j1",
+            attempt: 3,
+            payload: &payload,
+            ordering_key: Some("acct/1"),
+            priority: 2,
+            timeout_ms: None,
+        };
         let req = request(&job, "email", "APP", Some(b"key"), 1_700_000_000);
         assert_eq!((req.method.as_str(), req.url.as_str(), req.via.as_deref()), ("POST", RUN_URL, Some("APP")));
         assert!(req.url.ends_with(RUN_PATH));

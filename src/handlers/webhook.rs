@@ -42,7 +42,11 @@ impl JobHandler for Webhook {
         // Errors name the target without its credentials: they end up in the ledger and on the
         // dashboard.
         let shown = redacted(&req.url);
-        match services.http.send(req, services.http_timeout_ms).await {
+        match services
+            .http
+            .send(req, job.timeout_ms.map_or(services.http_timeout_ms, |t| t.min(services.http_timeout_ms)))
+            .await
+        {
             Ok(resp) => classify(&resp, services.retry_after_cap_seconds)
                 .map(|()| Done { result: Some(result_of(&resp)), http_status: Some(resp.status) })
                 .map_err(|e| with_url(e, &shown)),
@@ -419,7 +423,7 @@ mod tests {
         };
         let payload = json!({"type": "webhook", "url": "https://user:hunter2@h.test/x"});
         let err = block_on(Webhook::run(
-            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5 },
+            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None },
             &services,
         ))
         .unwrap_err();
@@ -462,7 +466,14 @@ mod tests {
         let payload =
             json!({"type": "webhook", "url": "http://h/", "body": {"test": 1}, "headers": {"webhook-id": "forged"}});
         let done = block_on(Webhook::run(
-            &JobContext { id: "job-1", attempt: 1, payload: &payload, ordering_key: None, priority: 5 },
+            &JobContext {
+                id: "job-1",
+                attempt: 1,
+                payload: &payload,
+                ordering_key: None,
+                priority: 5,
+                timeout_ms: None,
+            },
             &services,
         ))
         .unwrap();
@@ -497,7 +508,7 @@ mod tests {
         };
         let payload = json!({"type": "webhook", "url": "http://h/", "body": 1});
         let got = block_on(Webhook::run(
-            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5 },
+            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None },
             &services,
         ));
         assert_eq!(got, Err(JobError::retry("http://h/: timed out")));

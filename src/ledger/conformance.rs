@@ -71,6 +71,8 @@ fn spec(id: String, key: Option<String>, dedupe: Option<String>) -> JobSpec {
         ordering_key: key,
         dedupe_key: dedupe,
         limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
         payload: Some("{\"type\":\"conformance\"}".into()),
         max_attempts: 3,
         priority: 5,

@@ -114,6 +114,10 @@ pub struct Job {
     pub dedupe_key: Option<String>,
     /// Limit key: whose flow-control policy holds its starts back (design §20).
     pub limit_key: Option<String>,
+    /// No attempt starts at or after this (ms); one due later ends DEAD, "expired" (design §20).
+    pub deadline_at: Option<i64>,
+    /// A run taking longer is stopped and fails, retryable (design §20).
+    pub timeout_seconds: Option<u32>,
     /// Payload as JSON text (parsed when shown).
     #[serde(serialize_with = "payload_as_json")]
     pub payload: Option<String>,
@@ -193,6 +197,9 @@ impl Job {
             dedupe_key: text("dedupe_key"),
             // Before migration 0009 there is no such column: no limit.
             limit_key: text("limit_key"),
+            // Before migration 0011 there are no such columns: neither.
+            deadline_at: int("deadline_at"),
+            timeout_seconds: int("timeout_seconds").and_then(|t| u32::try_from(t).ok()),
             payload: text("payload"),
             attempts: need_int("attempts")?,
             max_attempts: need_int("max_attempts")?,
@@ -239,6 +246,8 @@ impl Job {
             ordering_key: self.ordering_key.clone(),
             dedupe_key: self.dedupe_key.clone(),
             limit_key: self.limit_key.clone(),
+            deadline_at: self.deadline_at,
+            timeout_seconds: self.timeout_seconds,
             payload: self.payload.clone(),
             max_attempts: u32::try_from(self.max_attempts).unwrap_or(1),
             priority: self.priority,
@@ -261,6 +270,10 @@ pub struct JobSpec {
     pub dedupe_key: Option<String>,
     /// Limit key (design §20).
     pub limit_key: Option<String>,
+    /// No attempt starts at or after this (ms).
+    pub deadline_at: Option<i64>,
+    /// A run's time limit.
+    pub timeout_seconds: Option<u32>,
     /// Payload as JSON text; `None` when the body was not JSON.
     pub payload: Option<String>,
     /// Attempts allowed.

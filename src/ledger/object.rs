@@ -31,6 +31,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0008_snoozes", include_str!("../../migrations/0008_snoozes.sql")),
     ("0009_limits", include_str!("../../migrations/0009_limits.sql")),
     ("0010_throttle_bookings", include_str!("../../migrations/0010_throttle_bookings.sql")),
+    ("0011_deadlines", include_str!("../../migrations/0011_deadlines.sql")),
 ];
 
 /// The schema this code's SQL is written for.

@@ -46,6 +46,8 @@ fn every_statement() -> Vec<Stmt> {
         ordering_key: Some("k".into()),
         dedupe_key: Some("d".into()),
         limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
         payload: Some("{}".into()),
         max_attempts: 3,
         priority: 5,

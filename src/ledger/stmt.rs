@@ -21,7 +21,7 @@ fn with<const N: usize>(sql: &'static str, params: [(&'static str, Param); N]) -
 }
 
 /// A job's spec as the first six parameters of the statements that record one, then `rest`, then
-/// its limit key (added last, with migration 0009).
+/// its limit key (added with migration 0009), deadline and timeout (0011).
 fn spec_then(sql: &'static str, job: &JobSpec, rest: impl IntoIterator<Item = (&'static str, Param)>) -> Stmt {
     let spec = [
         ("id", job.id.as_str().into()),
@@ -31,8 +31,12 @@ fn spec_then(sql: &'static str, job: &JobSpec, rest: impl IntoIterator<Item = (&
         ("payload", job.payload.clone().into()),
         ("max_attempts", job.max_attempts.into()),
     ];
-    let limit_key = ("limit_key", job.limit_key.clone().into());
-    Stmt::bind(sql, spec.into_iter().chain(rest).chain([limit_key]))
+    let last = [
+        ("limit_key", job.limit_key.clone().into()),
+        ("deadline_at", job.deadline_at.map_or(Param::Null, Param::Int)),
+        ("timeout_seconds", job.timeout_seconds.map_or(Param::Null, |t| Param::Int(i64::from(t)))),
+    ];
+    Stmt::bind(sql, spec.into_iter().chain(rest).chain(last))
 }
 
 fn priority(job: &JobSpec) -> (&'static str, Param) {
@@ -324,7 +328,7 @@ pub fn export_events(after: &str, last: &str) -> Stmt {
 }
 
 /// The columns of a job row, in `import_job.sql`'s order.
-pub const JOB_COLUMNS: [&str; 26] = [
+pub const JOB_COLUMNS: [&str; 28] = [
     "id",
     "type",
     "status",
@@ -351,6 +355,8 @@ pub const JOB_COLUMNS: [&str; 26] = [
     "http_status",
     "snoozes",
     "limit_key",
+    "deadline_at",
+    "timeout_seconds",
 ];
 /// The columns of a history row, in `import_event.sql`'s order.
 pub const EVENT_COLUMNS: [&str; 11] =

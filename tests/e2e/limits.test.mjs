@@ -82,3 +82,31 @@ test("a limit key's breaker opens after its failures, holds its jobs without spe
     await w.dispose();
   }
 });
+
+test("a job past its deadline is DEAD \"expired\" without running, and a run past its timeout is stopped and retried", async () => {
+  const w = await start({ vars: { LIMITS } });
+  try {
+    // Parked behind a pause past its 2 s deadline: when the resume wakes it, it expires.
+    assert.equal((await w.api("PUT", "/limits/one.test", { paused: true })).status, 200);
+    const [late] = await submit(w, [{ payload: webhook("/ok/one/late"), limit_key: "one.test", deadline_seconds: 2 }]);
+    await waitFor(async () => (await w.api("GET", "/limits/one.test")).json.waiting === 1, "the job parked", 30_000);
+    await sleep(2_500);
+    assert.equal((await w.api("PUT", "/limits/one.test", { paused: false })).status, 200);
+    await waitFor(async () => (await w.job(late))?.status === "DEAD", "the late job dead", 60_000);
+    assert.match((await w.job(late)).last_error, /^expired: not started by its deadline/);
+    assert.equal(w.target.to("/ok/one/late").length, 0, "an expired job never runs");
+
+    // The target holds its first request 5 s; the job's timeout is 1 s: stopped, then run again.
+    let calls = 0;
+    w.target.onRequest = async (e) => {
+      if (e.path === "/ok/slow" && ++calls === 1) await sleep(5_000);
+    };
+    const [slow] = await submit(w, [{ payload: webhook("/ok/slow"), timeout_seconds: 1 }]);
+    await finished(w, [slow]);
+    const { job, history } = (await w.api("GET", `/jobs/${slow}`)).json;
+    assert.equal(job.attempts, 2, "the stopped run spent its attempt");
+    assert.match(history[0].error ?? "", /timed out/, JSON.stringify(history));
+  } finally {
+    await w.dispose();
+  }
+});

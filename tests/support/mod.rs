@@ -312,6 +312,8 @@ pub fn unreadable_spec(id: &str) -> orderly::ledger::JobSpec {
         ordering_key: None,
         dedupe_key: None,
         limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
         payload: None,
         max_attempts: 8,
         priority: 5,

@@ -2,11 +2,11 @@
 -- PENDING and due, or RUNNING under an expired lease with attempts left (out of attempts, the
 -- reaper makes it DEAD: the dead run counted). No row back = not claimed (the caller reads
 -- the row to learn why). A new job whose dedupe key is active in another job is not inserted.
--- params: ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts, ?7 lease_owner, ?8 lease_until, ?9 now, ?10 due_before, ?11 priority, ?12 limit_key
+-- params: ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts, ?7 lease_owner, ?8 lease_until, ?9 now, ?10 due_before, ?11 priority, ?12 limit_key, ?13 deadline_at, ?14 timeout_seconds
 INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, max_attempts,
                  deferrals, lease_owner, lease_until, next_run_at, created_at, updated_at, priority, started_at,
-                 limit_key)
-SELECT ?1, ?2, 'RUNNING', ?3, ?4, ?5, 1, ?6, 0, ?7, ?8, ?9, ?9, ?9, ?11, ?9, ?12
+                 limit_key, deadline_at, timeout_seconds)
+SELECT ?1, ?2, 'RUNNING', ?3, ?4, ?5, 1, ?6, 0, ?7, ?8, ?9, ?9, ?9, ?11, ?9, ?12, ?13, ?14
 WHERE ?4 IS NULL OR NOT EXISTS (
   SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND id <> ?1)
 ON CONFLICT (id) DO UPDATE SET

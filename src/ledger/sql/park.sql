@@ -4,11 +4,11 @@
 -- the truth. A new job whose dedupe key is active in another job is not inserted. A row the
 -- upsert would leave alone (the common case: a job submitted through the API, already sequenced)
 -- is found by one primary-key probe and nothing else is read.
--- params: ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts, ?7 now, ?8 priority, ?9 limit_key
+-- params: ?1 id, ?2 type, ?3 ordering_key, ?4 dedupe_key, ?5 payload, ?6 max_attempts, ?7 now, ?8 priority, ?9 limit_key, ?10 deadline_at, ?11 timeout_seconds
 INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, max_attempts,
-                 deferrals, next_run_at, created_at, updated_at, priority, seq, limit_key)
+                 deferrals, next_run_at, created_at, updated_at, priority, seq, limit_key, deadline_at, timeout_seconds)
 SELECT ?1, ?2, 'PENDING', ?3, ?4, ?5, 0, ?6, 0, ?7, ?7, ?7, ?8,
-       (SELECT coalesce(max(seq), 0) + 1 FROM job WHERE ordering_key = ?3 AND seq IS NOT NULL), ?9
+       (SELECT coalesce(max(seq), 0) + 1 FROM job WHERE ordering_key = ?3 AND seq IS NOT NULL), ?9, ?10, ?11
 WHERE NOT EXISTS (
     SELECT 1 FROM job AS had
     WHERE had.id = ?1 AND NOT (had.seq IS NULL AND had.ordering_key IS NOT NULL AND had.status = 'PENDING'))
