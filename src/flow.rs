@@ -83,16 +83,37 @@ pub struct Policy {
     pub breaker: Option<Breaker>,
 }
 
-/// A policy as written in `LIMITS` and in the API: flat fields, each checked.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A policy as written in `LIMITS` and in the API: flat fields, each checked when read, each
+/// left out when shown if unset.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyText {
+    #[serde(skip_serializing_if = "Option::is_none")]
     rate: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     per_seconds: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     burst: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     concurrency: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     trip_after: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     cooldown_seconds: Option<u32>,
+}
+
+impl From<&Policy> for PolicyText {
+    /// How a policy is written: what [`PolicyText::policy`] reads back as the same policy.
+    fn from(p: &Policy) -> Self {
+        PolicyText {
+            rate: p.throttle.map(|t| t.rate),
+            per_seconds: p.throttle.map(|t| t.per_seconds),
+            burst: p.throttle.map(|t| t.burst),
+            concurrency: p.concurrency,
+            trip_after: p.breaker.map(|b| b.trip_after),
+            cooldown_seconds: p.breaker.map(|b| b.cooldown_seconds),
+        }
+    }
 }
 
 impl PolicyText {

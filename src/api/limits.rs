@@ -12,7 +12,7 @@
 //! A policy is written flat, as in `LIMITS`: `rate`, `per_seconds`, `burst`, `concurrency`,
 //! `trip_after`, `cooldown_seconds`.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::{query_pairs, Api, ApiResponse, MAX_PAGE};
 use crate::clock::Clock;
@@ -28,20 +28,7 @@ pub const WAKE_ON_CHANGE: u32 = 100;
 
 /// A policy as the API writes it: flat, as `LIMITS` reads it.
 pub fn policy_json(p: &Policy) -> Value {
-    let mut o = Map::new();
-    if let Some(t) = p.throttle {
-        o.insert("rate".into(), t.rate.into());
-        o.insert("per_seconds".into(), t.per_seconds.into());
-        o.insert("burst".into(), t.burst.into());
-    }
-    if let Some(c) = p.concurrency {
-        o.insert("concurrency".into(), c.into());
-    }
-    if let Some(b) = p.breaker {
-        o.insert("trip_after".into(), b.trip_after.into());
-        o.insert("cooldown_seconds".into(), b.cooldown_seconds.into());
-    }
-    Value::Object(o)
+    serde_json::to_value(PolicyText::from(p)).unwrap_or_default()
 }
 
 /// A limit key as the API shows it: its state (if it has one), its configured policy, and the
@@ -146,8 +133,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             .concurrency
             .map_or(WAKE_ON_CHANGE, |c| u32::try_from(i64::from(c) - running).unwrap_or(0).min(WAKE_ON_CHANGE));
         let woken = if room > 0 { self.ledger.wake(key, room).await? } else { Vec::new() };
-        let shown =
-            if woken.is_empty() { shown } else { view(key, self.ledger.limit_state(key, now).await?.as_ref(), cfg) };
+        // Those woken have left the line (no second read for it).
+        let waiting = |s: LimitState| LimitState { waiting: (s.waiting - woken.len() as i64).max(0), ..s };
+        let shown = if woken.is_empty() { shown } else { view(key, state.map(waiting).as_ref(), cfg) };
         if let Err(e) = producer::wake(self.ledger, self.queue, &woken, cfg.lock_retry_delay_seconds, None).await {
             let error = format!("{e}; the change is made, and maintenance sends the parked jobs again");
             return Ok(ApiResponse::json(503, json!({"error": error, "limit": shown})));

@@ -101,7 +101,7 @@ test("the dashboard charts the jobs a test ran, shows a job's timeline, cancels 
   const browser = await launch();
   try {
     const r = await w.api("POST", "/jobs", { jobs: [
-      { payload: webhook("/fail/2/dash-flaky"), ordering_key: "acct/7", priority: 1 },
+      { payload: webhook("/fail/2/dash-flaky"), ordering_key: "acct/7", priority: 1, limit_key: "dash.test", deadline_seconds: 3600, timeout_seconds: 20 },
       { payload: webhook("/ok/dash-1") },
       { payload: webhook("/ok/dash-2") },
       { payload: webhook("/status/404/dash-a") },
@@ -134,6 +134,7 @@ test("the dashboard charts the jobs a test ran, shows a job's timeline, cancels 
     assert.match(await page.textContent("#timeline li:last-child"), /attempt 3: done \(HTTP 200\)/);
     assert.match(await page.textContent("#result"), /"status": 200/);
     assert.match(await page.textContent("#detail"), /priority 1/);
+    assert.match(await page.textContent("#detail"), /limit key dash\.test · deadline .+ · timeout 20 s/);
     // `npm run screenshot` keeps this view for the README.
     if (process.env.DASHBOARD_SCREENSHOT) await page.screenshot({ path: process.env.DASHBOARD_SCREENSHOT, fullPage: true });
 
