@@ -18,7 +18,7 @@
 // The flow-control workloads (design §20) run at C=4 only. `throttle10` and `throttle100`: jobs on
 // 20 ordering keys sharing one limit key throttled to 10/s and 100/s; the target times every
 // start, for the achieved rate over the run and the most starts in any one-second window.
-// `hotlimit`: 10,000 jobs of one limit key (100 ordering keys, at most 4 running at once) beside
+// `hotlimit`: 10,000 jobs of one limit key (100 ordering keys, at most 2 running at once) beside
 // 50 quiet keys of 10 jobs each arriving over 10 s, against `quiet`, the quiet keys alone: the
 // quiet jobs' p95 wait (arrival to first start) in each. In `hotlimit` the quiet jobs arrive with
 // the hot burst, behind its 10,000 messages in the queue; in `hotlate` 60 s later, while the hot
@@ -44,12 +44,15 @@ const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail,ur
 const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane").split(",");
 const URGENT_JOBS = 10;
 /** The flow-control workloads: their policies (`LIMITS`), job counts, and the concurrency they run at. */
+/** The hot limit key's concurrency: half the consumer's invocations, so the quiet keys have room
+ * (at BENCH_HOT_CONCURRENCY=4 the hot key may hold all four). */
+const HOT_CONCURRENCY = Number(process.env.BENCH_HOT_CONCURRENCY ?? 2);
 const FLOW = {
   throttle10: { limits: { api: { rate: 10 } }, jobs: 200 },
   throttle100: { limits: { api: { rate: 100 } }, jobs: 1000 },
-  quiet: { limits: { hot: { concurrency: 4 } }, jobs: 0 },
-  hotlimit: { limits: { hot: { concurrency: 4 } }, jobs: 10_000 },
-  hotlate: { limits: { hot: { concurrency: 4 } }, jobs: 10_000, quietFromMs: 60_000 },
+  quiet: { limits: { hot: { concurrency: HOT_CONCURRENCY } }, jobs: 0 },
+  hotlimit: { limits: { hot: { concurrency: HOT_CONCURRENCY } }, jobs: 10_000 },
+  hotlate: { limits: { hot: { concurrency: HOT_CONCURRENCY } }, jobs: 10_000, quietFromMs: 60_000 },
 };
 const FLOW_CONCURRENCY = 4;
 const QUIET_KEYS = 50;
@@ -395,7 +398,7 @@ async function main() {
         const x = await measure(consumer, name, c);
         if (FLOW[name]) {
           const api = FLOW[name].limits.api;
-          flow.push([name, String(c), consumer, api ? `${api.rate}/s, burst 1` : "hot: concurrency 4", name.startsWith("throttle") ? fmt(x.perSecond) : "-",
+          flow.push([name, String(c), consumer, api ? `${api.rate}/s, burst 1` : `hot: concurrency ${HOT_CONCURRENCY}`, name.startsWith("throttle") ? fmt(x.perSecond) : "-",
             name.startsWith("throttle") ? String(x.worstWindow) : "-", fmt(x.deliveriesPerJob), x.quietP95 === null ? "-" : String(x.quietP95)]);
           if (x.quietP95 !== null) quietP95.set(`${name}/${consumer}`, x.quietP95);
         }
