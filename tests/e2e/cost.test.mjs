@@ -24,7 +24,8 @@ test("the benchmark counts one job's D1 rows, statements and queue operations as
     const now = Date.now();
     const payload = JSON.stringify({ type: "webhook", url: "http://target.test/hook", body: {} });
     const life = [
-      [sql("claim"), "job-1", "webhook", null, null, payload, 8, "inv-1", now + 120_000, now, now + 2_000, 5, null],
+      // ... priority, limit_key, deadline_at, timeout_seconds (claim.sql's params).
+      [sql("claim"), "job-1", "webhook", null, null, payload, 8, "inv-1", now + 120_000, now, now + 2_000, 5, null, null, null],
       [sql("get"), "job-1"],
       [sql("complete"), "job-1", "inv-1", now + 5, '{"status":200}', 200],
       [sql("purge_events"), now + 10, 1000],
