@@ -140,52 +140,27 @@ macro_rules! sql {
 pub(crate) fn ask_stmts(ask: &Ask<'_>, now: i64) -> Vec<Stmt> {
     let b = bound(&ask.policy);
     let (key, job, until) = (ask.limit_key, ask.job_id, ask.until);
+    // The statements that decide for this job at this time bind these four first.
+    let for_job = |sql: &'static str, rest: Vec<(&'static str, Param)>| {
+        let first = [("limit_key", key.into()), ("job_id", job.into()), ("now", now.into()), ("until", until.into())];
+        Stmt::bind(sql, first.into_iter().chain(rest))
+    };
     vec![
         Stmt::bind(sql!("limit_seen"), [("limit_key", key.into()), ("now", now.into())]),
-        Stmt::bind(
+        for_job(
             sql!("limit_acquire"),
-            [
-                ("limit_key", key.into()),
-                ("job_id", job.into()),
-                ("now", now.into()),
-                ("until", until.into()),
+            vec![
                 ("interval_us", b.interval_us.clone()),
                 ("tolerance_us", b.tolerance_us.clone()),
                 ("concurrency", b.concurrency.clone()),
                 ("pace_ms", ask.pace_ms.into()),
             ],
         ),
-        Stmt::bind(
-            sql!("limit_charge"),
-            [
-                ("limit_key", key.into()),
-                ("job_id", job.into()),
-                ("now", now.into()),
-                ("until", until.into()),
-                ("interval_us", b.interval_us.clone()),
-            ],
-        ),
-        Stmt::bind(
-            sql!("limit_park"),
-            [
-                ("limit_key", key.into()),
-                ("job_id", job.into()),
-                ("now", now.into()),
-                ("until", until.into()),
-                ("route", ask.route.to_text().into()),
-                ("concurrency", b.concurrency),
-            ],
-        ),
-        Stmt::bind(
+        for_job(sql!("limit_charge"), vec![("interval_us", b.interval_us.clone())]),
+        for_job(sql!("limit_park"), vec![("route", ask.route.to_text().into()), ("concurrency", b.concurrency)]),
+        for_job(
             sql!("limit_book"),
-            [
-                ("limit_key", key.into()),
-                ("job_id", job.into()),
-                ("now", now.into()),
-                ("until", until.into()),
-                ("interval_us", b.interval_us.clone()),
-                ("tolerance_us", b.tolerance_us.clone()),
-            ],
+            vec![("interval_us", b.interval_us.clone()), ("tolerance_us", b.tolerance_us.clone())],
         ),
         Stmt::bind(sql!("limit_unpark"), [("limit_key", key.into()), ("job_id", job.into()), ("until", until.into())]),
         Stmt::bind(
