@@ -329,6 +329,12 @@ impl App {
                 Err(answer) => return respond(answer),
             }
         }
+        if api_req.path == MIGRATE_PATH && cfg_error.is_none() {
+            if api.caller(api_req.authorization.as_deref()) != Some(crate::api::Caller::Admin) {
+                return respond(ApiResponse::error(403, "migrating the ledger needs ADMIN_TOKEN"));
+            }
+            return respond(migrate_ledger(&s, &api_req).await);
+        }
         if api_req.path == MOVE_PATH && cfg_error.is_none() {
             if api.caller(api_req.authorization.as_deref()) != Some(crate::api::Caller::Admin) {
                 return respond(ApiResponse::error(403, "moving the ledger needs ADMIN_TOKEN"));
@@ -346,6 +352,38 @@ impl App {
         };
         let r = crate::maintenance::run(&s.ledger(), &s.queue, &SystemClock, &s.cfg).await;
         log(&Event::Maintenance { report: serde_json::to_value(&r).unwrap_or_default(), failed: !r.errors.is_empty() });
+    }
+}
+
+/// Where an operator brings the ledger's schema to this release's (design §21).
+const MIGRATE_PATH: &str = "/admin/migrate";
+
+/// `POST /admin/migrate` applies the migrations a D1 ledger lacks (`GET` says where it stands).
+/// Durable Object shards migrate themselves on their first request: nothing to do for them.
+async fn migrate_ledger(s: &Started, req: &ApiRequest) -> ApiResponse {
+    use crate::ledger::schema::{Standing, SCHEMA};
+    let d1 = match s.shards.first() {
+        Some(EdgeSql::D1(d1)) => d1,
+        _ => {
+            return ApiResponse::json(
+                200,
+                json!({ "ledger": "do", "schema": SCHEMA, "applied": [],
+                        "note": "each ledger shard applies the migrations it lacks on its first request" }),
+            )
+        }
+    };
+    let answer = match req.method.as_str() {
+        "POST" => d1.migrate().await.map(|m| json!({ "ledger": "d1", "schema": m.schema, "applied": m.applied })),
+        "GET" => d1.applied().await.map(|applied| {
+            let standing = Standing::of(&applied);
+            json!({ "ledger": "d1", "schema": SCHEMA, "current": standing == Standing::Current,
+                    "problem": standing.refusal(), "migrations": applied })
+        }),
+        _ => return ApiResponse::error(405, "POST migrates, GET says where the schema stands"),
+    };
+    match answer {
+        Ok(body) => ApiResponse::json(200, body),
+        Err(e) => ApiResponse::error(503, e.to_string()),
     }
 }
 

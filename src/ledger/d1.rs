@@ -1,14 +1,42 @@
-//! The ledger's SQL port on Cloudflare D1: a statement batch is one `batch()` round trip.
+//! The ledger's SQL port on Cloudflare D1: a statement batch is one `batch()` round trip. Before
+//! its first batch in an isolate, the port checks the database's schema against the code's
+//! (`schema.rs`, design §21): on another schema every batch is refused, naming the fix.
+
+use std::cell::Cell;
 
 use serde_json::Value;
 use wasm_bindgen::JsValue;
 use worker::D1Database;
 
+use super::schema::{self, Migrated};
 use super::store::{Param, Row, Sql, Stmt};
 use crate::error::InfraError;
 
+thread_local! {
+    /// Whether this isolate has found the D1 ledger's schema to be this code's: checked once per
+    /// isolate (one read), not per batch.
+    static CURRENT: Cell<bool> = const { Cell::new(false) };
+}
+
 /// A D1 binding.
 pub struct D1Sql(pub D1Database);
+
+/// The binding without the schema check: what checks and migrates it.
+struct Unchecked<'a>(&'a D1Database);
+
+impl D1Sql {
+    /// Brings the database to this code's schema (`POST /admin/migrate`).
+    pub async fn migrate(&self) -> Result<Migrated, InfraError> {
+        let migrated = schema::migrate(&Unchecked(&self.0)).await?;
+        CURRENT.set(true);
+        Ok(migrated)
+    }
+
+    /// The migrations the database lists.
+    pub async fn applied(&self) -> Result<Vec<String>, InfraError> {
+        schema::applied(&Unchecked(&self.0)).await
+    }
+}
 
 fn js(p: &Param) -> JsValue {
     match p {
@@ -20,6 +48,16 @@ fn js(p: &Param) -> JsValue {
 }
 
 impl Sql for D1Sql {
+    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
+        if !CURRENT.get() {
+            schema::check(&Unchecked(&self.0)).await?;
+            CURRENT.set(true);
+        }
+        Unchecked(&self.0).batch(stmts).await
+    }
+}
+
+impl Sql for Unchecked<'_> {
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
         let err = |e: worker::Error| InfraError::new("D1", e.to_string());
         let prepared = stmts

@@ -38,6 +38,7 @@ mod shards;
 // The statement builders are the ledger's own; the project's SQL tests reach them through the
 // `testing` feature.
 pub mod route;
+pub mod schema;
 #[cfg(feature = "testing")]
 pub mod stmt;
 #[cfg(not(feature = "testing"))]

@@ -15,27 +15,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use super::schema::SCHEMA;
+use super::schema::{statements, MIGRATIONS};
 use super::store::{Param, Row, Sql, Stmt};
 use crate::error::InfraError;
-
-/// The ledger's migrations, in order: applied inside every shard (D1 applies the same files with
-/// `wrangler d1 migrations apply`).
-pub const MIGRATIONS: &[(&str, &str)] = &[
-    ("0001_job_ledger", include_str!("../../migrations/0001_job_ledger.sql")),
-    ("0002_strict_order", include_str!("../../migrations/0002_strict_order.sql")),
-    ("0003_list_index", include_str!("../../migrations/0003_list_index.sql")),
-    ("0004_history_priority_results", include_str!("../../migrations/0004_history_priority_results.sql")),
-    ("0005_history_snooze_and_redrives", include_str!("../../migrations/0005_history_snooze_and_redrives.sql")),
-    ("0006_one_finished_index", include_str!("../../migrations/0006_one_finished_index.sql")),
-    ("0007_cost_per_job", include_str!("../../migrations/0007_cost_per_job.sql")),
-    ("0008_snoozes", include_str!("../../migrations/0008_snoozes.sql")),
-    ("0009_limits", include_str!("../../migrations/0009_limits.sql")),
-    ("0010_throttle_bookings", include_str!("../../migrations/0010_throttle_bookings.sql")),
-    ("0011_deadlines", include_str!("../../migrations/0011_deadlines.sql")),
-];
-
-/// The schema this code's SQL is written for.
-pub const SCHEMA: u32 = MIGRATIONS.len() as u32;
 
 /// The object's own bookkeeping: its schema and its place among the shards.
 const META: &str = "CREATE TABLE IF NOT EXISTS orderly_shard (name TEXT PRIMARY KEY, value INTEGER NOT NULL)";
@@ -142,21 +125,6 @@ impl<T: Transport> Sql for ShardSql<T> {
             }
         }
     }
-}
-
-/// The statements of a migration file, comments removed (D1 runs a file whole; an object runs
-/// one statement per `exec`).
-pub fn statements(file: &str) -> Vec<String> {
-    let text: String = file
-        .lines()
-        .map(|line| match line.find("--") {
-            // No migration has "--" inside a string literal (checked by a test over the files).
-            Some(i) => &line[..i],
-            None => line,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    text.split(';').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
 }
 
 /// The shard's place and schema as recorded, if any.
@@ -269,35 +237,10 @@ fn prepare(store: &impl ObjectStore, place: &Place, req: &ShardRequest) -> Resul
         .iter()
         .skip(place.schema as usize)
         .flat_map(|(_, file)| statements(file))
-        .map(|sql| ObjectStmt { sql, params: Vec::new() })
+        .map(|sql| ObjectStmt { sql: sql.to_string(), params: Vec::new() })
         .collect();
     for (name, value) in [("schema", SCHEMA), ("shard", req.shard), ("shards", req.shards)] {
         stmts.push(ObjectStmt { sql: WRITE_META.into(), params: vec![name.into(), value.into()] });
     }
     store.transact(&stmts).map(|_| ())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn comments_and_blank_statements_are_dropped() {
-        let s = statements("-- a; comment\nCREATE TABLE t (a INT); -- trailing; here\n\nCREATE INDEX i ON t (a);\n");
-        assert_eq!(s, ["CREATE TABLE t (a INT)", "CREATE INDEX i ON t (a)"]);
-    }
-
-    #[test]
-    fn no_migration_has_a_comment_marker_or_semicolon_inside_a_string() {
-        for (name, file) in MIGRATIONS {
-            for line in file.lines() {
-                let code = line.split("--").next().unwrap_or("");
-                // Inside quotes, neither "--" nor ";" may appear: the splitter would cut there.
-                let quoted: Vec<&str> = code.split('\'').skip(1).step_by(2).collect();
-                assert!(quoted.iter().all(|q| !q.contains(';')), "{name}: {line}");
-                let after = line.find("--").map(|i| &line[..i]).unwrap_or(line);
-                assert_eq!(after.matches('\'').count() % 2, 0, "{name}: a comment marker inside a string: {line}");
-            }
-        }
-    }
 }

@@ -74,7 +74,7 @@ export class Target {
   }
 }
 
-/** The ledger's schema: how many migrations there are (src/ledger/object.rs, SCHEMA). */
+/** The ledger's schema: how many migrations there are (src/ledger/schema.rs, SCHEMA). */
 export const SCHEMA = readdirSync(join(root, "migrations")).filter((f) => f.endsWith(".sql")).length;
 
 /** Module rules for worker-build's output. */
@@ -83,16 +83,20 @@ export const MODULES_RULES = [
   { type: "CompiledWasm", include: ["**/*.wasm"] },
 ];
 
-/** Applies migrations/ to a D1 binding: each file split into statements (comments dropped), one batch. */
-export async function migrate(db) {
+/**
+ * Applies migrations/ to a D1 binding as `wrangler d1 migrations apply` does: each file (split into
+ * statements, comments dropped) and its row in `d1_migrations`, one batch. `upTo`: only the first n.
+ */
+export async function migrate(db, { upTo = Infinity } = {}) {
   const dir = join(root, "migrations");
-  for (const file of readdirSync(dir).filter((f) => f.endsWith(".sql")).sort()) {
+  await db.prepare("CREATE TABLE IF NOT EXISTS d1_migrations(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL)").run();
+  for (const file of readdirSync(dir).filter((f) => f.endsWith(".sql")).sort().slice(0, upTo)) {
     const text = readFileSync(join(dir, file), "utf8")
       .split("\n")
       .map((l) => l.replace(/--.*$/, ""))
       .join("\n");
     const stmts = text.split(";").map((s) => s.trim()).filter(Boolean);
-    await db.batch(stmts.map((s) => db.prepare(s)));
+    await db.batch([...stmts.map((s) => db.prepare(s)), db.prepare("INSERT INTO d1_migrations (name) VALUES (?1)").bind(file)]);
   }
 }
 
@@ -109,7 +113,7 @@ function defaultLedger() {
  * SQLite-backed Durable Objects of the worker's class `className` (LEDGER = "do") instead of D1;
  * then `job(id)` reads the job through the API (there is no one database to read).
  */
-export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers, serviceBindings, buildDir = "build", workerOptions = {} } = {}) {
+export async function start({ ledger, migrations = Infinity, vars = {}, bindings, mainQueue = {}, urgentQueue = {}, adminToken = TOKEN, dlqName = "orderly-dlq", extraConsumers = {}, extraProducers = {}, urgentLane = true, extraWorkers, serviceBindings, buildDir = "build", workerOptions = {} } = {}) {
   if (ledger === undefined && buildDir === "build") ledger = defaultLedger();
   const target = new Target();
   // Other Workers may reach the target too: give them `outboundService: target` as a function.
@@ -161,7 +165,7 @@ export async function start({ ledger, vars = {}, bindings, mainQueue = {}, urgen
   const mf = new Miniflare(extraWorkers ? { ...shared, workers: [orderly, ...extraWorkers] } : { ...shared, ...orderly });
   const url = await mf.ready;
   const d1 = await mf.getD1Database("DB");
-  await migrate(d1);
+  await migrate(d1, { upTo: migrations });
   const kv = await mf.getKVNamespace("ORDERING_KV");
   const worker = await mf.getWorker();
   const queue = await mf.getQueueProducer("JOBS");
