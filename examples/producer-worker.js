@@ -1,12 +1,13 @@
 // @ts-check
 // A producer Worker that hands work to orderly: through a service binding with orderly's client,
 // and, as a Fedify app's `WorkersMessageQueue` does, straight onto orderly's queue.
-// Type-checked against client/index.d.ts and run under miniflare by tests/e2e/client.test.mjs.
+// Imports the client by its package name. Type-checked against its types and run under
+// miniflare, bundled from the packed package, by tests/e2e/client.test.mjs.
 //
 // AN EXAMPLE, NOT A SERVICE TO DEPLOY AS IT IS: its routes submit, cancel and redrive jobs with
 // orderly's ADMIN_TOKEN. It answers only requests bearing its own secret PRODUCER_TOKEN (and 503
 // when that is not set); a real app calls the client from its own code, behind its own auth.
-import { OrderlyClient, OrderlyError } from "../client/index.js";
+import { OrderlyClient, OrderlyError } from "orderly-queues";
 
 /**
  * @typedef {object} Env

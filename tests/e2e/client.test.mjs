@@ -1,13 +1,14 @@
 // The producer client (client/) and the producer example (examples/producer-worker.js): the
-// example is type-checked against client/index.d.ts, then runs as a second Worker under miniflare
-// with a service binding to orderly, and sends a Fedify-enveloped message straight to the queue.
+// example imports the client by its package name; it is type-checked against client/index.d.ts,
+// then bundled from the packed package and run as a second Worker under miniflare with a service
+// binding to orderly, and sends a Fedify-enveloped message straight to the queue.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { start, webhook, waitFor, TOKEN, MODULES_RULES } from "./harness.mjs";
+import { start, webhook, waitFor, bundleWorker, TOKEN, MODULES_RULES } from "./harness.mjs";
 import { OrderlyClient, UnavailableError, TooLargeError, OrderlyError } from "../../client/index.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -37,10 +38,13 @@ const PRODUCER_TOKEN = "producer-example-token";
 /** A request to the producer example with its token. */
 const authed = (init = {}) => ({ ...init, headers: { authorization: `Bearer ${PRODUCER_TOKEN}` } });
 
+/** The example, bundled as wrangler bundles it: the files it took from the packed package. */
+const bundled = await bundleWorker(join(root, "examples/producer-worker.js"), join(root, "build/producer-worker.mjs"));
+
 const producer = {
   name: "producer",
   modules: true,
-  scriptPath: join(root, "examples/producer-worker.js"),
+  scriptPath: join(root, "build/producer-worker.mjs"),
   modulesRoot: root,
   modulesRules: MODULES_RULES,
   compatibilityDate: "2026-08-01",
@@ -50,6 +54,7 @@ const producer = {
 };
 
 test("a producer Worker uses the client through a service binding; errors come back typed", async () => {
+  assert.deepEqual(bundled, ["client/index.js"], "the client from the packed package");
   const w = await start({ extraWorkers: [producer] });
   try {
     const p = await w.mf.getWorker("producer");

@@ -11,9 +11,8 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { build } from "esbuild";
 import { Miniflare } from "miniflare";
-import { start, waitFor, migrate, MODULES_RULES } from "./harness.mjs";
+import { start, waitFor, migrate, bundleWorker, MODULES_RULES } from "./harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const TOKEN = "test-admin-token";
@@ -21,12 +20,10 @@ const TOKEN = "test-admin-token";
 const PRODUCER = "test-producer-token-0123";
 const PAYLOAD_KEY = `k1:${Buffer.alloc(32, 9).toString("base64")}`;
 
+/** The example, bundled as wrangler bundles it, importing orderly's package by name from its tarball. */
 async function bundle() {
-  await build({
-    entryPoints: [join(root, "examples/fedify-worker/src/index.js")],
-    bundle: true, format: "esm", platform: "browser", conditions: ["workerd", "worker", "browser"],
-    external: ["node:*", "cloudflare:*"], outfile: join(root, "build/fedify-worker.mjs"), logLevel: "warning",
-  });
+  const taken = await bundleWorker(join(root, "examples/fedify-worker/src/index.js"), join(root, "build/fedify-worker.mjs"));
+  assert.deepEqual(taken.sort(), ["client/fedify.js", "client/index.js"], "orderly's adapter from the packed package");
 }
 
 /** Three inbox servers: a.test healthy; b.test 503 for its first 4 requests, c.test 429 with

@@ -1,7 +1,9 @@
 // Starts the built worker under miniflare with real (simulated) Queues, KV and D1, the ledger
 // migrated from migrations/, and an in-process HTTP target that answers the worker's webhooks.
 import { Miniflare } from "miniflare";
-import { readFileSync, readdirSync } from "node:fs";
+import { build } from "esbuild";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -76,6 +78,42 @@ export class Target {
 
 /** The ledger's schema: how many migrations there are (src/ledger/schema.rs, SCHEMA). */
 export const SCHEMA = readdirSync(join(root, "migrations")).filter((f) => f.endsWith(".sql")).length;
+
+/**
+ * The npm package as `npm pack` makes it, unpacked where a bundler finds it by name
+ * (build/npm/node_modules/orderly-queues); build/npm is a package of its own, so nothing there
+ * resolves `orderly-queues` to the repository's own files.
+ */
+export function packedPackage() {
+  const dir = join(root, "build/npm");
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(join(dir, "node_modules/orderly-queues"), { recursive: true });
+  writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "packed-package-user", private: true }));
+  const tgz = execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], { cwd: root, encoding: "utf8" }).trim().split("\n").pop();
+  execFileSync("tar", ["xzf", join(dir, tgz), "-C", join(dir, "node_modules/orderly-queues"), "--strip-components=1"]);
+  return dir;
+}
+
+/**
+ * Bundles a worker as wrangler does (nodejs_compat), its `orderly-queues` imports resolved in the
+ * packed package only. Returns the files it took from that package (relative to it).
+ */
+export async function bundleWorker(entry, outfile) {
+  const packed = packedPackage();
+  const fromPackage = {
+    name: "orderly-queues from its tarball",
+    setup(b) {
+      b.onResolve({ filter: /^orderly-queues(\/.*)?$/ }, (args) =>
+        args.pluginData === "packed" ? undefined : b.resolve(args.path, { kind: args.kind, resolveDir: packed, pluginData: "packed" }));
+    },
+  };
+  const out = await build({
+    entryPoints: [entry], bundle: true, format: "esm", platform: "browser", conditions: ["workerd", "worker", "browser"],
+    external: ["node:*", "cloudflare:*"], outfile, logLevel: "warning", metafile: true, plugins: [fromPackage],
+  });
+  const prefix = "build/npm/node_modules/orderly-queues/";
+  return Object.keys(out.metafile.inputs).filter((f) => f.startsWith(prefix)).map((f) => f.slice(prefix.length));
+}
 
 /** Module rules for worker-build's output. */
 export const MODULES_RULES = [

@@ -4,7 +4,7 @@
 // orderly by tests/e2e/fedify.test.mjs, which delivers to in-process inboxes.
 import { createExponentialBackoffPolicy, createFederation, generateCryptoKeyPair, MemoryKvStore } from "@fedify/fedify";
 import { Create, Delete, Note, Person, Update } from "@fedify/vocab";
-import { OrderlyMessageQueue, orderlyHandler } from "../../../client/fedify.js";
+import { OrderlyMessageQueue, orderlyHandler } from "orderly-queues/fedify";
 
 let app;
 let keyPair;

@@ -1,0 +1,57 @@
+#!/usr/bin/env node
+// `npx orderly-queues new <dir>`: a new worker on orderly from the package's template (a Rust
+// worker with one job type, orderly's bindings, `npm start` and `npm run deploy`), its name taken
+// from the folder's, on the same orderly release as this package, with a local ADMIN_TOKEN in
+// `.dev.vars`. `npx orderly-queues migrations`: where the ledger's migrations are (for a
+// wrangler.toml's `migrations_dir`).
+import { randomBytes } from "node:crypto";
+import { cpSync, existsSync, readFileSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(dirname(fileURLToPath(import.meta.url)));
+const { version } = JSON.parse(readFileSync(join(here, "package.json"), "utf8"));
+
+function usage(code) {
+  console.error(`orderly-queues ${version}
+
+  npx orderly-queues new <dir>     a new worker on orderly in <dir> (which must not exist or be empty)
+  npx orderly-queues migrations    the folder of the ledger's migrations`);
+  process.exit(code);
+}
+
+/** Every file under `dir`, depth first. */
+function files(dir) {
+  return readdirSync(dir).flatMap((f) => (statSync(join(dir, f)).isDirectory() ? files(join(dir, f)) : [join(dir, f)]));
+}
+
+function create(dir) {
+  const target = resolve(dir);
+  if (existsSync(target) && readdirSync(target).length > 0) {
+    console.error(`${target} is not empty: choose a new folder`);
+    process.exit(1);
+  }
+  const name = basename(target).toLowerCase().replace(/[^a-z0-9-]+/g, "-").replace(/^-+|-+$/g, "");
+  if (!/^[a-z][a-z0-9-]{0,62}$/.test(name)) {
+    console.error(`${basename(target)}: a worker's name starts with a letter and has letters, digits and dashes`);
+    process.exit(1);
+  }
+  cpSync(join(here, "template"), target, { recursive: true });
+  // npm leaves a package's .gitignore out; the template keeps it as `gitignore`.
+  renameSync(join(target, "gitignore"), join(target, ".gitignore"));
+  for (const f of files(target)) {
+    writeFileSync(f, readFileSync(f, "utf8").replaceAll("{{name}}", name).replaceAll("{{version}}", version));
+  }
+  writeFileSync(join(target, ".dev.vars"), `ADMIN_TOKEN=${randomBytes(16).toString("hex")}\n`);
+  console.log(`Created ${name} in ${target}, on orderly ${version}. Next:
+
+  cd ${dir}
+  npm install
+  npm start      # local Queues, KV and D1; the ledger migrated; the dashboard at http://localhost:8787
+`);
+}
+
+const [command, arg] = process.argv.slice(2);
+if (command === "new" && arg) create(arg);
+else if (command === "migrations") console.log(join(here, "migrations"));
+else usage(command ? 1 : 0);

@@ -1,0 +1,161 @@
+// Installed the way users install it (design §21): from a scratch folder outside the repository,
+// with only the packed crate (`cargo package`) and the packed npm package (`npm pack`), nothing
+// pointing into the repository. `npx orderly-queues new` makes a Rust worker with its own job
+// type; it builds against the crate unpacked from its `.crate` file, starts under miniflare on an
+// empty D1 database, is migrated with the documented command (`POST /admin/migrate`) and runs a
+// job. A Fedify app installs the npm package and Fedify by name, imports `orderly-queues/fedify`,
+// and delivers an activity through that worker. Only the tools (cargo, worker-build, esbuild,
+// miniflare) are the repository's. Run with the D1 ledger only: it starts its own workers.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+import { start, waitFor } from "./harness.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const { version } = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+const skip = process.env.ORDERLY_E2E_LEDGER === "do" && "starts its own workers on D1 (run once, in the D1 pass)";
+const run = (cmd, args, cwd, env = {}) =>
+  execFileSync(cmd, args, { cwd, encoding: "utf8", env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+
+/** The scratch folder with both packages in it, as a release would publish them. */
+function packages() {
+  const scratch = mkdtempSync(join(tmpdir(), "orderly-install-"));
+  run("cargo", ["package", "--allow-dirty", "--no-verify", "-p", "orderly-queues", "--target-dir", join(scratch, "cargo")], root);
+  const crate = join(scratch, "cargo/package", `orderly-queues-${version}.crate`);
+  mkdirSync(join(scratch, "vendor"));
+  run("tar", ["xzf", crate, "-C", join(scratch, "vendor")], scratch);
+  const tgz = run("npm", ["pack", "--silent", "--pack-destination", scratch], root).trim().split("\n").pop();
+  return { scratch, crate: join(scratch, "vendor", `orderly-queues-${version}`), tgz: join(scratch, tgz) };
+}
+
+test("a new Rust worker from the template, on the packed crate, migrates and runs its job; a Fedify app on the packed npm package delivers through it", { skip, timeout: 900_000 }, async () => {
+  const { scratch, crate, tgz } = packages();
+
+  // The template, by the package's own bin, as `npx orderly-queues new greeter` runs it.
+  run("npm", ["exec", "--yes", `--package=${tgz}`, "--", "orderly-queues", "new", "greeter"], scratch);
+  const app = join(scratch, "greeter");
+  assert.ok(readdirSync(app).includes(".dev.vars") && readdirSync(app).includes(".gitignore"));
+  const cargoToml = readFileSync(join(app, "Cargo.toml"), "utf8");
+  assert.match(cargoToml, new RegExp(`orderly = \\{ package = "orderly-queues", version = "${version}" \\}`));
+  assert.match(readFileSync(join(app, "wrangler.toml"), "utf8"), /migrations_dir = "node_modules\/orderly-queues\/migrations"/);
+  const token = readFileSync(join(app, ".dev.vars"), "utf8").match(/^ADMIN_TOKEN=(\w{32})$/m)[1];
+  // The crate is not on crates.io yet: the registry's copy is the unpacked .crate file.
+  appendFileSync(join(app, "Cargo.toml"), `\n[patch.crates-io]\norderly-queues = { path = "${crate}" }\n`);
+  // wrangler's [build] command; the repository's target folder only as a cache of compiled crates.
+  run("worker-build", ["--release", "--no-opt"], app, { CARGO_TARGET_DIR: join(root, "target") });
+
+  // A Fedify app: Fedify and orderly's package installed by name (the package from its tarball).
+  const fedify = join(scratch, "fedify-app");
+  mkdirSync(join(fedify, "src"), { recursive: true });
+  const fedifyVersion = JSON.parse(readFileSync(join(root, "package.json"), "utf8")).devDependencies["@fedify/fedify"];
+  writeFileSync(join(fedify, "package.json"), JSON.stringify({ name: "fedify-app", private: true, type: "module",
+    dependencies: { "@fedify/fedify": fedifyVersion, "@fedify/vocab": fedifyVersion, "orderly-queues": `file:${tgz}` } }, null, 2));
+  writeFileSync(join(fedify, "src/index.js"), FEDIFY_APP);
+  run("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", "--ignore-scripts"], fedify);
+  await build({
+    entryPoints: [join(fedify, "src/index.js")], absWorkingDir: fedify,
+    bundle: true, format: "esm", platform: "browser", conditions: ["workerd", "worker", "browser"],
+    external: ["node:*", "cloudflare:*"], outfile: join(fedify, "dist/index.mjs"), logLevel: "warning",
+  });
+
+  const inbox = [];
+  const w = await start({
+    ledger: null,
+    migrations: 0,
+    adminToken: token,
+    buildDir: relative(root, join(app, "build")),
+    vars: { ORDERING_MODE: "strict", SERVICE_HANDLERS: "fedify=FEDIFY", PRODUCER_TOKEN: "fedify-app-producer-token",
+      PAYLOAD_KEY: `k1:${Buffer.alloc(32, 7).toString("base64")}` },
+    extraWorkers: [{
+      name: "fedify", modules: true, scriptPath: join(fedify, "dist/index.mjs"), modulesRoot: fedify, compatibilityDate: "2026-08-01",
+      compatibilityFlags: ["nodejs_compat"], serviceBindings: { ORDERLY: "orderly" },
+      bindings: { ORDERLY_TOKEN: "fedify-app-producer-token" },
+      outboundService: async (request) => {
+        inbox.push({ url: request.url, activity: await request.json() });
+        return new Response(null, { status: 202 });
+      },
+    }],
+    serviceBindings: { FEDIFY: { name: "fedify", entrypoint: "OrderlyFedifyHandler" } },
+  });
+  try {
+    // An empty database: refused, naming the command; the command; then the job runs.
+    const refused = await w.api("POST", "/jobs", { payload: { type: "greet", name: "Ada" } });
+    assert.equal(refused.status, 503);
+    assert.match(refused.json.error, /POST \/admin\/migrate/);
+    const migrated = await w.api("POST", "/admin/migrate", {});
+    assert.equal(migrated.status, 200, migrated.text);
+    assert.equal(migrated.json.applied.length, readdirSync(join(crate, "migrations")).length, "every migration the crate ships");
+
+    const r = await w.api("POST", "/jobs", { jobs: [
+      { payload: { type: "greet", name: "Ada" }, ordering_key: "people" },
+      { payload: { type: "greet", name: " " }, ordering_key: "people" },
+    ] });
+    assert.equal(r.status, 202, r.text);
+    const [ada, blank] = r.json.jobs.map((j) => j.id);
+    await waitFor(async () => (await w.job(ada))?.status === "DONE", "the template's greet job DONE");
+    assert.deepEqual((await w.api("GET", `/jobs/${ada}`)).json.job.result, { greeting: "Hello, Ada!" });
+    await waitFor(async () => (await w.job(blank))?.status === "DEAD", "the empty name DEAD");
+    assert.match((await w.job(blank)).last_error, /name is empty/);
+    assert.match((await w.api("POST", "/jobs", { payload: { type: "resize" } })).json.error, /known: greet, webhook/);
+
+    // The Fedify app's delivery, through the new worker's ledger and back to the app.
+    const fed = await w.mf.getWorker("fedify");
+    const sent = await fed.fetch("https://fedify.test/send", { method: "POST", body: JSON.stringify({ inbox: "https://a.test/inbox" }) });
+    assert.equal(sent.status, 202, await sent.text());
+    await waitFor(() => inbox.length === 1, "the activity delivered to the inbox", 60_000);
+    assert.equal(inbox[0].url, "https://a.test/inbox");
+    assert.equal(inbox[0].activity.type, "Create");
+    const fedJobs = (await w.db.prepare("SELECT status FROM job WHERE type = 'fedify'").all()).results;
+    assert.deepEqual(fedJobs.map((j) => j.status), ["DONE"], "one fedify job, run by the new worker");
+  } finally {
+    await w.dispose();
+  }
+});
+
+/** A user's Fedify app on orderly, as the README shows it: only package imports. */
+const FEDIFY_APP = `
+import { createFederation, generateCryptoKeyPair, MemoryKvStore } from "@fedify/fedify";
+import { Create, Note, Person } from "@fedify/vocab";
+import { OrderlyMessageQueue, orderlyHandler } from "orderly-queues/fedify";
+
+let app;
+let keyPair;
+
+function setup(env) {
+  if (app) return app;
+  const queue = new OrderlyMessageQueue({ token: env.ORDERLY_TOKEN, service: env.ORDERLY });
+  const federation = createFederation({ kv: new MemoryKvStore(), queue, manuallyStartQueue: true, allowPrivateAddress: true });
+  federation
+    .setActorDispatcher("/users/{identifier}", async (ctx, identifier) => new Person({
+      id: ctx.getActorUri(identifier), preferredUsername: identifier, inbox: ctx.getInboxUri(identifier),
+      publicKey: (await ctx.getActorKeyPairs(identifier))[0]?.cryptographicKey,
+    }))
+    .setKeyPairsDispatcher(async () => [(keyPair ??= await generateCryptoKeyPair("RSASSA-PKCS1-v1_5"))]);
+  federation.setInboxListeners("/users/{identifier}/inbox", "/inbox");
+  app = { federation, queue, contextData: undefined };
+  return app;
+}
+
+export const OrderlyFedifyHandler = orderlyHandler(setup);
+
+export default {
+  async fetch(request, env) {
+    const { federation } = setup(env);
+    const { inbox } = await request.json();
+    const ctx = federation.createContext(request, undefined);
+    const note = "https://fedify.test/notes/1";
+    await ctx.sendActivity(
+      { identifier: "alice" },
+      [{ id: new URL("https://a.test/users/bob"), inboxId: new URL(inbox) }],
+      new Create({ id: new URL("/activities/1", request.url), actor: ctx.getActorUri("alice"), object: new Note({ id: new URL(note), content: "hello" }) }),
+      { orderingKey: note },
+    );
+    return new Response(null, { status: 202 });
+  },
+};
+`;
