@@ -11,6 +11,9 @@ source scripts/env.sh
 echo "== native tests"
 cargo test --locked
 
+echo "== the crate as it would be published (cargo package: its files, and a build of them alone)"
+cargo package --locked --allow-dirty -p orderly-queues
+
 echo "== build"
 bash scripts/build.sh
 

@@ -9,7 +9,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -115,6 +115,7 @@ test("a new Rust worker from the template, on the packed crate, migrates and run
   } finally {
     await w.dispose();
   }
+  rmSync(scratch, { recursive: true, force: true });
 });
 
 /** A user's Fedify app on orderly, as the README shows it: only package imports. */
