@@ -24,7 +24,7 @@ const pristine = join(root, "target/mutants/pristine");
 // One target directory for every mutant: dependencies build once, and each mutant rebuilds only
 // the crate (the scratch copy keeps its path, so incremental builds apply).
 const env = { ...process.env, CARGO_TARGET_DIR: join(root, "target/mutants/target"), CARGO_TERM_COLOR: "never" };
-const COPIED = ["Cargo.toml", "Cargo.lock", "rustfmt.toml", "src", "worker", "tests", "migrations", "scripts", "client", "examples", "bench", "wrangler.toml", "package.json", "tsconfig.json"];
+const COPIED = ["Cargo.toml", "Cargo.lock", "rustfmt.toml", "src", "worker", "tests", "migrations", "scripts", "client", "examples", "bench", "wrangler.toml", "package.json", "tsconfig.json", "template", "bin", "docs", "LICENSE", "CHANGELOG.md"];
 const LINKED = ["node_modules", "build"];
 
 rmSync(pristine, { recursive: true, force: true });

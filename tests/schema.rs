@@ -30,7 +30,10 @@ fn names() -> Vec<&'static str> {
 fn an_empty_database_is_refused_then_migrated_and_used() {
     let db = empty();
     let refused = block_on(schema::check(&db)).expect_err("no schema yet");
-    assert!(refused.detail.contains("no orderly ledger yet") && refused.detail.contains("POST /admin/migrate"), "{refused}");
+    assert!(
+        refused.detail.contains("no orderly ledger yet") && refused.detail.contains("POST /admin/migrate"),
+        "{refused}"
+    );
 
     let migrated = block_on(schema::migrate(&db)).expect("migrates");
     assert_eq!(migrated.applied, names());
