@@ -46,5 +46,5 @@ fi
 # npm ci only when package-lock.json changed since the last install.
 if [[ ! -f node_modules/.package-lock.json ]] || ! cmp -s package-lock.json .tools/installed-lock.json; then
   npm ci --no-audit --no-fund
-  cp package-lock.json .tools/installed-lock.json
+  mkdir -p .tools && cp package-lock.json .tools/installed-lock.json
 fi
