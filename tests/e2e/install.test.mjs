@@ -47,7 +47,7 @@ test("a new Rust worker from the template, on the packed crate, migrates and run
   // The crate is not on crates.io yet: the registry's copy is the unpacked .crate file.
   appendFileSync(join(app, "Cargo.toml"), `\n[patch.crates-io]\norderly-queues = { path = "${crate}" }\n`);
   // wrangler's [build] command; the repository's target folder only as a cache of compiled crates.
-  run("worker-build", ["--release", "--no-opt"], app, { CARGO_TARGET_DIR: join(root, "target") });
+  run("worker-build", ["--release", "--no-opt"], app, { CARGO_TARGET_DIR: process.env.CARGO_TARGET_DIR ?? join(root, "target") });
 
   // A Fedify app: Fedify and orderly's package installed by name (the package from its tarball).
   const fedify = join(scratch, "fedify-app");
