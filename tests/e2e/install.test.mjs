@@ -3,13 +3,14 @@
 // pointing into the repository. `npx orderly-queues new` makes a Rust worker with its own job
 // type; it builds against the crate unpacked from its `.crate` file, starts under miniflare on an
 // empty D1 database, is migrated with the documented command (`POST /admin/migrate`) and runs a
-// job. A Fedify app installs the npm package and Fedify by name, imports `orderly-queues/fedify`,
-// and delivers an activity through that worker. Only the tools (cargo, worker-build, esbuild,
-// miniflare) are the repository's. Run with the D1 ledger only: it starts its own workers.
+// job; the repository's Rust example builds the same way. A Fedify app installs the npm package
+// and Fedify by name, imports `orderly-queues/fedify`, and delivers an activity through that
+// worker. Only the tools (cargo, worker-build, esbuild, miniflare) are the repository's. Run with
+// the D1 ledger only: it starts its own workers.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -45,9 +46,21 @@ test("a new Rust worker from the template, on the packed crate, migrates and run
   assert.match(readFileSync(join(app, "wrangler.toml"), "utf8"), /migrations_dir = "node_modules\/orderly-queues\/migrations"/);
   const token = readFileSync(join(app, ".dev.vars"), "utf8").match(/^ADMIN_TOKEN=(\w{32})$/m)[1];
   // The crate is not on crates.io yet: the registry's copy is the unpacked .crate file.
-  appendFileSync(join(app, "Cargo.toml"), `\n[patch.crates-io]\norderly-queues = { path = "${crate}" }\n`);
+  const patch = `\n[patch.crates-io]\norderly-queues = { path = "${crate}" }\n`;
+  appendFileSync(join(app, "Cargo.toml"), patch);
   // wrangler's [build] command; the repository's target folder only as a cache of compiled crates.
-  run("worker-build", ["--release", "--no-opt"], app, { CARGO_TARGET_DIR: process.env.CARGO_TARGET_DIR ?? join(root, "target") });
+  const cache = { CARGO_TARGET_DIR: process.env.CARGO_TARGET_DIR ?? join(root, "target") };
+  run("worker-build", ["--release", "--no-opt"], app, cache);
+
+  // The repository's Rust example as a user's worker: its files, the crate by version, not by path.
+  const example = join(scratch, "rust-handler");
+  cpSync(join(root, "examples/rust-handler"), example, { recursive: true, filter: (f) => !f.startsWith(join(root, "examples/rust-handler/build")) });
+  const manifest = readFileSync(join(example, "Cargo.toml"), "utf8")
+    .replace('orderly = { package = "orderly-queues", path = "../.." }', `orderly = { package = "orderly-queues", version = "${version}" }`);
+  assert.ok(!manifest.includes("path ="), "the example's manifest points nowhere into the repository");
+  writeFileSync(join(example, "Cargo.toml"), manifest + patch);
+  run("worker-build", ["--release", "--no-opt"], example, cache);
+  assert.ok(readdirSync(join(example, "build/worker")).includes("shim.mjs"), "the example builds on the packed crate");
 
   // A Fedify app: Fedify and orderly's package installed by name (the package from its tarball).
   const fedify = join(scratch, "fedify-app");
