@@ -27,6 +27,10 @@ pub const DEFAULT_COOLDOWN_SECONDS: u32 = 30;
 /// looks (lock mode: the key is held for the parked job this long at least; design §20). The
 /// parked job itself is woken when a slot frees, not by a look.
 pub const PARKED_RECHECK_SECONDS: u32 = 30;
+
+/// How long a slot handed to a woken job stays its (design §20): the time its wake-up message may
+/// take to arrive. Past it the slot is anyone's again, so a lost wake-up holds a slot no longer.
+pub const WOKEN_HOLD_SECONDS: u32 = 30;
 /// Most rules `LIMITS` may hold.
 pub const MAX_RULES: usize = 1000;
 

@@ -485,6 +485,20 @@ fn redrive_moves_dead_to_pending_keeping_the_history() {
 }
 
 #[test]
+fn a_redrive_clears_a_deadline_already_past_and_keeps_one_ahead() {
+    let (db, _) = Sqlite::temp();
+    let ledger = Ledger::new(&db);
+    let with_deadline = |id: &str, at: i64| JobSpec { deadline_at: Some(at), ..spec(id) };
+    one(&db, stmt::record_dead(&with_deadline("expired", T0), T0 + 1, "expired: not started by its deadline")).unwrap();
+    one(&db, stmt::record_dead(&with_deadline("ahead", T0 + 60_000), T0 + 1, "HTTP 500")).unwrap();
+    // Redriven, the expired job may run (its next claim would expire it again otherwise); the
+    // other keeps the producer's bound.
+    let Redrive::Redriven(j) = block_on(ledger.redrive("expired", T0 + 5)).unwrap() else { panic!("redriven") };
+    assert_eq!(j.deadline_at, None);
+    let Redrive::Redriven(j) = block_on(ledger.redrive("ahead", T0 + 5)).unwrap() else { panic!("redriven") };
+    assert_eq!(j.deadline_at, Some(T0 + 60_000));
+}
+#[test]
 fn redrive_is_refused_while_the_dedupe_key_is_active_elsewhere() {
     let (db, _) = Sqlite::temp();
     let ledger = Ledger::new(&db);

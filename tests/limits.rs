@@ -61,6 +61,34 @@ fn a_concurrency_limit_parks_the_excess_and_a_freed_slot_wakes_the_oldest() {
 }
 
 #[test]
+fn a_freed_slot_is_handed_to_the_job_it_woke_not_to_the_next_asker() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(1), ..Policy::default() });
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    assert_eq!(k.ask("b", T0 + 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.done("a", T0 + 10), vec!["b"]);
+    // a's chain asks for its next job before b's wake-up arrives: b has the slot, so it waits in
+    // the line, behind b, instead of taking the slot and sending b to the back.
+    assert_eq!(k.ask("a2", T0 + 11), Permit::Refused(Refusal::Full));
+    assert_eq!(k.ask("b", T0 + 20), Permit::Granted);
+    assert_eq!(k.done("b", T0 + 30), vec!["a2"], "the line stays in order");
+    let state = block_on(k.ledger.limit_state("host", T0 + 31)).unwrap().unwrap();
+    assert_eq!((state.running, state.waiting), (1, 0), "a2's slot is held for it");
+}
+
+#[test]
+fn a_slot_handed_to_a_woken_job_that_never_comes_is_free_again_after_the_hold() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(1), ..Policy::default() });
+    let hold_ms = i64::from(orderly::flow::WOKEN_HOLD_SECONDS) * 1000;
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    assert_eq!(k.ask("lost", T0 + 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.done("a", T0 + 10), vec!["lost"]);
+    assert_eq!(k.ask("c", T0 + 10 + hold_ms - 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.ask("c", T0 + 10 + hold_ms), Permit::Granted, "the hand-off lapsed");
+}
+
+#[test]
 fn a_permit_whose_job_never_ended_lapses_with_its_lease() {
     let db = Sqlite::memory();
     let k = keyed(&db, Policy { concurrency: Some(1), ..Policy::default() });
@@ -118,9 +146,10 @@ fn a_paused_key_starts_nothing_and_its_resume_wakes_the_line() {
     pause(true).unwrap();
     assert_eq!(k.ask("a", T0 + 1), Permit::Refused(Refusal::Paused));
     assert_eq!(k.ask("b", T0 + 2), Permit::Refused(Refusal::Paused));
-    assert!(block_on(k.ledger.wake("host", 10)).unwrap().is_empty(), "nothing is woken while paused");
+    assert!(block_on(k.ledger.wake("host", 10, T0 + 2)).unwrap().is_empty(), "nothing is woken while paused");
     pause(false).unwrap();
-    let woken: Vec<String> = block_on(k.ledger.wake("host", 10)).unwrap().into_iter().map(|w| w.job_id).collect();
+    let woken: Vec<String> =
+        block_on(k.ledger.wake("host", 10, T0 + 2)).unwrap().into_iter().map(|w| w.job_id).collect();
     assert_eq!(woken, vec!["a", "b"], "oldest first");
     let state = block_on(k.ledger.limit_state("host", T0 + 3)).unwrap().unwrap();
     assert_eq!((state.paused, state.waiting), (false, 0));

@@ -29,7 +29,7 @@ use crate::clock::Clock;
 use crate::config::OnDead;
 use crate::handlers::Runner;
 use crate::ledger::strict::{ClaimSpec, Intake, KeyIntake, KeyState, Parked};
-use crate::ledger::{Job, Lease, Record, Sql, Status, Transition};
+use crate::ledger::{Job, JobSpec, Lease, Record, Sql, Status, Transition};
 use crate::lock::Kv;
 use crate::producer::{self, OutMessage, QueueSender};
 
@@ -42,6 +42,17 @@ pub const CHAIN_CHUNK: u32 = 50;
 /// a key that fails often hands back little, and one that does not reaches whole chunks within a
 /// few round trips.
 pub const FIRST_CHUNK: u32 = 16;
+
+/// A chain's next claim after `chunk`: doubling, up to [`CHAIN_CHUNK`]; one at a time for jobs that
+/// name a limit key (design §20): their limit key, not the chain, decides when each starts, and
+/// jobs claimed ahead of a refusal are only handed back.
+fn next_chunk(chunk: u32, limited: bool) -> u32 {
+    if limited {
+        1
+    } else {
+        chunk.saturating_mul(2).min(CHAIN_CHUNK)
+    }
+}
 
 /// A keyed message of the batch.
 pub(super) struct Member {
@@ -136,15 +147,6 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             .collect();
         let groups = batch::plan(&items);
         let (order, first_wave) = self.key_order(&groups);
-        let intake: Vec<Intake> = groups
-            .iter()
-            .zip(&first_wave)
-            .map(|(g, &claim)| Intake {
-                key: g.key.unwrap_or_default(),
-                jobs: g.members.iter().map(|&p| &members[p].decoded.spec).collect(),
-                claim,
-            })
-            .collect();
         let budget = Budget {
             runs: Cell::new(self.cfg.strict_run_budget),
             unclaimed: Cell::new(self.cfg.strict_run_budget),
@@ -154,6 +156,19 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         // The first wave's keys share the budget: each claims at most its share.
         let first = u32::try_from(first_wave.iter().filter(|&&c| c).count()).unwrap_or(u32::MAX).max(1);
         let share = (budget.unclaimed.get() / first).clamp(1, FIRST_CHUNK);
+        let intake: Vec<Intake> = groups
+            .iter()
+            .zip(&first_wave)
+            .map(|(g, &first)| {
+                let jobs: Vec<&JobSpec> = g.members.iter().map(|&p| &members[p].decoded.spec).collect();
+                let claim = match first {
+                    false => 0,
+                    true if jobs.iter().any(|j| j.limit_key.is_some()) => 1,
+                    true => share,
+                };
+                Intake { key: g.key.unwrap_or_default(), jobs, claim }
+            })
+            .collect();
         let took = budget.take(share.saturating_mul(first));
         let claim = self.claim_spec(now, share);
         let parked = match self.ledger.park_and_claim(&intake, claim).await {
@@ -236,9 +251,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             }
             let due = |h: &Job| h.status == Status::Pending && h.next_run_at <= now + EARLY_DELIVERY_ALLOWANCE_MS;
             out.chains[gi] = match (key.claim, verdict.state.claimed, verdict.state.head) {
-                (true, claimed, _) if !claimed.is_empty() => Some((key.key, Start::Claimed(claimed))),
+                (1.., claimed, _) if !claimed.is_empty() => Some((key.key, Start::Claimed(claimed))),
                 // Not claimed yet, and nothing runs it: claim it when a slot frees.
-                (false, _, Some(head)) if due(&head) => Some((key.key, Start::Later(Box::new(head)))),
+                (0, _, Some(head)) if due(&head) => Some((key.key, Start::Later(Box::new(head)))),
                 _ => None,
             };
         }
@@ -307,8 +322,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
             },
         };
         loop {
+            let limited = claimed.iter().any(|j| j.limit_key.is_some());
             let (records, prev, mut stop) = self.run_chunk(key, claimed, budget, leases).await;
-            chunk = chunk.saturating_mul(2).min(CHAIN_CHUNK);
+            chunk = next_chunk(chunk, limited);
             let took = if stop.is_none() { budget.take(chunk) } else { 0 };
             if stop.is_none() && took == 0 {
                 stop = Some(Stop::Budget);
@@ -356,7 +372,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
         leases: &Leases,
     ) -> Result<Vec<Job>, Option<OutMessage>> {
         let now = self.clock.now_ms();
-        let took = if now < budget.deadline_ms { budget.take(FIRST_CHUNK) } else { 0 };
+        let first = if head.limit_key.is_some() { 1 } else { FIRST_CHUNK };
+        let took = if now < budget.deadline_ms { budget.take(first) } else { 0 };
         if took == 0 {
             // Parked and acked here, and nothing runs the key: it needs its wake-up.
             return Err(producer::message_for(head, 0));

@@ -3,8 +3,8 @@
 //! shard, the one its name routes to ([`Route::key`]), so each decision is one batch there, atomic.
 //!
 //! A start costs one batch before the run (state row made once, permit, charge, line, booking,
-//! verdict) and one after (free the permit, the breaker, wake the next in line); a job without a
-//! limit key costs nothing more.
+//! verdict) and one after (free the permit, the breaker, hand the slot to the next in line and
+//! wake it); a job without a limit key costs nothing more.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::store::{Param, Row, Sql, Stmt};
 use super::{int_of, Route, Shard};
 use crate::error::InfraError;
-use crate::flow::{Policy, Refusal, RunVerdict, MAX_COOLDOWN_MS};
+use crate::flow::{Policy, Refusal, RunVerdict, MAX_COOLDOWN_MS, WOKEN_HOLD_SECONDS};
 
 /// A job asking to start under its limit key's policy (the configured one: an override stored
 /// with the key wins).
@@ -199,13 +199,20 @@ pub(crate) fn release_stmts(r: &Release<'_>, now: i64) -> Vec<Stmt> {
                 ("max_cooldown_ms", MAX_COOLDOWN_MS.into()),
             ],
         ),
-        wake_stmt(r.limit_key, 1),
     ]
+    .into_iter()
+    .chain(wake_stmts(r.limit_key, 1, now))
+    .collect()
 }
 
-/// Takes the oldest `n` jobs out of `key`'s line (none while it is paused).
-pub(crate) fn wake_stmt(key: &str, n: u32) -> Stmt {
-    Stmt::bind(sql!("limit_wake"), [("limit_key", key.into()), ("limit", n.into())])
+/// Hands the oldest `n` jobs in `key`'s line a slot each and takes them out of it (none while it
+/// is paused); the last statement's rows are the jobs woken.
+pub(crate) fn wake_stmts(key: &str, n: u32, now: i64) -> [Stmt; 2] {
+    let until = now + i64::from(WOKEN_HOLD_SECONDS) * 1000;
+    [
+        Stmt::bind(sql!("limit_hand"), [("limit_key", key.into()), ("limit", n.into()), ("until", until.into())]),
+        Stmt::bind(sql!("limit_wake"), [("limit_key", key.into()), ("limit", n.into())]),
+    ]
 }
 
 /// An operator's change to `key`.
@@ -336,9 +343,10 @@ impl<S: Sql> Shard<S> {
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 
-    /// Takes the oldest `n` jobs out of `key`'s line.
-    pub async fn wake(&self, key: &str, n: u32) -> Result<Vec<Woken>, InfraError> {
-        Ok(woken_of(&self.sql.query(wake_stmt(key, n)).await?))
+    /// Hands the oldest `n` jobs in `key`'s line a slot each and takes them out of it: one batch.
+    pub async fn wake(&self, key: &str, n: u32, now: i64) -> Result<Vec<Woken>, InfraError> {
+        let out = self.sql.batch(wake_stmts(key, n, now).into()).await?;
+        Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 
     /// Applies an operator's change to `key`.

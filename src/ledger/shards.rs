@@ -474,9 +474,10 @@ impl<S: Sql> Ledger<S> {
         self.at(Route::key(r.limit_key)).release(r, now).await
     }
 
-    /// Takes the oldest `n` jobs out of `key`'s line (a resumed key's).
-    pub async fn wake(&self, key: &str, n: u32) -> Result<Vec<Woken>, InfraError> {
-        self.at(Route::key(key)).wake(key, n).await
+    /// Hands the oldest `n` jobs in `key`'s line a slot each and takes them out of it (a resumed
+    /// key's).
+    pub async fn wake(&self, key: &str, n: u32, now: i64) -> Result<Vec<Woken>, InfraError> {
+        self.at(Route::key(key)).wake(key, n, now).await
     }
 
     /// An operator's change to a limit key.

@@ -15,8 +15,9 @@ pub struct Intake<'a> {
     pub key: &'a str,
     /// Its jobs as the messages describe them, in send order.
     pub jobs: Vec<&'a JobSpec>,
-    /// Whether to claim the key's next jobs in the same transaction (else only its head is read).
-    pub claim: bool,
+    /// How many of the key's next jobs to claim in the same transaction, at most (0: none, only
+    /// its head is read).
+    pub claim: u32,
 }
 
 /// What parking did with one delivered job.
@@ -57,7 +58,7 @@ pub struct ClaimSpec<'a> {
     pub lease: Lease,
     /// The DEAD-head policy.
     pub on_dead: OnDead,
-    /// Most jobs claimed at once.
+    /// Most jobs claimed at once (parking claims each key's [`Intake::claim`] instead).
     pub limit: u32,
 }
 
@@ -107,7 +108,7 @@ pub enum Skip {
 
 impl<S: Sql> Shard<S> {
     /// Parks every delivered keyed job and, in the same transaction, tries the claim of each key
-    /// marked `claim`: so a runner finishing the key either sees our jobs or has finished before our
+    /// with a `claim` to make: so a runner finishing the key either sees our jobs or has finished before our
     /// claim looks. Every key's head is read afterwards.
     pub async fn park_and_claim(
         &self,
@@ -121,8 +122,8 @@ impl<S: Sql> Shard<S> {
                 stmts.push(stmt::park(j, now));
                 stmts.push(stmt::get(&j.id));
             }
-            if k.claim {
-                stmts.push(stmt::claim_next(k.key, claim.owner, claim.lease, claim.on_dead, claim.limit, None));
+            if k.claim > 0 {
+                stmts.push(stmt::claim_next(k.key, claim.owner, claim.lease, claim.on_dead, k.claim, None));
             }
             stmts.push(stmt::head(k.key, claim.on_dead));
         }
@@ -138,7 +139,7 @@ impl<S: Sql> Shard<S> {
                 });
                 i += 2;
             }
-            let claimed = if k.claim {
+            let claimed = if k.claim > 0 {
                 i += 1;
                 jobs_by_seq(at(&out, i - 1))?
             } else {
