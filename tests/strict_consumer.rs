@@ -578,3 +578,38 @@ fn a_throttled_head_holds_its_key_and_wakes_once_for_its_start() {
     assert_eq!(w.runs(), vec!["a", "b"], "c waits its own turn of the throttle");
     assert_eq!(w.wakes().last(), Some(&("c".to_string(), 30)));
 }
+
+#[test]
+fn a_chain_of_limited_jobs_claims_one_at_a_time_so_a_refusal_hands_back_one() {
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"rate": 1, "per_seconds": 30}}"#).unwrap();
+    let ids: Vec<String> = (0..20).map(|i| format!("j{i:02}")).collect();
+    let specs: Vec<JobSpec> = ids
+        .iter()
+        .map(|id| JobSpec {
+            id: id.clone(),
+            job_type: Some("t".into()),
+            ordering_key: Some("k".into()),
+            dedupe_key: None,
+            limit_key: Some("host".into()),
+            deadline_at: None,
+            timeout_seconds: None,
+            payload: Some(ok().to_string()),
+            max_attempts: 8,
+            priority: 5,
+        })
+        .collect();
+    block_on(Ledger::new(&w.db).enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+    let message = Incoming {
+        id: "m-j00".into(),
+        timestamp_ms: T0,
+        body: Ok(json!({"__fedify_ordering_key__": "k", "__fedify_payload__": ok(),
+                        "__orderly_job__": {"id": "j00", "limit_key": "host"}})),
+    };
+    assert_eq!(w.run(&[message]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["j00"], "the host's next start is 30 s away");
+    // Only j01 was claimed after j00 and handed back when refused; a chunk claimed ahead (16, 32)
+    // would have handed back every job behind it too.
+    let handed_back: Vec<&String> = ids.iter().filter(|id| w.job(id).deferrals > 0).collect();
+    assert_eq!(handed_back, vec!["j01"]);
+}

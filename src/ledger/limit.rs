@@ -93,7 +93,8 @@ pub struct LimitState {
     pub paused: bool,
     /// Its policy set at run time, in place of the configured one.
     pub overridden: Option<Policy>,
-    /// Jobs running under a live permit.
+    /// Slots taken: jobs running under a live permit, and jobs handed a freed slot whose wake-up
+    /// has not arrived yet.
     pub running: i64,
     /// Jobs parked in its line.
     pub waiting: i64,

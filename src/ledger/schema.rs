@@ -28,6 +28,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0009_limits.sql", include_str!("../../migrations/0009_limits.sql")),
     ("0010_throttle_bookings.sql", include_str!("../../migrations/0010_throttle_bookings.sql")),
     ("0011_deadlines.sql", include_str!("../../migrations/0011_deadlines.sql")),
+    ("0012_limit_line_index.sql", include_str!("../../migrations/0012_limit_line_index.sql")),
 ];
 
 /// The schema this code's SQL is written for: how many migrations it has.
@@ -218,13 +219,16 @@ mod tests {
         assert_eq!(Standing::of(&all), Standing::Current);
         assert_eq!(Standing::of(&all).refusal(), None);
         let behind = Standing::of(&all[..9]);
-        assert_eq!(behind, Standing::Behind(vec!["0010_throttle_bookings.sql", "0011_deadlines.sql"]));
+        assert_eq!(
+            behind,
+            Standing::Behind(vec!["0010_throttle_bookings.sql", "0011_deadlines.sql", "0012_limit_line_index.sql"])
+        );
         let why = behind.refusal().unwrap_or_default();
-        assert!(why.contains("9 of 11") && why.contains("POST /admin/migrate"), "{why}");
+        assert!(why.contains("9 of 12") && why.contains("POST /admin/migrate"), "{why}");
         assert!(Standing::of(&[]).refusal().unwrap_or_default().contains("no orderly ledger yet"));
         let mut newer = all.clone();
-        newer.push("0012_next.sql".into());
-        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0012_next.sql".into()]));
+        newer.push("0013_next.sql".into());
+        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0013_next.sql".into()]));
         assert!(Standing::of(&newer).refusal().unwrap_or_default().contains("newer than this orderly's"));
     }
 }
