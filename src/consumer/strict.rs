@@ -9,8 +9,9 @@
 //!    chains to it. The one exception is a message whose own job is its key's head and not yet
 //!    due (an early wake-up): it is deferred until due, so the key keeps its wake-up.
 //! 3. Chain: for each key we claimed, run the claimed jobs in order (payloads from the ledger),
-//!    then record them and claim the next ones in one round trip (16 at first, doubling to 50,
-//!    each set aside from the invocation's run budget before its round trip), until the key has
+//!    then record them and claim the next ones in one round trip (16 at first, doubling to 50;
+//!    one at a time for jobs with a limit key, whose limit key decides each start; each claim set
+//!    aside from the invocation's run budget before its round trip), until the key has
 //!    nothing due or the run budget is spent. A failure keeps the head: the chain stops and one wake-up
 //!    message is sent for the retry time. A DEAD head lets the key move on under `ON_DEAD = skip`
 //!    and stops it under `block`. A key left with due jobs gets one wake-up message. An invocation
