@@ -15,6 +15,8 @@ const LEASE_MS: i64 = 120_000;
 struct Keyed<'a> {
     ledger: Ledger<&'a Sqlite>,
     policy: Policy,
+    /// Each job's last ask's permit end, for its release.
+    untils: std::cell::RefCell<std::collections::HashMap<String, i64>>,
 }
 
 impl Keyed<'_> {
@@ -24,11 +26,13 @@ impl Keyed<'_> {
     /// An ask from an invocation that waits for a start up to `pace_ms` ahead.
     fn paced(&self, job: &str, now: i64, pace_ms: i64) -> Answer {
         let until = now + LEASE_MS;
+        self.untils.borrow_mut().insert(job.to_string(), until);
         let ask = Ask { limit_key: "host", job_id: job, route: Route::key(job), until, policy: self.policy, pace_ms };
         block_on(self.ledger.ask(&ask, now)).unwrap()
     }
     fn release(&self, job: &str, now: i64, verdict: RunVerdict) -> Vec<String> {
-        let r = Release { limit_key: "host", job_id: job, verdict, policy: self.policy };
+        let until = self.untils.borrow().get(job).copied().unwrap_or_default();
+        let r = Release { limit_key: "host", job_id: job, until, verdict, policy: self.policy };
         block_on(self.ledger.release(&r, now)).unwrap().into_iter().map(|w: Woken| w.job_id).collect()
     }
     fn done(&self, job: &str, now: i64) -> Vec<String> {
@@ -40,7 +44,7 @@ impl Keyed<'_> {
 }
 
 fn keyed(db: &Sqlite, policy: Policy) -> Keyed<'_> {
-    Keyed { ledger: Ledger::new(db), policy }
+    Keyed { ledger: Ledger::new(db), policy, untils: Default::default() }
 }
 
 #[test]
@@ -74,6 +78,53 @@ fn a_freed_slot_is_handed_to_the_job_it_woke_not_to_the_next_asker() {
     assert_eq!(k.done("b", T0 + 30), vec!["a2"], "the line stays in order");
     let state = block_on(k.ledger.limit_state("host", T0 + 31)).unwrap().unwrap();
     assert_eq!((state.running, state.waiting), (1, 0), "a2's slot is held for it");
+}
+
+#[test]
+fn a_run_whose_permit_had_lapsed_frees_no_slot_and_hands_none() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(1), ..Policy::default() });
+    assert_eq!(k.ask("slow", T0), Permit::Granted);
+    // slow's permit lapses with its lease; b takes the slot, c waits behind it.
+    assert_eq!(k.ask("b", T0 + LEASE_MS), Permit::Granted);
+    assert_eq!(k.ask("c", T0 + LEASE_MS + 1), Permit::Refused(Refusal::Full));
+    // slow's run ends late: its slot was b's already, so c is handed nothing and stays in line.
+    assert_eq!(k.done("slow", T0 + LEASE_MS + 2), Vec::<String>::new());
+    assert_eq!(k.ask("c", T0 + LEASE_MS + 3), Permit::Refused(Refusal::Full), "one running, as the limit says");
+    assert_eq!(k.done("b", T0 + LEASE_MS + 4), vec!["c"]);
+    assert_eq!(k.ask("c", T0 + LEASE_MS + 5), Permit::Granted);
+}
+
+#[test]
+fn a_run_that_ends_after_its_job_was_claimed_again_leaves_the_new_runs_permit() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(1), ..Policy::default() });
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    // a's first run stalls past its lease; a is claimed again and its second run takes the slot.
+    assert_eq!(k.ask("a", T0 + LEASE_MS), Permit::Granted);
+    // The first run ends now: its permit (until T0 + LEASE_MS) is gone, the second run's is not.
+    let stale = Release {
+        limit_key: "host",
+        job_id: "a",
+        until: T0 + LEASE_MS,
+        verdict: RunVerdict::Succeeded,
+        policy: k.policy,
+    };
+    block_on(k.ledger.release(&stale, T0 + LEASE_MS + 1)).unwrap();
+    assert_eq!(k.ask("b", T0 + LEASE_MS + 2), Permit::Refused(Refusal::Full), "a's second run still holds the slot");
+    assert_eq!(k.done("a", T0 + LEASE_MS + 3), vec!["b"]);
+}
+
+#[test]
+fn a_second_run_of_a_job_never_takes_over_a_permit_its_first_run_still_holds() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(2), ..Policy::default() });
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    // Another run of a asks while the first one's permit is live (a stalled invocation's run of a
+    // job claimed again): refused, so the first run's permit stays its own.
+    assert_ne!(k.ask("a", T0 + 10), Permit::Granted);
+    assert_eq!(k.ask("b", T0 + 11), Permit::Granted);
+    assert_eq!(k.ask("c", T0 + 12), Permit::Refused(Refusal::Full), "a's first run and b hold both slots");
 }
 
 #[test]
@@ -146,10 +197,13 @@ fn a_paused_key_starts_nothing_and_its_resume_wakes_the_line() {
     pause(true).unwrap();
     assert_eq!(k.ask("a", T0 + 1), Permit::Refused(Refusal::Paused));
     assert_eq!(k.ask("b", T0 + 2), Permit::Refused(Refusal::Paused));
-    assert!(block_on(k.ledger.wake("host", 10, T0 + 2)).unwrap().is_empty(), "nothing is woken while paused");
+    assert!(
+        block_on(k.ledger.wake("host", 10, &k.policy, T0 + 2)).unwrap().is_empty(),
+        "nothing is woken while paused"
+    );
     pause(false).unwrap();
     let woken: Vec<String> =
-        block_on(k.ledger.wake("host", 10, T0 + 2)).unwrap().into_iter().map(|w| w.job_id).collect();
+        block_on(k.ledger.wake("host", 10, &k.policy, T0 + 2)).unwrap().into_iter().map(|w| w.job_id).collect();
     assert_eq!(woken, vec!["a", "b"], "oldest first");
     let state = block_on(k.ledger.limit_state("host", T0 + 3)).unwrap().unwrap();
     assert_eq!((state.paused, state.waiting), (false, 0));

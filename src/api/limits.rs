@@ -132,7 +132,8 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let room = policy
             .concurrency
             .map_or(WAKE_ON_CHANGE, |c| u32::try_from(i64::from(c) - running).unwrap_or(0).min(WAKE_ON_CHANGE));
-        let woken = if room > 0 { self.ledger.wake(key, room, now).await? } else { Vec::new() };
+        let woken =
+            if room > 0 { self.ledger.wake(key, room, &cfg.limits.for_key(key), now).await? } else { Vec::new() };
         // Those woken have left the line (no second read for it).
         let waiting = |s: LimitState| LimitState { waiting: (s.waiting - woken.len() as i64).max(0), ..s };
         let shown = if woken.is_empty() { shown } else { view(key, state.map(waiting).as_ref(), cfg) };

@@ -37,8 +37,11 @@ pub const PACE_MS: i64 = 1_000;
 pub(super) enum Gate {
     /// No limit key: nothing asked, nothing to free.
     Free,
-    /// Granted: free the permit when the run ends.
-    Held,
+    /// Granted: free the permit (the one ending at `until`) when the run ends.
+    Held {
+        /// The permit's end, as the ask set it.
+        until: i64,
+    },
     /// Not now: hand the job back.
     Shut(Refusal),
     /// The limit key's shard failed: hand the job back for the outage.
@@ -88,12 +91,18 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             .min(self.cfg.refresh_after_ms(self.cfg.lease_seconds) - (answer.start_at - now).max(0));
         if late_ms > fresh_ms {
             self.outage(format!("job {:?}: its start was granted {late_ms} ms ago, too late to use", job.id));
-            let release = Release { limit_key, job_id: &job.id, verdict: RunVerdict::Neither, policy: ask.policy };
+            let release = Release {
+                limit_key,
+                job_id: &job.id,
+                until: ask.until,
+                verdict: RunVerdict::Neither,
+                policy: ask.policy,
+            };
             let woken = self.ledger.release(&release, self.clock.now_ms()).await.unwrap_or_default();
             self.wake(woken).await;
             return Gate::Shut(Refusal::Throttled { at: self.clock.now_ms() });
         }
-        Gate::Held
+        Gate::Held { until: ask.until }
     }
 
     /// A claimed job its limit key refused: handed back (its attempt returned, counted as a
@@ -123,7 +132,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 let at = now + i64::from(DOWN_DELAY_SECONDS) * 1000;
                 (Waits { delay_seconds: DOWN_DELAY_SECONDS, parked: false }, at)
             }
-            Gate::Free | Gate::Held => unreachable!("only a refusal hands a job back"),
+            Gate::Free | Gate::Held { .. } => unreachable!("only a refusal hands a job back"),
         };
         let defer = self.defer(job, now, next_run_at);
         super::Ran { record: Record { transition: defer, run: None }, end: RunEnd::Limited(waits) }
@@ -132,7 +141,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// After a permitted run: frees the permit, tells the breaker how the run went, and sends again
     /// the job woken to take the slot. Best effort: a permit not freed lapses with the job's lease,
     /// a wake-up not sent leaves its job to maintenance.
-    pub(super) async fn release(&self, job: &Job, result: &Result<Done, JobError>) {
+    pub(super) async fn release(&self, job: &Job, until: i64, result: &Result<Done, JobError>) {
         let Some(limit_key) = job.limit_key.as_deref() else { return };
         let verdict = match result {
             Ok(_) => RunVerdict::Succeeded,
@@ -143,7 +152,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             Err(_) => RunVerdict::Failed { retry_after_ms: 0 },
         };
         let policy = self.cfg.limits.for_key(limit_key);
-        let release = Release { limit_key, job_id: &job.id, verdict, policy };
+        let release = Release { limit_key, job_id: &job.id, until, verdict, policy };
         let woken = match self.ledger.release(&release, self.clock.now_ms()).await {
             Ok(woken) => woken,
             Err(e) => return self.outage(format!("limit key {limit_key:?}: permit not freed, it lapses: {e}")),

@@ -590,8 +590,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             Some(None) | None => Err(JobError::permanent("the ledger row has no readable payload")),
         };
-        if matches!(gate, gate::Gate::Held) {
-            self.release(job, &result).await;
+        if let gate::Gate::Held { until } = gate {
+            self.release(job, until, &result).await;
         }
         self.ran(job, &self.owner, started_at, result, sealed).await
     }

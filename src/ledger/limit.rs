@@ -60,6 +60,8 @@ pub struct Release<'a> {
     pub limit_key: &'a str,
     /// The job.
     pub job_id: &'a str,
+    /// The permit's end as the run's ask set it ([`Ask::until`]): only that permit is freed.
+    pub until: i64,
     /// How the run went.
     pub verdict: RunVerdict,
     /// The configured policy.
@@ -186,7 +188,10 @@ pub(crate) fn release_stmts(r: &Release<'_>, now: i64) -> Vec<Stmt> {
         RunVerdict::Neither => ("neither", 0),
     };
     vec![
-        Stmt::bind(sql!("limit_free"), [("limit_key", r.limit_key.into()), ("job_id", r.job_id.into())]),
+        Stmt::bind(
+            sql!("limit_free"),
+            [("limit_key", r.limit_key.into()), ("job_id", r.job_id.into()), ("until", r.until.into())],
+        ),
         Stmt::bind(
             sql!("limit_release"),
             [
@@ -202,17 +207,24 @@ pub(crate) fn release_stmts(r: &Release<'_>, now: i64) -> Vec<Stmt> {
         ),
     ]
     .into_iter()
-    .chain(wake_stmts(r.limit_key, 1, now))
+    .chain(wake_stmts(r.limit_key, 1, &r.policy, now))
     .collect()
 }
 
-/// Hands the oldest `n` jobs in `key`'s line a slot each and takes them out of it (none while it
-/// is paused); the last statement's rows are the jobs woken.
-pub(crate) fn wake_stmts(key: &str, n: u32, now: i64) -> [Stmt; 2] {
+/// Hands the oldest jobs in `key`'s line, at most `n`, the slots free now (none while it is
+/// paused) and takes them out of it; the last statement's rows are the jobs woken.
+pub(crate) fn wake_stmts(key: &str, n: u32, policy: &Policy, now: i64) -> [Stmt; 2] {
     let until = now + i64::from(WOKEN_HOLD_SECONDS) * 1000;
+    let hand = [
+        ("limit_key", key.into()),
+        ("limit", n.into()),
+        ("now", now.into()),
+        ("until", until.into()),
+        ("concurrency", bound(policy).concurrency),
+    ];
     [
-        Stmt::bind(sql!("limit_hand"), [("limit_key", key.into()), ("limit", n.into()), ("until", until.into())]),
-        Stmt::bind(sql!("limit_wake"), [("limit_key", key.into()), ("limit", n.into())]),
+        Stmt::bind(sql!("limit_hand"), hand),
+        Stmt::bind(sql!("limit_wake"), [("limit_key", key.into()), ("until", until.into())]),
     ]
 }
 
@@ -344,9 +356,10 @@ impl<S: Sql> Shard<S> {
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 
-    /// Hands the oldest `n` jobs in `key`'s line a slot each and takes them out of it: one batch.
-    pub async fn wake(&self, key: &str, n: u32, now: i64) -> Result<Vec<Woken>, InfraError> {
-        let out = self.sql.batch(wake_stmts(key, n, now).into()).await?;
+    /// Hands the oldest jobs in `key`'s line, at most `n`, the slots free under `policy` (the
+    /// configured one; an override stored with the key wins) and takes them out of it: one batch.
+    pub async fn wake(&self, key: &str, n: u32, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
+        let out = self.sql.batch(wake_stmts(key, n, policy, now).into()).await?;
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 

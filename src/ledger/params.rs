@@ -118,7 +118,7 @@ fn every_statement() -> Vec<Stmt> {
     let ask = limit::Ask { limit_key: "l", job_id: "a", route: Route::key("k"), until: 2, policy, pace_ms: 0 };
     all.extend(limit::ask_stmts(&ask, 1));
     let verdict = crate::flow::RunVerdict::Failed { retry_after_ms: 5 };
-    all.extend(limit::release_stmts(&limit::Release { limit_key: "l", job_id: "a", verdict, policy }, 1));
+    all.extend(limit::release_stmts(&limit::Release { limit_key: "l", job_id: "a", until: 2, verdict, policy }, 1));
     let change = limit::Change { paused: Some(true), policy: Some(Some(policy)) };
     all.push(limit::set_stmt("l", &change, 1));
     all.push(limit::states_stmt("a", 1, 10));

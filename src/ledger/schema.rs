@@ -28,7 +28,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0009_limits.sql", include_str!("../../migrations/0009_limits.sql")),
     ("0010_throttle_bookings.sql", include_str!("../../migrations/0010_throttle_bookings.sql")),
     ("0011_deadlines.sql", include_str!("../../migrations/0011_deadlines.sql")),
-    ("0012_limit_line_index.sql", include_str!("../../migrations/0012_limit_line_index.sql")),
+    ("0012_limit_hand_offs.sql", include_str!("../../migrations/0012_limit_hand_offs.sql")),
 ];
 
 /// The schema this code's SQL is written for: how many migrations it has.
@@ -221,7 +221,7 @@ mod tests {
         let behind = Standing::of(&all[..9]);
         assert_eq!(
             behind,
-            Standing::Behind(vec!["0010_throttle_bookings.sql", "0011_deadlines.sql", "0012_limit_line_index.sql"])
+            Standing::Behind(vec!["0010_throttle_bookings.sql", "0011_deadlines.sql", "0012_limit_hand_offs.sql"])
         );
         let why = behind.refusal().unwrap_or_default();
         assert!(why.contains("9 of 12") && why.contains("POST /admin/migrate"), "{why}");

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
+use crate::flow::Policy;
 
 pub use crate::limits::MAX_SHARDS;
 
@@ -476,8 +477,8 @@ impl<S: Sql> Ledger<S> {
 
     /// Hands the oldest `n` jobs in `key`'s line a slot each and takes them out of it (a resumed
     /// key's).
-    pub async fn wake(&self, key: &str, n: u32, now: i64) -> Result<Vec<Woken>, InfraError> {
-        self.at(Route::key(key)).wake(key, n, now).await
+    pub async fn wake(&self, key: &str, n: u32, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
+        self.at(Route::key(key)).wake(key, n, policy, now).await
     }
 
     /// An operator's change to a limit key.

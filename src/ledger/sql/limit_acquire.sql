@@ -4,8 +4,11 @@
 -- a live probe other than this job; as many permits are live as its concurrency allows; or its
 -- throttle's next start (GCRA: the theoretical arrival time less the burst's tolerance) is more
 -- than ?8 ms away: a start that near is granted, and the job waits for it in its invocation.
--- One statement, so it holds under any number of concurrent invocations. A job that holds a
--- permit already (its lease was lost and it is claimed again) renews it.
+-- One statement, so it holds under any number of concurrent invocations. A slot handed to this
+-- job (limit_hand.sql) is its: not counted against it, and taken over by its run. A permit another
+-- run of this job took and still holds (a run that stalled past its lease may still be running)
+-- counts like any other and is never taken over: a second run of a job is no exception to the
+-- key's concurrency; one that lapsed is renewed.
 -- params: ?1 limit_key, ?2 job_id, ?3 now, ?4 until, ?5 interval_us, ?6 tolerance_us, ?7 concurrency, ?8 pace_ms
 INSERT INTO limit_permit (limit_key, job_id, until)
 SELECT ?1, ?2, ?4
@@ -21,6 +24,8 @@ WHERE s.paused = 0
                 OR NOT EXISTS (SELECT 1 FROM limit_permit AS lp
                                WHERE lp.limit_key = ?1 AND lp.job_id = s.probe AND lp.until > ?3))))
   AND (s.cc IS NULL
-       OR (SELECT count(*) FROM limit_permit AS lp WHERE lp.limit_key = ?1 AND lp.until > ?3 AND lp.job_id <> ?2) < s.cc)
+       OR (SELECT count(*) FROM limit_permit AS lp
+           WHERE lp.limit_key = ?1 AND lp.until > ?3 AND NOT (lp.job_id = ?2 AND lp.handed = 1)) < s.cc)
   AND (s.iv IS NULL OR max(s.tat_us, ?3 * 1000) - coalesce(s.tol, 0) <= (?3 + ?8) * 1000)
-ON CONFLICT (limit_key, job_id) DO UPDATE SET until = excluded.until
+ON CONFLICT (limit_key, job_id) DO UPDATE SET until = excluded.until, handed = 0
+WHERE limit_permit.handed = 1 OR limit_permit.until <= ?3
