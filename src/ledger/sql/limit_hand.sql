@@ -10,15 +10,15 @@
 -- takes the jobs handed a slot out of the line. None while the key is paused.
 -- params: ?1 limit_key, ?2 limit, ?3 now, ?4 until, ?5 concurrency
 INSERT INTO limit_permit (limit_key, job_id, until, handed)
-SELECT ?1, w.job_id, ?4, 1
+SELECT ?1, line.job_id, ?4, 1
 FROM (SELECT job_id, row_number() OVER (ORDER BY since, job_id) AS place
       FROM limit_wait WHERE limit_key = ?1
       ORDER BY since, job_id
-      LIMIT ?2) AS w,
+      LIMIT ?2) AS line,
      (SELECT paused, CASE WHEN overridden = 1 THEN concurrency ELSE ?5 END AS cc
       FROM limit_state WHERE limit_key = ?1) AS s
 WHERE s.paused = 0
   AND (s.cc IS NULL
-       OR w.place <= s.cc - (SELECT count(*) FROM limit_permit AS lp WHERE lp.limit_key = ?1 AND lp.until > ?3))
+       OR line.place <= s.cc - (SELECT count(*) FROM limit_permit AS lp WHERE lp.limit_key = ?1 AND lp.until > ?3))
 ON CONFLICT (limit_key, job_id) DO UPDATE SET until = excluded.until
 WHERE limit_permit.handed = 1 OR limit_permit.until <= ?3
