@@ -548,11 +548,9 @@ fn a_chains_runs_are_in_each_jobs_history() {
     assert_eq!(outcomes("b"), vec![(Some(1), Some(Ok_))]);
 }
 
-#[test]
-fn a_throttled_head_holds_its_key_and_wakes_once_for_its_start() {
-    let mut w = World::new(OnDead::Skip);
-    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"rate": 1, "per_seconds": 30}}"#).unwrap();
-    let limited = |id: &str| JobSpec {
+/// A job of key `k` under the limit key `host`, as the API records it.
+fn limited(id: &str) -> JobSpec {
+    JobSpec {
         id: id.to_string(),
         job_type: Some("t".into()),
         ordering_key: Some("k".into()),
@@ -563,7 +561,13 @@ fn a_throttled_head_holds_its_key_and_wakes_once_for_its_start() {
         payload: Some(ok().to_string()),
         max_attempts: 8,
         priority: 5,
-    };
+    }
+}
+
+#[test]
+fn a_throttled_head_holds_its_key_and_wakes_once_for_its_start() {
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"rate": 1, "per_seconds": 30}}"#).unwrap();
     let specs = [limited("a"), limited("b"), limited("c")];
     block_on(Ledger::new(&w.db).enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
     assert_eq!(w.run(&[keyed("a", T0, ok())]), vec![Outcome::Ack]);
@@ -584,21 +588,7 @@ fn a_chain_of_limited_jobs_claims_one_at_a_time_so_a_refusal_hands_back_one() {
     let mut w = World::new(OnDead::Skip);
     w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"rate": 1, "per_seconds": 30}}"#).unwrap();
     let ids: Vec<String> = (0..20).map(|i| format!("j{i:02}")).collect();
-    let specs: Vec<JobSpec> = ids
-        .iter()
-        .map(|id| JobSpec {
-            id: id.clone(),
-            job_type: Some("t".into()),
-            ordering_key: Some("k".into()),
-            dedupe_key: None,
-            limit_key: Some("host".into()),
-            deadline_at: None,
-            timeout_seconds: None,
-            payload: Some(ok().to_string()),
-            max_attempts: 8,
-            priority: 5,
-        })
-        .collect();
+    let specs: Vec<JobSpec> = ids.iter().map(|id| limited(id)).collect();
     block_on(Ledger::new(&w.db).enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
     let message = Incoming {
         id: "m-j00".into(),
