@@ -82,6 +82,18 @@ export interface Counts {
   DEAD: number;
 }
 
+/** An ordering key paused or resumed by `pauseKey` / `resumeKey` (`PUT /keys/{key}`). */
+export interface KeyPause {
+  key: string;
+  paused: boolean;
+  /** A pause: when the key was first paused, ms. */
+  paused_at?: number;
+  /** A resume: whether the key was paused. */
+  was_paused?: boolean;
+  /** A resume: messages sent again. */
+  woken?: number;
+}
+
 export interface ClientOptions {
   /** orderly's PRODUCER_TOKEN (submit, get and counts only) or ADMIN_TOKEN (everything). */
   token: string;
@@ -117,4 +129,8 @@ export class OrderlyClient {
   counts(): Promise<Counts>;
   redrive(id: string): Promise<Job>;
   cancel(id: string): Promise<Job>;
+  /** Pauses an ordering key (ADMIN_TOKEN): nothing of it starts until it is resumed. */
+  pauseKey(key: string): Promise<KeyPause>;
+  /** Resumes an ordering key (ADMIN_TOKEN): its jobs are sent again. */
+  resumeKey(key: string): Promise<KeyPause>;
 }

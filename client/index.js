@@ -122,4 +122,14 @@ export class OrderlyClient {
   async cancel(id) {
     return (await this.request("POST", `/jobs/${encodeURIComponent(id)}/cancel`)).job;
   }
+
+  /** Pauses an ordering key: nothing of it starts until it is resumed, nothing of it is lost. */
+  pauseKey(key) {
+    return this.request("PUT", `/keys/${encodeURIComponent(key)}`, { paused: true });
+  }
+
+  /** Resumes an ordering key: its jobs are sent again. */
+  resumeKey(key) {
+    return this.request("PUT", `/keys/${encodeURIComponent(key)}`, { paused: false });
+  }
 }

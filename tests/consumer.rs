@@ -1128,7 +1128,7 @@ fn a_job_woken_before_its_parking_is_recorded_still_gets_its_message() {
     block_on(ledger.acquire(&orderly::ledger::limit::Ask { job_id: "x", ..ask("x", T0) }, T0)).unwrap();
     let b = orderly::ledger::JobSpec { limit_key: Some("host".into()), ..spec("b", None) };
     let lease = Lease { now: T0, until: T0 + 120_000, due_before: T0 };
-    block_on(ledger.claim_all(&[&b], "other", lease)).unwrap();
+    block_on(ledger.claim_all(&[(&b, lease.now)], "other", lease)).unwrap();
     let parked = block_on(ledger.acquire(&orderly::ledger::limit::Ask { job_id: "b", ..ask("b", T0) }, T0)).unwrap();
     assert_eq!(parked, orderly::ledger::limit::Permit::Refused(orderly::flow::Refusal::Full));
     // x's lease ends; c runs, and its end wakes b: b's message is sent, after a short delay, so that

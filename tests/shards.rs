@@ -166,7 +166,7 @@ fn one_shard_down_holds_only_its_own_jobs() {
     ledger.backends().nth(down).unwrap().transport.1.set(true);
     let lease = Lease { now: T0, until: T0 + 120_000, due_before: T0 };
     let (a, b) = (spec("a", Some("down-key")), spec("b", Some(&up)));
-    let claimed = block_on(ledger.claim_all(&[&a, &b], "inv", lease)).unwrap();
+    let claimed = block_on(ledger.claim_all(&[(&a, T0), (&b, T0)], "inv", lease)).unwrap();
     assert!(matches!(claimed[0], Claimed::Unavailable(_)), "{claimed:?}");
     assert!(matches!(claimed[1], Claimed::Won(_)), "{claimed:?}");
     let (c, d) = (spec("c", Some("down-key")), spec("d", Some(&up)));
@@ -176,6 +176,6 @@ fn one_shard_down_holds_only_its_own_jobs() {
     assert_eq!(parked[0].parked, [Parked::Unavailable]);
     assert!(matches!(parked[1].parked[0], Parked::Recorded(_)));
     // Every shard asked is down: the call fails, as the one database's would.
-    let only_down = block_on(ledger.claim_all(&[&a], "inv", lease));
+    let only_down = block_on(ledger.claim_all(&[(&a, T0)], "inv", lease));
     assert!(only_down.is_err());
 }

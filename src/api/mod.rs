@@ -1,6 +1,6 @@
 //! The operator HTTP API (design §5): submit, count, list, inspect, cancel and redrive jobs (one or
-//! in bulk by filter), per-minute activity, strict mode's blocked keys and skip, flow control's
-//! limit keys (`limits.rs`); the dashboard and
+//! in bulk by filter), per-minute activity, ordering keys (`keys.rs`: strict mode's blocked keys
+//! and skip, an operator's pause), flow control's limit keys (`limits.rs`); the dashboard and
 //! the API's OpenAPI document. [`ROUTES`] is the one list of routes: the router matches only
 //! these, and a test checks `openapi.json` against it.
 //!
@@ -10,6 +10,7 @@
 //! and read a job's state and the counts ([`PRODUCER_ROUTES`]); the shell carries no data and asks for the token itself, because
 //! a browser cannot attach a bearer token to a page load. Errors are `{"error": ...}` JSON.
 
+mod keys;
 mod limits;
 mod submission;
 
@@ -20,8 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::app::JobTypes;
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError, OnDead, OrderingMode};
-use crate::ledger::strict::Skip;
+use crate::config::{Config, ConfigError};
 use crate::ledger::{Cancel, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, MAX_PRIORITY};
 use crate::producer::{self, QueueSender};
 use crate::seal::Sealer;
@@ -73,6 +73,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/jobs/{id}/redrive"),
     ("POST", "/jobs/{id}/cancel"),
     ("GET", "/keys"),
+    ("PUT", "/keys/{key}"),
     ("POST", "/keys/{key}/skip"),
     ("GET", "/limits"),
     ("GET", "/limits/{key}"),
@@ -389,6 +390,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             "/jobs/{id}/redrive" => self.redrive(param).await,
             "/jobs/{id}/cancel" => self.cancel(cfg, param).await,
             "/keys" => self.keys(cfg, &req.query).await,
+            "/keys/{key}" => self.change_key(cfg, param, &req.body).await,
             "/keys/{key}/skip" => self.skip(cfg, param).await,
             "/limits" => self.limits(cfg, &req.query).await,
             "/limits/{key}" if req.method == "PUT" => self.change_limit(cfg, param, &req.body).await,
@@ -660,65 +662,6 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                     ));
                 }
                 Ok(ApiResponse::json(200, json!({ "job": j })))
-            }
-        }
-    }
-}
-
-impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
-    /// `GET /keys?state=blocked`: strict mode's keys waiting for an operator (ON_DEAD = block).
-    async fn keys(&self, cfg: &Config, query: &str) -> Result<ApiResponse, crate::error::InfraError> {
-        let mut limit = 50;
-        let mut state = None;
-        for (k, v) in query_pairs(query) {
-            match k.as_str() {
-                "state" => state = Some(v),
-                "limit" => match v.parse::<u32>() {
-                    Ok(n) if (1..=MAX_PAGE).contains(&n) => limit = n,
-                    _ => return Ok(ApiResponse::error(400, format!("limit must be 1 to {MAX_PAGE}, got {v:?}"))),
-                },
-                _ => return Ok(ApiResponse::error(400, format!("unknown query parameter {k:?}"))),
-            }
-        }
-        if state.as_deref() != Some("blocked") {
-            return Ok(ApiResponse::error(400, "state must be \"blocked\""));
-        }
-        // Only strict mode under ON_DEAD = block ever blocks a key.
-        if cfg.ordering_mode != OrderingMode::Strict || cfg.on_dead != OnDead::Block {
-            return Ok(ApiResponse::json(200, json!({ "keys": [] })));
-        }
-        let keys: Vec<Value> = self
-            .ledger
-            .blocked_keys(limit)
-            .await?
-            .into_iter()
-            .map(|b| json!({"key": b.key, "head": b.head, "waiting": b.waiting}))
-            .collect();
-        Ok(ApiResponse::json(200, json!({ "keys": keys })))
-    }
-
-    /// `POST /keys/{key}/skip`: the key moves past its DEAD head; its next job is woken.
-    async fn skip(&self, cfg: &Config, key: &str) -> Result<ApiResponse, crate::error::InfraError> {
-        if cfg.ordering_mode != OrderingMode::Strict || cfg.on_dead != OnDead::Block {
-            return Ok(ApiResponse::error(
-                409,
-                "keys are never blocked unless ORDERING_MODE is strict and ON_DEAD is block",
-            ));
-        }
-        match self.ledger.skip(key, self.clock.now_ms()).await? {
-            Skip::NotBlocked => Ok(ApiResponse::error(409, format!("key {key:?} is not blocked by a DEAD job"))),
-            Skip::Skipped { skipped, next } => {
-                // Audited after the fact (the skip names a key, not a job): a failure here is
-                // only a missing history line.
-                self.ledger.audit_skip(&skipped).await;
-                let wake = next.filter(|j| j.status == Status::Pending).and_then(|j| producer::message_for(&j, 0));
-                if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {
-                    return Ok(ApiResponse::json(
-                        503,
-                        json!({"error": format!("{e}; the key is skipped and the cron wakes it"), "skipped": skipped}),
-                    ));
-                }
-                Ok(ApiResponse::json(200, json!({ "skipped": skipped })))
             }
         }
     }

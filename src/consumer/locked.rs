@@ -11,14 +11,14 @@ use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
 use super::{
-    until, Consumer, Incoming, Leases, Outcome, Read, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
+    until, Consumer, Decoded, Incoming, Leases, Outcome, Read, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
     INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
 };
 use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::error::InfraError;
 use crate::handlers::Runner;
-use crate::ledger::{Claimed, Job, JobSpec, Lease, Record, Route, Sql, Status, Transition};
+use crate::ledger::{Claimed, Job, JobSpec, Lease, Record, Route, Sent, Sql, Status, Transition};
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::{self, OutMessage, QueueSender};
 
@@ -43,6 +43,8 @@ enum Claim {
     NotNow(u32),
     /// Its dedupe key is active in another job.
     Clash,
+    /// Its ordering key is paused: recorded PENDING, acked; the key's resume sends it again.
+    Paused,
 }
 
 /// A key's lock, taken for a group.
@@ -120,13 +122,23 @@ struct GroupResult {
 struct Plan<'a> {
     settled: Vec<Settle>,
     groups: Vec<batch::Group<'a>>,
-    specs: Vec<Option<&'a JobSpec>>,
+    decoded: Vec<Option<&'a Decoded>>,
 }
 
 impl Plan<'_> {
-    /// The spec of a planned message (only decoded messages are planned).
+    /// A planned message (only decoded messages are planned).
+    fn decoded(&self, i: usize) -> &Decoded {
+        self.decoded[i].unwrap_or_else(|| unreachable!("only decoded messages are planned"))
+    }
+
+    /// The spec of a planned message.
     fn spec(&self, i: usize) -> &JobSpec {
-        self.specs[i].unwrap_or_else(|| unreachable!("only decoded messages are planned"))
+        &self.decoded(i).spec
+    }
+
+    /// When a planned message was first sent (ms).
+    fn sent_at(&self, i: usize) -> i64 {
+        self.decoded(i).queued_at
     }
 
     /// A group's job ids, in run order.
@@ -185,8 +197,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 }),
             }
         }
-        let specs = decoded.iter().map(|d| d.as_ref().ok().map(|d| &d.spec)).collect();
-        Plan { settled, groups: batch::plan(&items), specs }
+        let decoded = decoded.iter().map(|d| d.as_ref().ok()).collect();
+        Plan { settled, groups: batch::plan(&items), decoded }
     }
 
     /// Phase 1: one lock per key group, taken concurrently; then held keys' holders are read (a
@@ -261,7 +273,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             until: now + i64::from(self.cfg.lease_seconds) * 1000,
             due_before: now + EARLY_DELIVERY_ALLOWANCE_MS,
         };
-        let specs: Vec<&JobSpec> = positions.iter().map(|&i| plan.spec(i)).collect();
+        let specs: Vec<Sent<'_>> = positions.iter().map(|&i| (plan.spec(i), plan.sent_at(i))).collect();
         let verdicts = self.ledger.claim_all(&specs, &self.owner, lease).await?;
         let mut unavailable = None;
         let claims = positions
@@ -274,6 +286,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     Claimed::Running(until_ms) => Claim::NotNow(until(now, until_ms)),
                     Claimed::NotDue(at) => Claim::NotNow(until(now, Some(at))),
                     Claimed::Clash => Claim::Clash,
+                    Claimed::Paused => Claim::Paused,
                     // Its ledger shard is down: the message comes back; the other shards' run.
                     Claimed::Unavailable(e) => {
                         unavailable.get_or_insert(e);
@@ -511,7 +524,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             let Ok(d) = &decoded[i] else { continue };
             let now = self.clock.now_ms();
             match claim {
-                Claim::Finished => g.settled.push(Settle::plain(i, Outcome::Ack)),
+                Claim::Finished | Claim::Paused => g.settled.push(Settle::plain(i, Outcome::Ack)),
                 Claim::Clash => {
                     let why = format!(
                         "duplicate: dedupe_key {:?} belongs to another active job",

@@ -111,23 +111,23 @@ pub async fn exercise<S: Sql>(ledger: &Ledger<S>, prefix: &str) -> Report {
 
 async fn claim_and_complete<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     let a = spec(n.id("claim", "a"), None, None);
-    let won = l.claim_all(&[&a], "w1", lease(T0)).await.map_err(infra)?;
+    let won = l.claim_all(&[(&a, T0)], "w1", lease(T0)).await.map_err(infra)?;
     check(matches!(won.as_slice(), [Claimed::Won(j)] if j.status == Status::Running), || {
         format!("first claim: {won:?}")
     })?;
-    let again = l.claim_all(&[&a], "w2", lease(T0 + 1)).await.map_err(infra)?;
+    let again = l.claim_all(&[(&a, T0)], "w2", lease(T0 + 1)).await.map_err(infra)?;
     check(matches!(again.as_slice(), [Claimed::Running(Some(_))]), || format!("second claim: {again:?}"))?;
     let applied = l.record_all(&[complete(&a, "w2", T0 + 2), complete(&a, "w1", T0 + 3)]).await.map_err(infra)?;
     check(applied == [false, true], || format!("completions by w2 then w1 applied {applied:?}"))?;
     let done = l.get(&a.id).await.map_err(infra)?;
     check(done.as_ref().is_some_and(|j| j.status == Status::Done && j.result.is_some()), || format!("{done:?}"))?;
-    let late = l.claim_all(&[&a], "w3", lease(T0 + 4)).await.map_err(infra)?;
+    let late = l.claim_all(&[(&a, T0)], "w3", lease(T0 + 4)).await.map_err(infra)?;
     check(matches!(late.as_slice(), [Claimed::Finished]), || format!("claim of a DONE job: {late:?}"))
 }
 
 async fn retry_waits<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     let a = spec(n.id("retry", "a"), None, None);
-    l.claim_all(&[&a], "w1", lease(T0)).await.map_err(infra)?;
+    l.claim_all(&[(&a, T0)], "w1", lease(T0)).await.map_err(infra)?;
     let fail = Transition::Fail {
         id: a.id.clone(),
         route: a.route(),
@@ -149,11 +149,11 @@ async fn retry_waits<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     };
     let applied = l.record_all(&[Record { transition: fail, run: Some(run) }]).await.map_err(infra)?;
     check(applied == [true], || format!("the failure applied {applied:?}"))?;
-    let early = l.claim_all(&[&a], "w2", lease(T0 + 4_999)).await.map_err(infra)?;
+    let early = l.claim_all(&[(&a, T0)], "w2", lease(T0 + 4_999)).await.map_err(infra)?;
     check(matches!(early.as_slice(), [Claimed::NotDue(at)] if *at == T0 + 5_000), || {
         format!("early claim: {early:?}")
     })?;
-    let due = l.claim_all(&[&a], "w2", lease(T0 + 5_000)).await.map_err(infra)?;
+    let due = l.claim_all(&[(&a, T0)], "w2", lease(T0 + 5_000)).await.map_err(infra)?;
     check(matches!(due.as_slice(), [Claimed::Won(j)] if j.attempts == 2), || format!("due claim: {due:?}"))?;
     let events = l.events(&a.id).await.map_err(infra)?;
     check(events.iter().any(|e| e.outcome == Some(RunOutcome::Retry) && e.http_status == Some(503)), || {
@@ -164,7 +164,7 @@ async fn retry_waits<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
 async fn dedupe_clash<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     let dedupe = Some(n.id("dedupe", "key"));
     let (a, b) = (spec(n.id("dedupe", "a"), None, dedupe.clone()), spec(n.id("dedupe", "b"), None, dedupe));
-    let out = l.claim_all(&[&a, &b], "w1", lease(T0)).await.map_err(infra)?;
+    let out = l.claim_all(&[(&a, T0), (&b, T0)], "w1", lease(T0)).await.map_err(infra)?;
     check(matches!(out.as_slice(), [Claimed::Won(_), Claimed::Clash]), || format!("claims: {out:?}"))?;
     let dead = l.record_dead_all(&[(b.clone(), "duplicate".into())], T0).await.map_err(infra)?;
     check(dead.first().is_some_and(|d| d.recorded && d.job.as_ref().is_some_and(|j| j.status == Status::Dead)), || {
@@ -219,7 +219,7 @@ async fn strict_chain<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
 
 async fn reap_expired<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     let a = spec(n.id("reap", "a"), None, None);
-    l.claim_all(&[&a], "w-dead", lease(T0)).await.map_err(infra)?;
+    l.claim_all(&[(&a, T0)], "w-dead", lease(T0)).await.map_err(infra)?;
     let held = l.renew("w-dead", T0 + 1, T0 + LEASE_MS, &[(a.id.clone(), a.route())]).await.map_err(infra)?;
     check(held.contains(&a.id), || format!("renewal held {held:?}"))?;
     let reaped = l.reap(T0 + 10 * LEASE_MS, 1000).await.map_err(infra)?;

@@ -34,6 +34,7 @@ pub mod moving;
 pub mod object;
 #[cfg(test)]
 mod params;
+pub mod pause;
 mod shards;
 // The statement builders are the ledger's own; the project's SQL tests reach them through the
 // `testing` feature.
@@ -387,9 +388,15 @@ pub enum Claimed {
     NotDue(i64),
     /// Not recorded: its dedupe key is active in another job.
     Clash,
+    /// Its ordering key is paused (design §20.11): recorded PENDING and due, not claimed; the
+    /// key's resume sends it again.
+    Paused,
     /// Not reached: its shard failed (the other shards' jobs were claimed). Try again later.
     Unavailable(InfraError),
 }
+
+/// A delivered job and when its message was sent (ms): a new job's `created_at`.
+pub type Sent<'a> = (&'a JobSpec, i64);
 
 /// The DEAD jobs a filter matches.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -469,13 +476,13 @@ impl<S: Sql> Shard<S> {
     /// Claims each delivered job for `owner` (lock mode, and strict mode's unkeyed jobs), in one
     /// round trip: a new job is inserted RUNNING, a due PENDING one (or one whose lease expired
     /// with attempts left) becomes RUNNING; each refusal says why, from the row read after it.
-    pub async fn claim_all(&self, jobs: &[&JobSpec], owner: &str, lease: Lease) -> Result<Vec<Claimed>, InfraError> {
+    pub async fn claim_all(&self, jobs: &[Sent<'_>], owner: &str, lease: Lease) -> Result<Vec<Claimed>, InfraError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         let mut stmts = Vec::with_capacity(jobs.len() * 2);
-        for job in jobs {
-            stmts.push(stmt::claim(job, owner, lease));
+        for &(job, sent_at) in jobs {
+            stmts.push(stmt::claim_sent(job, sent_at, owner, lease));
             stmts.push(stmt::get(&job.id));
         }
         let out = self.sql.batch(stmts).await?;
@@ -483,9 +490,13 @@ impl<S: Sql> Shard<S> {
             .map(|pair| {
                 let first = |i: usize| Job::first(pair.get(i).map(Vec::as_slice).unwrap_or_default());
                 Ok(match (first(0)?, first(1)?) {
+                    // claim.sql inserts a paused key's new job PENDING.
+                    (Some(j), _) if j.status == Status::Pending => Claimed::Paused,
                     (Some(won), _) => Claimed::Won(Box::new(won)),
                     (None, Some(j)) if j.status.is_finished() => Claimed::Finished,
                     (None, Some(j)) if j.status == Status::Running => Claimed::Running(j.lease_until),
+                    // Due, yet not claimed in the same transaction: only a pause holds it.
+                    (None, Some(j)) if j.next_run_at <= lease.due_before => Claimed::Paused,
                     (None, Some(j)) => Claimed::NotDue(j.next_run_at),
                     (None, None) => Claimed::Clash,
                 })

@@ -67,7 +67,7 @@ fn every_statement() -> Vec<Stmt> {
         ListFilter { status: Some(Status::Dead), job_type: Some("t"), ordering_key: Some("k"), priority: Some(1) };
     let dead = DeadFilter { job_type: None, ordering_key: None, error: Some("e".into()), from: Some(1), to: Some(2) };
     let mut all = vec![
-        stmt::claim(&spec, "w", lease),
+        stmt::claim_sent(&spec, 1, "w", lease),
         stmt::get("a"),
         stmt::complete("a", "w", 1, Some("{}"), Some(200)),
         stmt::fail("a", "w", 1, Status::Pending, 2, "e"),
@@ -85,6 +85,10 @@ fn every_statement() -> Vec<Stmt> {
         stmt::head("k", OnDead::Skip),
         stmt::wake_waiting("k", 1),
         stmt::blocked_keys(10),
+        stmt::key_pause("k", 1),
+        stmt::key_resume("k"),
+        stmt::key_waiting("k", 10),
+        stmt::paused_keys("a", 10),
         stmt::skip("k", 1),
         stmt::stalled_heads(1, OnDead::Block, 10),
         stmt::mark_resent("a", 1, 2),

@@ -14,10 +14,11 @@ use futures::future::join_all;
 
 use super::history::{Event, Minute};
 use super::limit::{Answer, Ask, Change, LimitState, Permit, Release, Woken};
+use super::pause::{KeyPause, Resumed};
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
 use super::{
     Cancel, Claimed, Counts, DeadFilter, DeadMatches, Job, JobSpec, Lease, ListFilter, Record, RecordedDead, Redrive,
-    Route, Shard, Sql,
+    Route, Sent, Shard, Sql,
 };
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
@@ -167,14 +168,14 @@ impl<S: Sql> Ledger<S> {
     /// job is inserted RUNNING, a due PENDING one (or one whose lease expired with attempts left)
     /// becomes RUNNING; each refusal says why, from the row read after it. A job whose shard failed
     /// is `Unavailable`; when every shard asked failed, the call fails.
-    pub async fn claim_all(&self, jobs: &[&JobSpec], owner: &str, lease: Lease) -> Result<Vec<Claimed>, InfraError> {
+    pub async fn claim_all(&self, jobs: &[Sent<'_>], owner: &str, lease: Lease) -> Result<Vec<Claimed>, InfraError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let claim = async |s: &Shard<S>, part: Vec<&&JobSpec>| {
+        let claim = async |s: &Shard<S>, part: Vec<&Sent<'_>>| {
             s.claim_all(&part.into_iter().copied().collect::<Vec<_>>(), owner, lease).await
         };
-        Self::unless_all_failed(self.routed_each(jobs, |j| j.route(), claim).await, Claimed::Unavailable)
+        Self::unless_all_failed(self.routed_each(jobs, |(j, _)| j.route(), claim).await, Claimed::Unavailable)
     }
 
     /// Counts by status, zeros included, summed over the shards.
@@ -432,6 +433,25 @@ impl<S: Sql> Ledger<S> {
     /// Lets `key` move past its DEAD head.
     pub async fn skip(&self, key: &str, now: i64) -> Result<Skip, InfraError> {
         self.at(Route::key(key)).skip(key, now).await
+    }
+
+    /// Pauses `key` in its shard (design §20.11).
+    pub async fn pause_key(&self, key: &str, now: i64) -> Result<KeyPause, InfraError> {
+        self.at(Route::key(key)).pause_key(key, now).await
+    }
+
+    /// Resumes `key`: the pause ended and the jobs to send again (at most `limit`).
+    pub async fn resume_key(&self, key: &str, mode: OrderingMode, limit: u32) -> Result<Resumed, InfraError> {
+        self.at(Route::key(key)).resume_key(key, mode, limit).await
+    }
+
+    /// Paused keys by name after `after`, at most `limit` in all, from every shard.
+    pub async fn paused_keys(&self, after: &str, limit: u32) -> Result<Vec<KeyPause>, InfraError> {
+        let pages = self.every(async |s| s.paused_keys(after, limit).await).await?;
+        let mut all: Vec<KeyPause> = pages.into_iter().flatten().collect();
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all.truncate(limit as usize);
+        Ok(all)
     }
 
     /// A job's history, oldest first, its row's successful run included.

@@ -48,7 +48,12 @@ fn status_code(s: Option<u16>) -> Param {
 }
 
 /// Claims `job` for `owner` under `lease`; PENDING rows qualify once due before `lease.due_before`.
+/// A new job is created now.
 pub fn claim(job: &JobSpec, owner: &str, lease: Lease) -> Stmt {
+    claim_sent(job, lease.now, owner, lease)
+}
+/// [`claim`] for a job whose message was sent at `sent_at`: a new job is created then.
+pub fn claim_sent(job: &JobSpec, sent_at: i64, owner: &str, lease: Lease) -> Stmt {
     let rest = [
         ("lease_owner", owner.into()),
         ("lease_until", lease.until.into()),
@@ -56,7 +61,10 @@ pub fn claim(job: &JobSpec, owner: &str, lease: Lease) -> Stmt {
         ("due_before", lease.due_before.into()),
         priority(job),
     ];
-    spec_then(sql!("claim"), job, rest)
+    let mut s = spec_then(sql!("claim"), job, rest);
+    s.names.push("sent_at");
+    s.params.push(sent_at.into());
+    s
 }
 /// Reads one job.
 pub fn get(id: &str) -> Stmt {
@@ -164,6 +172,22 @@ pub fn head(key: &str, on_dead: OnDead) -> Stmt {
 /// Lock mode: a key's oldest PENDING job, if it waited for the key, made due now.
 pub fn wake_waiting(key: &str, now: i64) -> Stmt {
     with(sql!("wake_waiting"), [("ordering_key", key.into()), ("now", now.into())])
+}
+/// An operator pauses `key` (design §20.11).
+pub fn key_pause(key: &str, now: i64) -> Stmt {
+    with(sql!("key_pause"), [("ordering_key", key.into()), ("now", now.into())])
+}
+/// An operator resumes `key`: the pause it ended, if any.
+pub fn key_resume(key: &str) -> Stmt {
+    with(sql!("key_resume"), [("ordering_key", key.into())])
+}
+/// A resumed key's PENDING jobs, oldest first, at most `limit` of each kind.
+pub fn key_waiting(key: &str, limit: u32) -> Stmt {
+    with(sql!("key_waiting"), [("ordering_key", key.into()), ("limit", limit.into())])
+}
+/// Paused keys by name after `after`.
+pub fn paused_keys(after: &str, limit: u32) -> Stmt {
+    with(sql!("paused_keys"), [("after", after.into()), ("limit", limit.into())])
 }
 /// Keys whose head is an unskipped DEAD job.
 pub fn blocked_keys(limit: u32) -> Stmt {

@@ -27,8 +27,8 @@ test("the benchmark counts one job's D1 rows, statements and queue operations as
       // Once per isolate, before its first statement: the D1 ledger's schema check (ledger/schema.rs).
       ["CREATE TABLE IF NOT EXISTS d1_migrations(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL)"],
       ["SELECT name FROM d1_migrations ORDER BY id"],
-      // ... priority, limit_key, deadline_at, timeout_seconds (claim.sql's params).
-      [sql("claim"), "job-1", "webhook", null, null, payload, 8, "inv-1", now + 120_000, now, now + 2_000, 5, null, null, null],
+      // ... priority, limit_key, deadline_at, timeout_seconds, sent_at (claim.sql's params).
+      [sql("claim"), "job-1", "webhook", null, null, payload, 8, "inv-1", now + 120_000, now, now + 2_000, 5, null, null, null, now],
       [sql("get"), "job-1"],
       [sql("complete"), "job-1", "inv-1", now + 5, '{"status":200}', 200],
       [sql("purge_events"), now + 10, 1000],

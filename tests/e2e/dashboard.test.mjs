@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { chromium } from "playwright-core";
-import { start, webhook, waitFor, TOKEN } from "./harness.mjs";
+import { start, webhook, waitFor, sleep, TOKEN } from "./harness.mjs";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 
@@ -202,6 +202,34 @@ test("the dashboard shows a limit key, pauses and resumes it, and sets its polic
     await waitFor(async () => (await w.api("GET", "/limits/host.test")).json.overridden === true, "the policy set");
     assert.deepEqual((await w.api("GET", "/limits/host.test")).json.policy, { rate: 5, per_seconds: 1, burst: 1, concurrency: 1 });
     await page.waitForFunction(() => document.querySelector('tr[data-limit="host.test"] td:nth-child(2)')?.textContent.includes("set here"));
+  } finally {
+    await browser.close();
+    await w.dispose();
+  }
+});
+
+test("the dashboard pauses an ordering key, shows its waiting jobs, and resumes it", async () => {
+  const w = await start();
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+  try {
+    const page = await browser.newPage();
+    await page.goto(w.url.href);
+    await page.fill("#token", TOKEN);
+    await page.click("button[type=submit]");
+    await page.fill("#p-key", "tenant/7");
+    await page.click("#pause-form button");
+    const row = 'tr[data-paused="tenant/7"]';
+    await page.waitForSelector(row);
+    const res = await w.api("POST", "/jobs", { payload: webhook("/ok/paused-key"), ordering_key: "tenant/7" });
+    const id = res.json.jobs[0].id;
+    await sleep(1_500);
+    assert.equal((await w.job(id)).status, "PENDING", "a paused key's job waits");
+    assert.equal(w.target.to("/ok/paused-key").length, 0);
+    await page.click("#refresh");
+    await page.waitForFunction(() => document.querySelector('tr[data-paused="tenant/7"] td:nth-child(3)')?.textContent === "1");
+    await page.click(`${row} button[data-action="resume"]`);
+    await waitFor(async () => (await w.job(id))?.status === "DONE", "the resumed key's job DONE");
+    await page.waitForFunction(() => !document.querySelector('tr[data-paused="tenant/7"]'));
   } finally {
     await browser.close();
     await w.dispose();

@@ -226,6 +226,8 @@ pub struct Observations {
     pub limit_starts: BTreeMap<String, Vec<i64>>,
     /// When the pause of `host-0` took hold (its answer) and when its resume was asked.
     pub paused: (Option<i64>, Option<i64>),
+    /// The same for the ordering key [`PAUSED_KEY`] (design §20.11).
+    pub key_paused: (Option<i64>, Option<i64>),
 }
 
 #[derive(Debug, Clone)]
@@ -245,6 +247,8 @@ pub struct RunRecord {
 
 /// How long a scripted snooze asks to wait.
 pub const SNOOZE_MS: i64 = 7_000;
+/// The ordering key an operator pauses for a while in every setup (design §20.11).
+pub const PAUSED_KEY: &str = "k1";
 
 pub type Obs = Rc<RefCell<Observations>>;
 
@@ -591,6 +595,15 @@ impl Runner for SimRunner {
             }
             if let Some(l) = me.as_ref().and_then(|j| j.limit_key.clone()) {
                 self.limit_oracle(&mut o, &l, job.id);
+            }
+            // Nothing of a paused ordering key starts, unless it was claimed before the pause took
+            // hold (a claim sets started_at; a chunk claimed then runs on).
+            if let (Some(from), until, Some(PAUSED_KEY)) = (o.key_paused.0, o.key_paused.1, key.as_deref()) {
+                let during = |t: i64| t >= from && until.is_none_or(|u| t < u);
+                let claimed = me.as_ref().and_then(|j| j.started_at);
+                if during(now) && claimed.is_none_or(during) {
+                    o.violations.push(format!("key {PAUSED_KEY}: {} started while the key was paused", job.id));
+                }
             }
             o.runs.push(RunRecord {
                 job: job.id.to_string(),

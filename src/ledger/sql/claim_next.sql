@@ -7,7 +7,8 @@
 -- the key's way that is not PENDING-and-due (a job waiting for its retry, a RUNNING job, a DEAD
 -- head under 'block'). A RUNNING job of the key, live or expired, claims nothing: an expired
 -- lease is the reaper's to free. ?8, when given, is the job this invocation just finished: the
--- claim only chains if that job really is finished (our record of it applied).
+-- claim only chains if that job really is finished (our record of it applied). A paused key
+-- (key_pause, design §20.11) claims nothing.
 --
 -- Reads only the front of the key's way: its first ?7 jobs in the way give the first blocker
 -- (a RUNNING one blocks everything: -1), and nothing past them could be claimed. A RUNNING job is
@@ -30,6 +31,7 @@ WHERE id IN (
               AND NOT (status = 'DEAD' AND ?6 = 'skip')
             ORDER BY seq
             LIMIT ?7))
+    AND NOT EXISTS (SELECT 1 FROM key_pause WHERE ordering_key = ?1)
     AND (?8 IS NULL OR EXISTS (SELECT 1 FROM job AS p WHERE p.id = ?8 AND p.status IN ('DONE', 'DEAD')))
   ORDER BY seq
   LIMIT ?7)

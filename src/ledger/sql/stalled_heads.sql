@@ -1,6 +1,7 @@
 -- Strict mode's liveness scan (design §3b.6): heads that are PENDING and due since before ?1 while
 -- no job of their key runs: their wake-up was lost (or never sent). Reads the open jobs of every
--- key (job_key_open); a job's key-mates before it are one index probe each.
+-- key (job_key_open); a job's key-mates before it are one index probe each. A paused key is not
+-- stalled (design §20.11): its resume wakes it.
 -- params: ?1 due_before, ?2 on_dead, ?3 limit
 SELECT * FROM job AS h
 WHERE h.seq IS NOT NULL AND h.passed_at IS NULL AND h.status = 'PENDING' AND h.next_run_at <= ?1
@@ -11,5 +12,6 @@ WHERE h.seq IS NOT NULL AND h.passed_at IS NULL AND h.status = 'PENDING' AND h.n
   AND NOT EXISTS (
     SELECT 1 FROM job AS r
     WHERE r.ordering_key = h.ordering_key AND r.seq IS NOT NULL AND r.passed_at IS NULL AND r.status = 'RUNNING')
+  AND NOT EXISTS (SELECT 1 FROM key_pause WHERE key_pause.ordering_key = h.ordering_key)
 ORDER BY h.priority, h.next_run_at
 LIMIT ?3

@@ -1,0 +1,299 @@
+//! Pausing an ordering key (design §20.11) on the host, in both ordering modes: the real consumer,
+//! API and maintenance over real SQLite and a recording queue. Nothing of a paused key starts
+//! (other keys run), its messages are acked and nothing polls it, maintenance leaves it alone,
+//! and a resume sends its jobs again so they run in order; nothing is lost.
+
+mod support;
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use futures::executor::block_on;
+use orderly::api::{Api, ApiRequest, ApiResponse};
+use orderly::clock::{Clock, ManualClock};
+use orderly::config::{Config, OnDead, OrderingMode};
+use orderly::consumer::{Consumer, Incoming, Outcome, Role};
+use orderly::handlers::{Done, JobContext, JobError, Runner};
+use orderly::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status};
+use orderly::lock::MemoryKv;
+use orderly::maintenance::{self, RESEND_GRACE_MS};
+use serde_json::{json, Value};
+use support::api::TOKEN;
+use support::{MemoryQueue, Sqlite};
+
+const T0: i64 = 1_700_000_000_000;
+
+/// Records each run's job id; `{"fail": n}` fails the first n attempts.
+#[derive(Default)]
+struct Recorder {
+    runs: RefCell<Vec<String>>,
+}
+
+impl Runner for Recorder {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
+        self.runs.borrow_mut().push(job.id.to_string());
+        if u64::from(job.attempt) <= job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0) {
+            return Err(JobError::retry("HTTP 503"));
+        }
+        Ok(Done::default())
+    }
+}
+
+struct World {
+    clock: Rc<ManualClock>,
+    kv: MemoryKv<Rc<ManualClock>>,
+    db: Sqlite,
+    runner: Recorder,
+    queue: MemoryQueue,
+    cfg: Config,
+    /// How many of the queue's sent messages have been delivered.
+    delivered: Cell<usize>,
+}
+
+impl World {
+    fn new(mode: OrderingMode) -> World {
+        let clock = Rc::new(ManualClock::new(T0));
+        World {
+            kv: MemoryKv::new(clock.clone()),
+            clock,
+            db: Sqlite::temp().0,
+            runner: Recorder::default(),
+            queue: MemoryQueue::default(),
+            cfg: Config { ordering_mode: mode, on_dead: OnDead::Block, ..Config::default() },
+            delivered: Cell::new(0),
+        }
+    }
+
+    fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
+        let consumer = Consumer::new(
+            &self.cfg,
+            &self.kv,
+            &self.db,
+            &self.runner,
+            &self.clock,
+            &self.queue,
+            format!("inv-{}", self.clock.now_ms()),
+        );
+        block_on(consumer.process(Role::Main, msgs))
+    }
+
+    /// The messages sent since the last call, as deliveries.
+    fn sent_since(&self) -> Vec<Incoming> {
+        let all: Vec<Value> =
+            self.queue.batches.borrow().iter().flatten().map(|m| serde_json::from_str(m.json()).unwrap()).collect();
+        let new = all[self.delivered.get()..].to_vec();
+        self.delivered.set(all.len());
+        new.into_iter()
+            .enumerate()
+            .map(|(i, body)| Incoming { id: format!("sent-{i}"), timestamp_ms: self.clock.now_ms(), body: Ok(body) })
+            .collect()
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+        let ledger = Ledger::new(&self.db);
+        let new_id = || "api-job".to_string();
+        let api = Api {
+            ledger: &ledger,
+            queue: &self.queue,
+            clock: &self.clock,
+            cfg: Ok(&self.cfg),
+            admin_token: Some(TOKEN),
+            producer_token: None,
+            new_id: &new_id,
+            types: &orderly::app::BuiltIn,
+            sealer: None,
+        };
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let req = ApiRequest {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            authorization: Some(format!("Bearer {TOKEN}")),
+            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+        };
+        block_on(api.handle(&req))
+    }
+
+    fn pause(&self, key: &str, paused: bool) -> Value {
+        let r = self.call("PUT", &format!("/keys/{key}"), Some(json!({ "paused": paused })));
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json_body()
+    }
+
+    fn runs(&self) -> Vec<String> {
+        self.runner.runs.borrow().clone()
+    }
+
+    fn job(&self, id: &str) -> Job {
+        Job::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("row")
+    }
+
+    fn maintain(&self) -> maintenance::Report {
+        block_on(maintenance::run(&Ledger::new(&self.db), &self.queue, &self.clock, &self.cfg))
+    }
+}
+
+fn keyed(id: &str, key: &str, payload: Value) -> Incoming {
+    sent(id, key, payload, T0)
+}
+
+fn sent(id: &str, key: &str, payload: Value, timestamp_ms: i64) -> Incoming {
+    Incoming {
+        id: format!("m-{id}"),
+        timestamp_ms,
+        body: Ok(json!({"__fedify_ordering_key__": key, "__fedify_payload__": payload, "__orderly_job__": {"id": id}})),
+    }
+}
+
+fn ok() -> Value {
+    json!({"type": "t"})
+}
+
+#[test]
+fn strict_mode_a_paused_key_runs_nothing_and_its_resume_runs_it_in_order() {
+    let w = World::new(OrderingMode::Strict);
+    assert_eq!(w.pause("k", true)["paused"], true);
+    let out = w.run(&[keyed("a", "k", ok()), keyed("b", "k", ok()), keyed("x", "other", ok())]);
+    assert_eq!(out, vec![Outcome::Ack; 3], "a paused key's messages are acked: nothing polls it");
+    assert_eq!(w.runs(), vec!["x"], "only the other key runs");
+    assert_eq!((w.job("a").status, w.job("a").attempts), (Status::Pending, 0));
+    assert!(w.sent_since().is_empty(), "no wake-up for a paused key");
+
+    // A redelivery finds it still paused; maintenance, long after, neither wakes nor re-sends it.
+    assert_eq!(w.run(&[keyed("a", "k", ok())]), vec![Outcome::Ack]);
+    w.clock.advance_ms(10 * 60_000);
+    let report = w.maintain();
+    assert_eq!((report.woken, report.resent), (0, 0), "{report:?}");
+    assert!(w.sent_since().is_empty());
+    let listed = w.call("GET", "/keys?state=paused", None).json_body();
+    assert_eq!(listed["keys"], json!([{"key": "k", "paused": true, "paused_at": T0, "waiting": 2}]));
+
+    // The resume sends the key's first job; its delivery runs the key's jobs in order.
+    let resumed = w.pause("k", false);
+    assert_eq!((resumed["was_paused"].clone(), resumed["woken"].clone()), (json!(true), json!(1)));
+    let wakes = w.sent_since();
+    assert_eq!(wakes.len(), 1);
+    assert_eq!(w.run(&wakes), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["x", "a", "b"]);
+    assert_eq!(w.call("GET", "/keys?state=paused", None).json_body()["keys"], json!([]));
+}
+
+#[test]
+fn strict_mode_a_pause_during_a_chain_stops_it_at_the_next_job() {
+    let w = World::new(OrderingMode::Strict);
+    // a's run submits b and c and pauses its own key: the chain's next claim finds them, paused.
+    struct Pausing<'w>(&'w World);
+    impl Runner for Pausing<'_> {
+        async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
+            self.0.runner.runs.borrow_mut().push(job.id.to_string());
+            if job.id == "a" {
+                let ledger = Ledger::new(&self.0.db);
+                let now = self.0.clock.now_ms();
+                let specs: Vec<JobSpec> = ["b", "c"].iter().map(|id| spec(id, "k")).collect();
+                ledger.enqueue_all(&specs.iter().map(|s| (s, now)).collect::<Vec<_>>(), now).await.expect("queued");
+                // As `PUT /keys/k` pauses it (the API's own future cannot nest in this run).
+                ledger.pause_key("k", now).await.expect("paused");
+            }
+            Ok(Done::default())
+        }
+    }
+    let runner = Pausing(&w);
+    let consumer = Consumer::new(&w.cfg, &w.kv, &w.db, &runner, &w.clock, &w.queue, "inv-1");
+    assert_eq!(block_on(consumer.process(Role::Main, &[keyed("a", "k", ok())])), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a"], "the run that began before the pause ends; nothing after it starts");
+    assert_eq!((w.job("a").status, w.job("b").status), (Status::Done, Status::Pending));
+    assert!(w.sent_since().is_empty(), "the chain stopped without a wake-up");
+    w.pause("k", false);
+    let wakes = w.sent_since();
+    assert_eq!(wakes.len(), 1, "one wake-up: the key's first job");
+    w.run(&wakes);
+    assert_eq!(w.runs(), vec!["a", "b", "c"]);
+}
+
+fn spec(id: &str, key: &str) -> JobSpec {
+    JobSpec {
+        id: id.into(),
+        job_type: Some("t".into()),
+        ordering_key: Some(key.into()),
+        dedupe_key: None,
+        limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
+        payload: Some(ok().to_string()),
+        max_attempts: 8,
+        priority: 5,
+    }
+}
+
+#[test]
+fn lock_mode_a_paused_key_acks_its_messages_and_its_resume_sends_each_again() {
+    let w = World::new(OrderingMode::Lock);
+    w.pause("k", true);
+    // Sent in this order, one batch; their ids sort the other way.
+    let out = w.run(&[sent("z", "k", ok(), T0 - 20), sent("a", "k", ok(), T0 - 10), keyed("x", "other", ok())]);
+    assert_eq!(out, vec![Outcome::Ack; 3]);
+    assert_eq!(w.runs(), vec!["x"]);
+    assert_eq!(w.job("z").created_at, T0 - 20, "a job is created when its message was sent");
+    let a = w.job("a");
+    assert_eq!((a.status, a.attempts, a.lease_owner.as_deref()), (Status::Pending, 0, None));
+    // Acked while paused: the lock was released (the other keys' locks too), nothing is re-sent.
+    w.clock.advance_ms(RESEND_GRACE_MS + 60_000);
+    assert_eq!(w.maintain().resent, 0);
+    assert!(w.sent_since().is_empty());
+    let resumed = w.pause("k", false);
+    assert_eq!(resumed["woken"], 2);
+    let again = w.sent_since();
+    assert_eq!(again.len(), 2, "lock mode sends each PENDING job of the key again");
+    assert_eq!(w.run(&again), vec![Outcome::Ack; 2]);
+    assert_eq!(w.runs(), vec!["x", "z", "a"], "in the order they were first sent");
+}
+
+#[test]
+fn lock_mode_a_job_waiting_for_its_retry_is_sent_again_for_its_retry_time() {
+    let w = World::new(OrderingMode::Lock);
+    let out = w.run(&[keyed("a", "k", json!({"type": "t", "fail": 1}))]);
+    assert!(matches!(out.as_slice(), [Outcome::Retry { .. }]), "{out:?}");
+    w.pause("k", true);
+    // Its retry is delivered while the key is paused: acked, the job kept PENDING.
+    w.clock.advance_ms(10_000);
+    assert_eq!(w.run(&[keyed("a", "k", ok())]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a"]);
+    w.pause("k", false);
+    let again = w.sent_since();
+    assert_eq!(again.len(), 1);
+    assert_eq!(w.queue.sent_with_delay()[0].1, 0, "due already: sent at once");
+    w.run(&again);
+    assert_eq!(w.runs(), vec!["a", "a"]);
+    assert_eq!(w.job("a").status, Status::Done);
+}
+
+#[test]
+fn the_key_routes_refuse_bad_input_with_a_json_error() {
+    let w = World::new(OrderingMode::Strict);
+    for (body, says) in [
+        (Some(json!({})), "nothing to change"),
+        (Some(json!({"paused": 1})), "true or false"),
+        (Some(json!({"paused": true, "until": 5})), "unknown field"),
+        (None, "not JSON"),
+    ] {
+        let r = w.call("PUT", "/keys/k", body.clone());
+        assert_eq!(r.status, 400, "{body:?}");
+        assert!(r.json_body()["error"].as_str().unwrap().contains(says), "{body:?}: {}", r.body);
+    }
+    let r = w.call("PUT", &format!("/keys/{}", "x".repeat(600)), Some(json!({"paused": true})));
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = w.call("GET", "/keys?state=stuck", None);
+    assert_eq!(r.status, 400);
+    // Resuming a key never paused is no error, and wakes what it finds.
+    let r = w.pause("never", false);
+    assert_eq!((r["was_paused"].clone(), r["woken"].clone()), (json!(false), json!(0)));
+    // A second pause keeps the first one's time; the list pages by name.
+    w.pause("b", true);
+    w.clock.advance_ms(1_000);
+    assert_eq!(w.pause("b", true)["paused_at"], T0);
+    w.pause("a", true);
+    let page = w.call("GET", "/keys?state=paused&limit=1", None).json_body();
+    assert_eq!((page["keys"][0]["key"].clone(), page["next"].clone()), (json!("a"), json!("a")));
+    let next = w.call("GET", "/keys?state=paused&limit=1&after=a", None).json_body();
+    assert_eq!(next["keys"][0]["key"], "b");
+}
