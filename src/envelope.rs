@@ -62,6 +62,10 @@ pub struct JobMeta {
     /// job's message again (design §3): a key's messages keep their order in a batch, whose
     /// members are planned by send time, though a re-sent one has a new one.
     pub queued_at: Option<i64>,
+    /// Written by orderly on the message that wakes a job parked in its limit key's line (design
+    /// §20.10): strict mode makes that job due at the message's delivery, in the same transaction
+    /// as the claim, if it is still parked.
+    pub woken: bool,
 }
 
 /// Why a body cannot be read. Permanent: the same bytes will never decode, so the job is DEAD.
@@ -134,6 +138,9 @@ impl Envelope {
         if let Some(at) = self.meta.queued_at {
             meta.insert("queued_at".into(), Value::from(at));
         }
+        if self.meta.woken {
+            meta.insert("woken".into(), Value::Bool(true));
+        }
         if !meta.is_empty() {
             obj.insert(JOB_FIELD.into(), Value::Object(meta));
         }
@@ -182,7 +189,12 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
         Some(v) => Some(checked_timeout(&v).map_err(|e| bad(format!("{JOB_FIELD}.{e}")))?),
     };
     let queued_at = ms(&mut m, "queued_at")?;
-    Ok(JobMeta { id, dedupe_key, limit_key, max_attempts, priority, deadline_at, timeout_seconds, queued_at })
+    let woken = match m.remove("woken") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(other) => return Err(bad(format!("{JOB_FIELD}.woken must be true or false, got {}", kind(&other)))),
+    };
+    Ok(JobMeta { id, dedupe_key, limit_key, max_attempts, priority, deadline_at, timeout_seconds, queued_at, woken })
 }
 
 /// Why a message body is not JSON (bytes, no body, a value JSON cannot hold), as the edge read it.
@@ -373,7 +385,8 @@ mod tests {
                 priority: None,
                 deadline_at: None,
                 timeout_seconds: None,
-                queued_at: None
+                queued_at: None,
+                woken: false,
             }
         );
         let e = Envelope::decode(json!({"__fedify_payload__": {"a": 1}, "__orderly_job__": {"id": "j2"}})).unwrap();
@@ -395,6 +408,7 @@ mod tests {
                 deadline_at: Some(1_764_603_600_000),
                 timeout_seconds: Some(20),
                 queued_at: Some(1_764_600_000_000),
+                woken: true,
             },
         };
         assert_eq!(Envelope::decode(e.encode()).unwrap(), e);

@@ -24,8 +24,9 @@ pub const MAX_COOLDOWN_MS: i64 = crate::limits::MAX_DELAY_SECONDS as i64 * 1000;
 /// A breaker's first cool-down when its policy names none.
 pub const DEFAULT_COOLDOWN_SECONDS: u32 = 30;
 /// Longest the jobs of an ordering key behind a job parked for its limit key's slot wait between
-/// looks (lock mode: the key is held for the parked job this long at least; design §20). The
-/// parked job itself is woken when a slot frees, not by a look.
+/// looks (lock mode: the key is held for the parked job this long at least; strict mode: the
+/// parked job is not due before it; design §20). The parked job itself is woken when a slot
+/// frees, not by a look.
 pub const PARKED_RECHECK_SECONDS: u32 = 30;
 
 /// How long a slot handed to a woken job stays its (design §20): the time its wake-up message may

@@ -174,8 +174,8 @@ pub async fn wake<S: crate::ledger::Sql, Q: QueueSender>(
         let Some(j) = row else { continue };
         match j.status {
             Status::Running if mine.is_some() && j.lease_owner.as_deref() == mine => later.push(w.clone()),
-            Status::Running => msgs.extend(message_for(&j, running_delay.max(1))),
-            Status::Pending => msgs.extend(message_for(&j, 0)),
+            Status::Running => msgs.extend(woken_message(&j, running_delay.max(1))),
+            Status::Pending => msgs.extend(woken_message(&j, 0)),
             Status::Done | Status::Dead => {}
         }
     }
@@ -186,6 +186,11 @@ pub async fn wake<S: crate::ledger::Sql, Q: QueueSender>(
 /// The message that (re)delivers a ledger job. `None` for a row with no readable payload (only
 /// undecodable bodies have none, and those are DEAD for good).
 pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
+    Some(OutMessage::of(&envelope_for(job)?, delay_seconds))
+}
+
+/// The envelope of a ledger job's message.
+fn envelope_for(job: &Job) -> Option<Envelope> {
     let text = job.payload.as_deref()?;
     let payload: Value = if crate::seal::is_sealed(text) {
         sealed_stub(job.job_type.as_deref())
@@ -204,8 +209,17 @@ pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
             deadline_at: job.deadline_at,
             timeout_seconds: job.timeout_seconds,
             queued_at: Some(job.created_at),
+            woken: false,
         },
     };
+    Some(env)
+}
+
+/// [`message_for`] a job taken out of its limit key's line: its delivery makes it due if it is
+/// still parked (strict mode parks a job not due, design §20.10).
+pub fn woken_message(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
+    let mut env = envelope_for(job)?;
+    env.meta.woken = true;
     Some(OutMessage::of(&env, delay_seconds))
 }
 

@@ -80,8 +80,10 @@ fn one_shards_capacity() {
         let lease = Lease { now, until: now + 120_000, due_before: now };
         let claim = ClaimSpec { owner: "inv", lease, on_dead: OnDead::Skip, limit: 10 };
         // One request: park the delivered job and claim the key's next (strict mode's intake).
-        let parked =
-            block_on(ledger.park_and_claim(&[Intake { key, jobs: vec![job], claim: claim.limit }], claim)).unwrap();
+        let parked = block_on(
+            ledger.park_and_claim(&[Intake { key, jobs: vec![job], claim: claim.limit, woken: vec![] }], claim),
+        )
+        .unwrap();
         let claimed = parked[0].state.claimed.first().expect("the key's head is claimed").clone();
         // One request: the run's completion, the chain's step (no history row for a success).
         let done = Transition::Complete {

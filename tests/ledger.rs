@@ -290,10 +290,10 @@ fn fail_by_another_owner_changes_nothing() {
 fn defer_gives_the_attempt_back_and_counts_a_deferral() {
     let (db, _) = Sqlite::temp();
     claim(&db, &spec("a"), "w1", T0).unwrap();
-    assert_eq!(one(&db, stmt::defer("a", "w2", T0, T0 + 1)), None);
-    let j = one(&db, stmt::defer("a", "w1", T0, T0 + 2_000)).unwrap();
+    assert_eq!(one(&db, stmt::defer("a", "w2", T0, T0 + 1, false)), None);
+    let j = one(&db, stmt::defer("a", "w1", T0, T0 + 2_000, false)).unwrap();
     assert_eq!((j.status, j.attempts, j.deferrals, j.next_run_at), (Status::Pending, 0, 1, T0 + 2_000));
-    assert_eq!(one(&db, stmt::defer("a", "w1", T0, T0 + 3_000)), None, "not RUNNING any more");
+    assert_eq!(one(&db, stmt::defer("a", "w1", T0, T0 + 3_000, false)), None, "not RUNNING any more");
 }
 
 #[test]

@@ -229,9 +229,14 @@ fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
             },
             RunOutcome::Retry => fail(Status::Pending, at + 5_000, "HTTP 503"),
             RunOutcome::Dead => fail(Status::Dead, at, "HTTP 404"),
-            RunOutcome::Snooze => {
-                Transition::Defer { id: id.clone(), route, owner: owner.clone(), at, next_run_at: at + 5_000 }
-            }
+            RunOutcome::Snooze => Transition::Defer {
+                id: id.clone(),
+                route,
+                owner: owner.clone(),
+                at,
+                next_run_at: at + 5_000,
+                parked: false,
+            },
         };
         // As the consumer records them: a success is described by its DONE row alone.
         let run = (outcome != RunOutcome::Done).then(|| Run {

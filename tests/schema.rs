@@ -64,11 +64,17 @@ fn a_half_migrated_database_gets_only_what_it_lacks() {
             .expect("recorded");
     }
     let refused = block_on(schema::check(&db)).expect_err("behind");
-    assert!(refused.detail.contains("9 of 13"), "{refused}");
+    assert!(refused.detail.contains("9 of 14"), "{refused}");
     let migrated = block_on(schema::migrate(&db)).expect("migrates");
     assert_eq!(
         migrated.applied,
-        ["0010_throttle_bookings.sql", "0011_deadlines.sql", "0012_limit_hand_offs.sql", "0013_key_pauses.sql"]
+        [
+            "0010_throttle_bookings.sql",
+            "0011_deadlines.sql",
+            "0012_limit_hand_offs.sql",
+            "0013_key_pauses.sql",
+            "0014_parked_jobs.sql"
+        ]
     );
     block_on(schema::check(&db)).expect("current now");
 }

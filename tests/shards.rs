@@ -100,7 +100,7 @@ fn a_d1_ledger_moved_to_shards_keeps_every_job_its_history_and_its_keys_order() 
     let jobs: Vec<JobSpec> = (0..6).map(|i| spec(&format!("j{i}"), Some("k"))).collect();
     let lease = |now| Lease { now, until: now + 120_000, due_before: now };
     let claim = |now| ClaimSpec { owner: "inv", lease: lease(now), on_dead: OnDead::Skip, limit: 1 };
-    let intake = Intake { key: "k", jobs: jobs.iter().collect(), claim: 0 };
+    let intake = Intake { key: "k", jobs: jobs.iter().collect(), claim: 0, woken: vec![] };
     block_on(source.park_and_claim(&[intake], claim(T0))).unwrap();
     let mut prev: Option<String> = None;
     for (i, at) in [(0, T0 + 10), (1, T0 + 20)] {
@@ -170,7 +170,10 @@ fn one_shard_down_holds_only_its_own_jobs() {
     assert!(matches!(claimed[0], Claimed::Unavailable(_)), "{claimed:?}");
     assert!(matches!(claimed[1], Claimed::Won(_)), "{claimed:?}");
     let (c, d) = (spec("c", Some("down-key")), spec("d", Some(&up)));
-    let keys = [Intake { key: "down-key", jobs: vec![&c], claim: 1 }, Intake { key: &up, jobs: vec![&d], claim: 1 }];
+    let keys = [
+        Intake { key: "down-key", jobs: vec![&c], claim: 1, woken: vec![] },
+        Intake { key: &up, jobs: vec![&d], claim: 1, woken: vec![] },
+    ];
     let claim = ClaimSpec { owner: "inv", lease, on_dead: OnDead::Skip, limit: 5 };
     let parked = block_on(ledger.park_and_claim(&keys, claim)).unwrap();
     assert_eq!(parked[0].parked, [Parked::Unavailable]);

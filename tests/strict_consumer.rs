@@ -603,3 +603,94 @@ fn a_chain_of_limited_jobs_claims_one_at_a_time_so_a_refusal_hands_back_one() {
     let handed_back: Vec<&String> = ids.iter().filter(|id| w.job(id).deferrals > 0).collect();
     assert_eq!(handed_back, vec!["j01"]);
 }
+
+/// A message for a job as the producer sends it: key `key`, limit key `host`.
+fn limited_message(id: &str, key: &str, ts: i64) -> Incoming {
+    Incoming {
+        id: format!("m-{id}"),
+        timestamp_ms: ts,
+        body: Ok(json!({"__fedify_ordering_key__": key, "__fedify_payload__": ok(),
+                        "__orderly_job__": {"id": id, "limit_key": "host"}})),
+    }
+}
+
+#[test]
+fn a_parked_head_is_not_due_so_its_keys_deliveries_only_park_and_its_wake_up_makes_it_due() {
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"concurrency": 1}}"#).unwrap();
+    let ledger = Ledger::new(&w.db);
+    let policy = w.cfg.limits.for_key("host");
+    // x, of another key, holds the host's only slot.
+    let x = orderly::ledger::limit::Ask {
+        limit_key: "host",
+        job_id: "x",
+        route: orderly::ledger::Route::key("k2"),
+        until: T0 + 120_000,
+        policy,
+        pace_ms: 0,
+    };
+    block_on(ledger.acquire(&x, T0)).unwrap();
+    // a is refused and parked: handed back, not due until the recheck.
+    assert_eq!(w.run(&[limited_message("a", "k", T0)]), vec![Outcome::Ack]);
+    let a = w.job("a");
+    assert_eq!((a.status, a.attempts, a.deferrals), (Status::Pending, 0, 1));
+    assert_eq!(a.next_run_at, T0 + i64::from(orderly::flow::PARKED_RECHECK_SECONDS) * 1000);
+    // b, behind a: its delivery parks it and claims nothing (no claim, no ask, no hand-back).
+    let trips = w.db.round_trips.get();
+    assert_eq!(w.run(&[limited_message("b", "k", T0 + 1)]), vec![Outcome::Ack]);
+    assert_eq!(w.db.round_trips.get() - trips, 1, "one round trip: the park");
+    assert_eq!((w.job("a").deferrals, w.job("b").deferrals), (1, 0));
+    assert!(w.runs().is_empty());
+    // x ends: its slot is handed to a, whose wake-up says so; delivered, it makes a due and runs,
+    // and the chain goes on to b.
+    w.clock.advance_ms(1_000);
+    let release = orderly::ledger::limit::Release {
+        limit_key: "host",
+        job_id: "x",
+        until: x.until,
+        verdict: orderly::flow::RunVerdict::Succeeded,
+        policy,
+    };
+    let woken = block_on(ledger.release(&release, w.clock.now_ms())).unwrap();
+    block_on(orderly::producer::wake(&ledger, &w.queue, &woken, 2, None)).unwrap();
+    let sent = w.queue.sent();
+    let wake = sent.last().expect("a's wake-up");
+    assert!(wake.meta.woken, "the message says it is a wake-up");
+    let body = serde_json::from_str(w.queue.batches.borrow().last().unwrap()[0].json()).unwrap();
+    let wake_up = Incoming { id: "m-wake".into(), timestamp_ms: w.clock.now_ms(), body: Ok(body) };
+    assert_eq!(w.run(std::slice::from_ref(&wake_up)), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "b"]);
+    // A copy of the wake-up delivered later changes nothing.
+    assert_eq!(w.run(&[wake_up]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "b"]);
+}
+
+#[test]
+fn a_wake_up_makes_a_job_due_only_while_it_is_parked() {
+    let w = World::new(OnDead::Skip);
+    let spec = limited("a");
+    // Waiting for its submission delay (as for a backoff or a snooze): not parked, left alone.
+    block_on(Ledger::new(&w.db).enqueue_all(&[(&spec, T0 + 30_000)], T0)).unwrap();
+    assert!(block_on(w.db.query(stmt::wake_parked("a", T0))).unwrap().is_empty());
+    assert_eq!(w.job("a").next_run_at, T0 + 30_000, "a wait that is not a parking is never cut short");
+    // Claimed, refused, parked: its wake-up makes it due.
+    let at = T0 + 30_000;
+    let lease = orderly::ledger::Lease { now: at, until: at + 120_000, due_before: at };
+    block_on(w.db.query(stmt::claim_next("k", "inv", lease, OnDead::Skip, 1, None))).unwrap();
+    block_on(w.db.query(stmt::defer("a", "inv", at, at + 30_000, true))).unwrap();
+    assert_eq!(block_on(w.db.query(stmt::wake_parked("a", at + 1))).unwrap().len(), 1);
+    assert_eq!(w.job("a").next_run_at, at + 1);
+    // A claim ends the parking: a later copy of the wake-up finds nothing parked.
+    block_on(w.db.query(stmt::claim_next(
+        "k",
+        "inv",
+        orderly::ledger::Lease { now: at + 2, until: at + 120_002, due_before: at + 2 },
+        OnDead::Skip,
+        1,
+        None,
+    )))
+    .unwrap();
+    block_on(w.db.query(stmt::defer("a", "inv", at + 2, at + 60_000, false))).unwrap();
+    assert!(block_on(w.db.query(stmt::wake_parked("a", at + 3))).unwrap().is_empty());
+    assert_eq!(w.job("a").next_run_at, at + 60_000);
+}

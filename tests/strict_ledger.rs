@@ -226,8 +226,10 @@ fn park_and_claim_parks_in_send_order_and_claims_in_the_same_transaction() {
     let (db, _) = Sqlite::temp();
     let (x, y) = (spec("x", Some("k")), spec("y", Some("k")));
     let c = ClaimSpec { owner: "w1", lease: lease(T0), on_dead: OnDead::Skip, limit: 1 };
-    let out = block_on(Ledger::new(&db).park_and_claim(&[Intake { key: "k", jobs: vec![&y, &x], claim: c.limit }], c))
-        .unwrap();
+    let out = block_on(
+        Ledger::new(&db).park_and_claim(&[Intake { key: "k", jobs: vec![&y, &x], claim: c.limit, woken: vec![] }], c),
+    )
+    .unwrap();
     assert_eq!(db.round_trips.get(), 1);
     let ids: Vec<String> =
         out[0].parked.iter().map(|p| if let Parked::Recorded(j) = p { j.id.clone() } else { String::new() }).collect();
@@ -276,10 +278,10 @@ fn racing_connections_claim_a_key_exactly_once() {
                         step.state.claimed.len()
                     } else {
                         let new = spec(&format!("n{round}-{i}"), Some("k"));
-                        let out = block_on(
-                            Ledger::new(&conn)
-                                .park_and_claim(&[Intake { key: "k", jobs: vec![&new], claim: c.limit }], c),
-                        )
+                        let out = block_on(Ledger::new(&conn).park_and_claim(
+                            &[Intake { key: "k", jobs: vec![&new], claim: c.limit, woken: vec![] }],
+                            c,
+                        ))
                         .unwrap();
                         out[0].state.claimed.len()
                     }

@@ -178,6 +178,7 @@ pub(super) fn parse_job(
         deadline_at,
         timeout_seconds: f.timeout_seconds,
         queued_at: None,
+        woken: false,
     };
     let env = Envelope {
         ordering_key: f.ordering_key.clone(),

@@ -5,9 +5,11 @@
 //! line): the key's order is untouched, a limit only delays a start. How it comes back depends on
 //! why it waits: for a time (the throttle's next start, an open breaker's cool-down) its message is
 //! put off until then; for a slot (a full or paused key, a breaker's probe) it is parked in the
-//! key's line and sent again when a run of the key ends or an operator resumes it, not polled. A
-//! parked job is due at once, so any delivery may try it again; should its wake-up be lost, the
-//! ledger's maintenance sends it again as it does any overdue job.
+//! key's line and sent again when a run of the key ends or an operator resumes it, not polled. In
+//! strict mode a parked job is not due until its wake-up's delivery makes it due (the message
+//! says it is one), or for `PARKED_RECHECK_SECONDS`: the deliveries of its key's other jobs only
+//! park. In lock mode it is due at once, so any delivery may try it again. Should its wake-up be
+//! lost, the ledger's maintenance sends it again as it does any overdue job or stalled head.
 
 use super::{Consumer, RunEnd};
 use crate::clock::Clock;
@@ -112,7 +114,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let (waits, next_run_at) = match gate {
             Gate::Shut(why) if why.parks() => {
                 let waits = Waits { delay_seconds: crate::flow::PARKED_RECHECK_SECONDS, parked: true };
-                (waits, now)
+                // Strict mode: not due until its wake-up makes it due (or the recheck), so the
+                // deliveries of its key's other jobs claim nothing and ask nothing meanwhile.
+                let strict = self.cfg.ordering_mode == crate::config::OrderingMode::Strict;
+                (waits, if strict { now + i64::from(waits.delay_seconds) * 1000 } else { now })
             }
             Gate::Shut(why) => {
                 let at = why.retry_at(now);
@@ -134,7 +139,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             Gate::Free | Gate::Held { .. } => unreachable!("only a refusal hands a job back"),
         };
-        let defer = self.defer(job, now, next_run_at);
+        let mut defer = self.defer(job, now, next_run_at);
+        if let crate::ledger::Transition::Defer { parked, .. } = &mut defer {
+            *parked = waits.parked;
+        }
         super::Ran { record: Record { transition: defer, run: None }, end: RunEnd::Limited(waits) }
     }
 

@@ -349,6 +349,8 @@ struct Decoded {
     spec: JobSpec,
     /// When the job's first message was sent (ms): what a batch plans a key's messages by.
     queued_at: i64,
+    /// The message wakes its job from its limit key's line (design §20.10).
+    woken: bool,
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
@@ -460,7 +462,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             priority: env.meta.priority.unwrap_or(DEFAULT_PRIORITY),
         };
         let queued_at = env.meta.queued_at.map_or(m.timestamp_ms, |at| at.min(m.timestamp_ms));
-        Ok(Decoded { spec, queued_at })
+        Ok(Decoded { spec, queued_at, woken: env.meta.woken })
     }
 
     /// The message that brings back a job that waits (a snooze, a held key) in place of
@@ -554,7 +556,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// A job this invocation claimed and does not run: handed back, due at `next_run_at`.
     fn defer(&self, job: &Job, at: i64, next_run_at: i64) -> Transition {
-        Transition::Defer { id: job.id.clone(), route: job.route(), owner: self.owner.clone(), at, next_run_at }
+        let owner = self.owner.clone();
+        Transition::Defer { id: job.id.clone(), route: job.route(), owner, at, next_run_at, parked: false }
     }
 
     /// Runs a job this invocation claimed and says what to record. The ledger row is the truth:

@@ -167,7 +167,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     true if jobs.iter().any(|j| j.limit_key.is_some()) => 1,
                     true => share,
                 };
-                Intake { key: g.key.unwrap_or_default(), jobs, claim }
+                let woken = g
+                    .members
+                    .iter()
+                    .filter(|&&p| members[p].decoded.woken)
+                    .map(|&p| members[p].decoded.spec.id.as_str())
+                    .collect();
+                Intake { key: g.key.unwrap_or_default(), jobs, claim, woken }
             })
             .collect();
         let took = budget.take(share.saturating_mul(first));

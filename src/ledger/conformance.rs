@@ -201,8 +201,10 @@ async fn strict_chain<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     let (x, y) =
         (spec(n.id("strict", "x"), Some(key.clone()), None), spec(n.id("strict", "y"), Some(key.clone()), None));
     let c = ClaimSpec { owner: "w1", lease: lease(T0), on_dead: OnDead::Block, limit: 1 };
-    let parked =
-        l.park_and_claim(&[Intake { key: &key, jobs: vec![&x, &y], claim: c.limit }], c).await.map_err(infra)?;
+    let parked = l
+        .park_and_claim(&[Intake { key: &key, jobs: vec![&x, &y], claim: c.limit, woken: vec![] }], c)
+        .await
+        .map_err(infra)?;
     let Some(k) = parked.first() else { return Err("no verdict for the key".into()) };
     check(k.parked.iter().all(|p| matches!(p, Parked::Recorded(_))), || format!("parked: {:?}", k.parked))?;
     check(k.state.claimed.iter().map(|j| j.id.as_str()).eq([x.id.as_str()]), || {

@@ -30,6 +30,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0011_deadlines.sql", include_str!("../../migrations/0011_deadlines.sql")),
     ("0012_limit_hand_offs.sql", include_str!("../../migrations/0012_limit_hand_offs.sql")),
     ("0013_key_pauses.sql", include_str!("../../migrations/0013_key_pauses.sql")),
+    ("0014_parked_jobs.sql", include_str!("../../migrations/0014_parked_jobs.sql")),
 ];
 
 /// The schema this code's SQL is written for: how many migrations it has.
@@ -226,15 +227,16 @@ mod tests {
                 "0010_throttle_bookings.sql",
                 "0011_deadlines.sql",
                 "0012_limit_hand_offs.sql",
-                "0013_key_pauses.sql"
+                "0013_key_pauses.sql",
+                "0014_parked_jobs.sql"
             ])
         );
         let why = behind.refusal().unwrap_or_default();
-        assert!(why.contains("9 of 13") && why.contains("POST /admin/migrate"), "{why}");
+        assert!(why.contains("9 of 14") && why.contains("POST /admin/migrate"), "{why}");
         assert!(Standing::of(&[]).refusal().unwrap_or_default().contains("no orderly ledger yet"));
         let mut newer = all.clone();
-        newer.push("0014_next.sql".into());
-        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0014_next.sql".into()]));
+        newer.push("0015_next.sql".into());
+        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0015_next.sql".into()]));
         assert!(Standing::of(&newer).refusal().unwrap_or_default().contains("newer than this orderly's"));
     }
 }

@@ -95,9 +95,14 @@ pub fn fail(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error
     with(sql!("fail"), params)
 }
 /// A claimed job not run: back to PENDING, attempt given back, deferral counted.
-pub fn defer(id: &str, owner: &str, now: i64, next_run_at: i64) -> Stmt {
-    let params =
-        [("id", id.into()), ("lease_owner", owner.into()), ("now", now.into()), ("next_run_at", next_run_at.into())];
+pub fn defer(id: &str, owner: &str, now: i64, next_run_at: i64, parked: bool) -> Stmt {
+    let params = [
+        ("id", id.into()),
+        ("lease_owner", owner.into()),
+        ("now", now.into()),
+        ("next_run_at", next_run_at.into()),
+        ("parked", i64::from(parked).into()),
+    ];
     with(sql!("defer"), params)
 }
 /// A run that snoozed: back to PENDING at `next_run_at`, attempt given back, snooze counted, its
@@ -168,6 +173,10 @@ pub fn claim_next(key: &str, owner: &str, lease: Lease, on_dead: OnDead, limit: 
 /// A key's head: its first job not finished for ordering purposes.
 pub fn head(key: &str, on_dead: OnDead) -> Stmt {
     with(sql!("head"), [("ordering_key", key.into()), ("on_dead", on_dead.as_str().into())])
+}
+/// Strict mode: a job woken from its limit key's line made due now, if it is still parked.
+pub fn wake_parked(id: &str, now: i64) -> Stmt {
+    with(sql!("wake_parked"), [("id", id.into()), ("now", now.into())])
 }
 /// Lock mode: a key's oldest PENDING job, if it waited for the key, made due now.
 pub fn wake_waiting(key: &str, now: i64) -> Stmt {
@@ -352,7 +361,7 @@ pub fn export_events(after: &str, last: &str) -> Stmt {
 }
 
 /// The columns of a job row, in `import_job.sql`'s order.
-pub const JOB_COLUMNS: [&str; 28] = [
+pub const JOB_COLUMNS: [&str; 29] = [
     "id",
     "type",
     "status",
@@ -381,6 +390,7 @@ pub const JOB_COLUMNS: [&str; 28] = [
     "limit_key",
     "deadline_at",
     "timeout_seconds",
+    "parked",
 ];
 /// The columns of a history row, in `import_event.sql`'s order.
 pub const EVENT_COLUMNS: [&str; 11] =

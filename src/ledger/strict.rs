@@ -18,6 +18,9 @@ pub struct Intake<'a> {
     /// How many of the key's next jobs to claim in the same transaction, at most (0: none, only
     /// its head is read).
     pub claim: u32,
+    /// Jobs these messages wake from their limit key's line: made due before the claim, if still
+    /// parked (design §20.10).
+    pub woken: Vec<&'a str>,
 }
 
 /// What parking did with one delivered job.
@@ -122,6 +125,7 @@ impl<S: Sql> Shard<S> {
                 stmts.push(stmt::park(j, now));
                 stmts.push(stmt::get(&j.id));
             }
+            stmts.extend(k.woken.iter().map(|id| stmt::wake_parked(id, now)));
             if k.claim > 0 {
                 stmts.push(stmt::claim_next(k.key, claim.owner, claim.lease, claim.on_dead, k.claim, None));
             }
@@ -139,6 +143,8 @@ impl<S: Sql> Shard<S> {
                 });
                 i += 2;
             }
+            // What the wake-ups changed is read in the head and the claim.
+            i += k.woken.len();
             let claimed = if k.claim > 0 {
                 i += 1;
                 jobs_by_seq(at(&out, i - 1))?

@@ -78,6 +78,8 @@ pub enum Transition {
         at: i64,
         /// ms.
         next_run_at: i64,
+        /// Parked in its limit key's line: its wake-up may make it due (design §20.10).
+        parked: bool,
     },
     /// A job that can never run (unreadable, dead-lettered, a dedupe clash): DEAD with `error`,
     /// inserted if new. DONE rows and live leases are left alone.
@@ -139,7 +141,9 @@ impl Transition {
             Transition::Snooze { id, owner, at, next_run_at, payload, .. } => {
                 one(stmt::snooze(id, owner, *at, *next_run_at, payload.as_deref()))
             }
-            Transition::Defer { id, owner, at, next_run_at, .. } => one(stmt::defer(id, owner, *at, *next_run_at)),
+            Transition::Defer { id, owner, at, next_run_at, parked, .. } => {
+                one(stmt::defer(id, owner, *at, *next_run_at, *parked))
+            }
             Transition::RecordDead { spec, at, error } => one(stmt::record_dead(spec, *at, error)),
             Transition::NoteDeferral { spec, at, next_run_at, slack_ms } => (
                 stmt::note_deferral(spec, *at, *next_run_at),

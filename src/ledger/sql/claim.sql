@@ -22,7 +22,8 @@ ON CONFLICT (id) DO UPDATE SET
   lease_owner = excluded.lease_owner,
   lease_until = excluded.lease_until,
   updated_at = excluded.updated_at,
-  started_at = excluded.started_at
+  started_at = excluded.started_at,
+  parked = 0
 WHERE ((job.status = 'PENDING' AND job.next_run_at <= ?10)
        OR (job.status = 'RUNNING' AND job.lease_until <= ?9 AND job.attempts < job.max_attempts))
   AND NOT EXISTS (SELECT 1 FROM key_pause WHERE ordering_key = job.ordering_key)

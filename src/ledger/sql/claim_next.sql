@@ -18,7 +18,7 @@
 -- params: ?1 ordering_key, ?2 lease_owner, ?3 lease_until, ?4 now, ?5 due_before, ?6 on_dead, ?7 limit, ?8 prev
 UPDATE job
 SET status = 'RUNNING', attempts = attempts + 1, lease_owner = ?2, lease_until = ?3, updated_at = ?4,
-    started_at = ?4
+    started_at = ?4, parked = 0
 WHERE id IN (
   SELECT id FROM job
   WHERE ordering_key = ?1 AND seq IS NOT NULL AND passed_at IS NULL AND status = 'PENDING'
