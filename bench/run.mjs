@@ -22,9 +22,11 @@
 // 50 quiet keys of 10 jobs each arriving over 10 s, against `quiet`, the quiet keys alone: the
 // quiet jobs' p95 wait (arrival to first start) in each. In `hotlimit` the quiet jobs arrive with
 // the hot burst, behind its 10,000 messages in the queue; in `hotlate` 60 s later, while the hot
-// key's parked jobs drain at its limit. These two run strict-direct only (an
-// arrival time is a message's visibility; lock mode does not drain 10,000 jobs of one limit key
-// within the drain limit).
+// key's parked jobs drain at its limit. These run strict-direct (an arrival time is a message's
+// visibility: the burst is in the queue ahead of the quiet jobs) and strict-api (the burst is
+// submitted through POST /jobs before the drain, each quiet job at its arrival time: in strict
+// mode the burst waits in its limit key's line, design §20.12); lock mode does not drain 10,000
+// jobs of one limit key within the drain limit.
 //
 //   npm run bench
 //   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent,throttle10,throttle100,quiet,hotlimit,hotlate
@@ -207,7 +209,7 @@ async function startConsumer(kind, t, lane, limits) {
 
 /** Queues, modelled: per queue, batches of up to 100 visible messages to up to `concurrency`
  * invocations (each queue's consumer scales on its own, as Cloudflare runs them). */
-export async function drain(mf, worker, initial, concurrency) {
+export async function drain(mf, worker, initial, concurrency, timed = []) {
   const t0 = Date.now();
   let seq = 0;
   const message = (body, delaySeconds = 0, arriveMs = 0) =>
@@ -221,7 +223,17 @@ export async function drain(mf, worker, initial, concurrency) {
     const out = await (await mf.dispatchFetch("http://bench.test/__outbox")).json();
     out.forEach(enqueue);
   };
-  const busy = () => QUEUES.some((q) => pending[q].length > 0 || inflight[q].size > 0);
+  // Jobs submitted through POST /jobs during the drain, each at its arrival time.
+  let submitting = timed.length > 0;
+  const submitter = (async () => {
+    for (const j of timed) {
+      await sleep(Math.max(0, t0 + j.arriveMs - Date.now()));
+      await submit(mf, [j]);
+      await collect();
+    }
+    submitting = false;
+  })();
+  const busy = () => submitting || QUEUES.some((q) => pending[q].length > 0 || inflight[q].size > 0);
   while (busy()) {
     if (Date.now() - t0 > DRAIN_LIMIT_MS) throw new Error("drain did not finish in time");
     const now = Date.now();
@@ -263,7 +275,21 @@ export async function drain(mf, worker, initial, concurrency) {
     const nextVisible = all.length ? Math.min(...all.map((p) => p.visibleAt)) : Date.now() + 50;
     await Promise.race([...QUEUES.flatMap((q) => [...inflight[q]]), sleep(Math.max(1, Math.min(50, nextVisible - Date.now())))]);
   }
+  await submitter;
   return { ...m, drainMs: Date.now() - t0 };
+}
+
+/** Submits jobs through POST /jobs, in chunks of 500. */
+async function submit(mf, jobs) {
+  for (let i = 0; i < jobs.length; i += 500) {
+    const chunk = jobs.slice(i, i + 500).map((j) => ({ payload: j.payload, ordering_key: j.key, priority: j.priority, limit_key: j.limitKey }));
+    const res = await mf.dispatchFetch("http://bench.test/jobs", {
+      method: "POST",
+      headers: { authorization: "Bearer bench-token-0123456789", "content-type": "application/json" },
+      body: JSON.stringify({ jobs: chunk }),
+    });
+    if (res.status !== 202) throw new Error(`POST /jobs answered ${res.status}: ${await res.text()}`);
+  }
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -295,15 +321,8 @@ export async function measure(consumer, name, concurrency) {
       let submitted = null;
       if (path === "api") {
         // Submitted through POST /jobs (recorded, sequenced, sent): the sends are the messages.
-        for (let i = 0; i < jobs.length; i += 500) {
-          const chunk = jobs.slice(i, i + 500).map((j) => ({ payload: j.payload, ordering_key: j.key, priority: j.priority, limit_key: j.limitKey }));
-          const res = await mf.dispatchFetch("http://bench.test/jobs", {
-            method: "POST",
-            headers: { authorization: "Bearer bench-token-0123456789", "content-type": "application/json" },
-            body: JSON.stringify({ jobs: chunk }),
-          });
-          if (res.status !== 202) throw new Error(`POST /jobs answered ${res.status}: ${await res.text()}`);
-        }
+        // Jobs with an arrival time (the quiet keys') are submitted at it, during the drain.
+        await submit(mf, jobs.filter((j) => j.arriveMs === undefined));
         initial = await (await mf.dispatchFetch("http://bench.test/__outbox")).json();
         // What the submission cost (its D1 rows; its sends are the queue's first writes) is part
         // of each job's cost; the rest of the stats start from here.
@@ -313,7 +332,7 @@ export async function measure(consumer, name, concurrency) {
         initial = jobs.map((j) => ({ body: directBody(j), delaySeconds: 0, arriveMs: j.arriveMs ?? 0 }));
       }
       t.t0 = Date.now();
-      const q = await drain(mf, worker, initial, concurrency);
+      const q = await drain(mf, worker, initial, concurrency, path === "api" ? jobs.filter((j) => j.arriveMs !== undefined) : []);
       const stats = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
       const purged = kind === "lock" || kind === "strict" ? await purge(mf) : { rowsWritten: 0, rowsRead: 0, statements: 0 };
       const sub = (k) => submitted?.[k] ?? 0;
@@ -394,7 +413,7 @@ async function main() {
         // Limits are orderly's; an arrival time is a direct message's visibility.
         // Lock mode does not drain hotlimit's 10,000 jobs within DRAIN_LIMIT_MS (its followers
         // poll a held key): the quiet keys' comparison is strict mode's.
-        if (FLOW[name] && (consumer.startsWith("fedify") || consumer.startsWith("floor") || (arrivalTimed(name) && !consumer.startsWith("strict-direct")))) continue;
+        if (FLOW[name] && (consumer.startsWith("fedify") || consumer.startsWith("floor") || (arrivalTimed(name) && consumer !== "strict-direct" && consumer !== "strict-api"))) continue;
         const x = await measure(consumer, name, c);
         if (FLOW[name]) {
           const api = FLOW[name].limits.api;

@@ -345,7 +345,7 @@ fn maintenance_dead_letters_a_job_too_large_to_send_and_goes_on() {
         max_attempts: 8,
         priority: 5,
     };
-    block_on(w.ledger.enqueue_all(&[(&big, T0)], T0)).unwrap();
+    block_on(w.ledger.enqueue_all(&[orderly::ledger::Submit::due(&big, T0)], T0)).unwrap();
     w.clock.advance_ms(RESEND_GRACE_MS + 1);
     let r = block_on(maintenance::run(&w.ledger, &w.queue, &w.clock, &w.cfg));
     assert_eq!(r.errors, Vec::<String>::new());

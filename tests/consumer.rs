@@ -817,7 +817,8 @@ fn a_message_naming_a_recorded_job_runs_the_recorded_payload() {
     let w = World::new();
     let mut recorded = spec("a", Some("k"));
     recorded.payload = Some(json!({"type": "t", "v": "recorded"}).to_string());
-    block_on(orderly::ledger::Ledger::new(&w.db).enqueue_all(&[(&recorded, T0)], T0)).unwrap();
+    block_on(orderly::ledger::Ledger::new(&w.db).enqueue_all(&[orderly::ledger::Submit::due(&recorded, T0)], T0))
+        .unwrap();
     w.run(&[keyed("a", T0, "k", json!({"type": "t", "v": "forged"}))]);
     assert_eq!(w.script.payloads.borrow()[0]["v"], json!("recorded"));
 }

@@ -190,7 +190,10 @@ fn strict_mode_a_pause_during_a_chain_stops_it_at_the_next_job() {
                 let ledger = Ledger::new(&self.0.db);
                 let now = self.0.clock.now_ms();
                 let specs: Vec<JobSpec> = ["b", "c"].iter().map(|id| spec(id, "k")).collect();
-                ledger.enqueue_all(&specs.iter().map(|s| (s, now)).collect::<Vec<_>>(), now).await.expect("queued");
+                ledger
+                    .enqueue_all(&specs.iter().map(|s| orderly::ledger::Submit::due(s, now)).collect::<Vec<_>>(), now)
+                    .await
+                    .expect("queued");
                 // As `PUT /keys/k` pauses it (the API's own future cannot nest in this run).
                 ledger.pause_key("k", now).await.expect("paused");
             }

@@ -120,7 +120,7 @@ fn lists_never_read_a_payload_or_a_result() {
     let (db, _) = Sqlite::temp();
     let ledger = Ledger::new(&db);
     for (id, status) in [("p", Status::Pending), ("r", Status::Running), ("d", Status::Done), ("x", Status::Dead)] {
-        block_on(db.query(stmt::enqueue(&spec(id), T0, T0))).unwrap();
+        block_on(db.query(stmt::enqueue(&orderly::ledger::Submit::due(&spec(id), T0), T0))).unwrap();
         if status != Status::Pending {
             claim(&db, &spec(id), "inv", T0);
         }
@@ -167,7 +167,11 @@ fn every_index_serves_the_queries_that_need_it() {
         ("get", stmt::get("a"), &["PRIMARY KEY"]),
         ("list_all", stmt::list(None, None, 50), &["job_created"]),
         ("park (the key's next seq)", stmt::park(&spec("a"), T0), &["job_key_seq"]),
-        ("enqueue (the key's next seq)", stmt::enqueue(&spec("a"), T0, T0), &["job_key_seq"]),
+        (
+            "enqueue (the key's next seq)",
+            stmt::enqueue(&orderly::ledger::Submit::due(&spec("a"), T0), T0),
+            &["job_key_seq"],
+        ),
         (
             "claim (dedupe)",
             stmt::claim(&deduped, "w", Lease { now: T0, until: T0 + LEASE, due_before: T0 }),
@@ -327,7 +331,8 @@ fn counts_read_through_the_indexes_match_the_table() {
     one(&db, stmt::record_dead(&unkeyed("u-dead"), T0, "bad body")).unwrap();
     claim(&db, &keyed("l-running", "lk"), "w", T0).unwrap();
     let specs = [keyed("s1", "s"), keyed("s2", "s"), keyed("b1", "b"), keyed("b2", "b"), keyed("b3", "b")];
-    block_on(ledger.enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+    block_on(ledger.enqueue_all(&specs.iter().map(|s| orderly::ledger::Submit::due(s, T0)).collect::<Vec<_>>(), T0))
+        .unwrap();
     let lease = orderly::ledger::Lease { now: T0, until: T0 + LEASE, due_before: T0 };
     for key in ["s", "b"] {
         block_on(db.query(stmt::claim_next(key, "w", lease, OnDead::Block, 1, None))).unwrap();

@@ -120,7 +120,11 @@ impl World {
                 priority: 5,
             })
             .collect();
-        block_on(Ledger::new(&self.db).enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+        block_on(
+            Ledger::new(&self.db)
+                .enqueue_all(&specs.iter().map(|s| orderly::ledger::Submit::due(s, T0)).collect::<Vec<_>>(), T0),
+        )
+        .unwrap();
     }
 }
 
@@ -569,7 +573,11 @@ fn a_throttled_head_holds_its_key_and_wakes_once_for_its_start() {
     let mut w = World::new(OnDead::Skip);
     w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"rate": 1, "per_seconds": 30}}"#).unwrap();
     let specs = [limited("a"), limited("b"), limited("c")];
-    block_on(Ledger::new(&w.db).enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+    block_on(
+        Ledger::new(&w.db)
+            .enqueue_all(&specs.iter().map(|s| orderly::ledger::Submit::due(s, T0)).collect::<Vec<_>>(), T0),
+    )
+    .unwrap();
     assert_eq!(w.run(&[keyed("a", T0, ok())]), vec![Outcome::Ack]);
     // a ran; b is the head now, and the host's next start is 30 s away: b waits for it, c behind.
     assert_eq!(w.runs(), vec!["a"]);
@@ -589,7 +597,11 @@ fn a_chain_of_limited_jobs_claims_one_at_a_time_so_a_refusal_hands_back_one() {
     w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"rate": 1, "per_seconds": 30}}"#).unwrap();
     let ids: Vec<String> = (0..20).map(|i| format!("j{i:02}")).collect();
     let specs: Vec<JobSpec> = ids.iter().map(|id| limited(id)).collect();
-    block_on(Ledger::new(&w.db).enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+    block_on(
+        Ledger::new(&w.db)
+            .enqueue_all(&specs.iter().map(|s| orderly::ledger::Submit::due(s, T0)).collect::<Vec<_>>(), T0),
+    )
+    .unwrap();
     let message = Incoming {
         id: "m-j00".into(),
         timestamp_ms: T0,
@@ -670,7 +682,7 @@ fn a_wake_up_makes_a_job_due_only_while_it_is_parked() {
     let w = World::new(OnDead::Skip);
     let spec = limited("a");
     // Waiting for its submission delay (as for a backoff or a snooze): not parked, left alone.
-    block_on(Ledger::new(&w.db).enqueue_all(&[(&spec, T0 + 30_000)], T0)).unwrap();
+    block_on(Ledger::new(&w.db).enqueue_all(&[orderly::ledger::Submit::due(&spec, T0 + 30_000)], T0)).unwrap();
     assert!(block_on(w.db.query(stmt::wake_parked("a", T0))).unwrap().is_empty());
     assert_eq!(w.job("a").next_run_at, T0 + 30_000, "a wait that is not a parking is never cut short");
     // Claimed, refused, parked: its wake-up makes it due.

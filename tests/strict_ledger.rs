@@ -64,7 +64,8 @@ fn claim(
 fn enqueue(db: &Sqlite, ids: &[&str]) {
     let ledger = Ledger::new(db);
     let specs: Vec<JobSpec> = ids.iter().map(|id| spec(id, Some("k"))).collect();
-    block_on(ledger.enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+    block_on(ledger.enqueue_all(&specs.iter().map(|s| orderly::ledger::Submit::due(s, T0)).collect::<Vec<_>>(), T0))
+        .unwrap();
 }
 
 fn set(db: &Sqlite, id: &str, sql: &str) {
@@ -76,7 +77,8 @@ fn enqueue_numbers_each_keys_jobs_in_request_order() {
     let (db, _) = Sqlite::temp();
     let ledger = Ledger::new(&db);
     let specs = [spec("a", Some("k")), spec("x", Some("other")), spec("b", Some("k")), spec("u", None)];
-    block_on(ledger.enqueue_all(&specs.iter().map(|s| (s, T0)).collect::<Vec<_>>(), T0)).unwrap();
+    block_on(ledger.enqueue_all(&specs.iter().map(|s| orderly::ledger::Submit::due(s, T0)).collect::<Vec<_>>(), T0))
+        .unwrap();
     let seq = |id| get(&db, id).seq;
     assert_eq!((seq("a"), seq("b"), seq("x"), seq("u")), (Some(1), Some(2), Some(1), None));
 }

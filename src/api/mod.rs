@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use crate::app::JobTypes;
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError};
-use crate::ledger::{Cancel, JobSpec, Ledger, ListFilter, Redrive, Sql, Status, MAX_PRIORITY};
+use crate::ledger::{Cancel, Job, Ledger, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
 use crate::producer::{self, QueueSender};
 use crate::seal::Sealer;
 pub use submission::BadInput;
@@ -267,6 +267,19 @@ pub struct Api<'a, S: Sql, Q, C> {
     pub sealer: Option<&'a dyn Sealer>,
 }
 
+/// How a parsed job is recorded: due after its delay; in strict mode, a job due now under a
+/// limit key with a concurrency is recorded parked when it is its ordering key's next, to wait in
+/// the limit key's line rather than in the queue (design §20.12).
+fn submit_of<'a>(cfg: &Config, job: &'a Parsed, now: i64) -> Submit<'a> {
+    let limited = job.spec.limit_key.as_deref().is_some_and(|k| cfg.limits.for_key(k).concurrency.is_some());
+    let parks = cfg.ordering_mode == crate::config::OrderingMode::Strict && job.delay == 0 && limited;
+    Submit {
+        spec: &job.spec,
+        due_at: now + i64::from(job.delay) * 1000,
+        parks_until: parks.then(|| now + i64::from(crate::flow::PARKED_RECHECK_SECONDS) * 1000),
+    }
+}
+
 /// Compares two secrets without revealing where (or whether, by length) they differ.
 pub fn constant_time_eq(a: &str, b: &str) -> bool {
     let (x, y) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
@@ -461,20 +474,50 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 job.spec.payload = Some(sealer.seal(&job.spec.id, plain).await?);
             }
         }
-        let due: Vec<(&JobSpec, i64)> = jobs.iter().map(|j| (&j.spec, now + i64::from(j.delay) * 1000)).collect();
+        let due: Vec<Submit<'_>> = jobs.iter().map(|j| submit_of(cfg, j, now)).collect();
         let recorded = self.ledger.enqueue_all(&due, now).await?;
+        let parks: Vec<bool> = due.iter().map(|d| d.parks_until.is_some()).collect();
         let mut answer = Vec::with_capacity(jobs.len());
-        let mut to_send = Vec::new();
-        for ((job, inserted), Parsed { msg, .. }) in recorded.into_iter().zip(jobs) {
-            answer.push(Submitted { id: job.id, status: job.status, duplicate: !inserted });
-            if inserted {
-                to_send.push(msg);
+        let (mut to_send, mut lined) = (Vec::new(), Vec::new());
+        for (((job, inserted), Parsed { msg, .. }), parks) in recorded.into_iter().zip(jobs).zip(parks) {
+            answer.push(Submitted { id: job.id.clone(), status: job.status, duplicate: !inserted });
+            match (inserted, job.parked, parks) {
+                (false, ..) => {}
+                // The head of its key's jobs: it waits in its limit key's line (design §20.12).
+                (true, true, _) => lined.push(job),
+                // Behind an open job of its key under a limited policy: the key's chain reaches it,
+                // and asks for its start then; a message would only queue ahead of other keys.
+                (true, false, true) => {}
+                (true, false, false) => to_send.push(msg),
             }
         }
-        if let Err(e) = producer::send_all(self.queue, to_send).await {
+        let sent = producer::send_all(self.queue, to_send).await;
+        let woken = self.line_up(cfg, &lined, now).await;
+        if let Err(e) = sent.and(woken) {
             return Ok(Submission::Unsent { jobs: answer, error: e.to_string() });
         }
         Ok(Submission::Accepted(answer))
+    }
+
+    /// Puts jobs recorded parked in their limit keys' lines, one batch per key, and sends the
+    /// jobs handed a slot (design §20.12). Should a line not answer, its jobs are sent as
+    /// wake-ups, to ask for their start on delivery as any job does: nothing waits unsent.
+    async fn line_up(&self, cfg: &Config, lined: &[Job], now: i64) -> Result<(), crate::error::InfraError> {
+        let mut keys: Vec<&str> = lined.iter().filter_map(|j| j.limit_key.as_deref()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut msgs = Vec::new();
+        for key in keys {
+            let jobs: Vec<&Job> = lined.iter().filter(|j| j.limit_key.as_deref() == Some(key)).collect();
+            let ids: Vec<(&str, crate::ledger::Route)> = jobs.iter().map(|j| (j.id.as_str(), j.route())).collect();
+            match self.ledger.line(key, &ids, &cfg.limits.for_key(key), now).await {
+                Ok(woken) => {
+                    producer::wake(self.ledger, self.queue, &woken, 1, None).await?;
+                }
+                Err(_) => msgs.extend(jobs.iter().filter_map(|j| producer::woken_message(j, 0))),
+            }
+        }
+        producer::send_all(self.queue, msgs).await
     }
 
     async fn list(&self, query: &str) -> Result<ApiResponse, crate::error::InfraError> {

@@ -228,6 +228,25 @@ pub(crate) fn wake_stmts(key: &str, n: u32, policy: &Policy, now: i64) -> [Stmt;
     ]
 }
 
+/// Jobs submitted parked join `key`'s line; then as many of the line's oldest as there are slots
+/// free are handed one and taken out of it: the last statement's rows are the jobs to send.
+pub(crate) fn line_stmts(key: &str, jobs: &[(&str, Route)], policy: &Policy, now: i64) -> Vec<Stmt> {
+    let seen = Stmt::bind(sql!("limit_seen"), [("limit_key", key.into()), ("now", now.into())]);
+    let line = jobs.iter().map(|(id, route)| {
+        Stmt::bind(
+            sql!("limit_line"),
+            [
+                ("limit_key", key.into()),
+                ("job_id", (*id).into()),
+                ("now", now.into()),
+                ("route", route.to_text().into()),
+            ],
+        )
+    });
+    let n = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
+    std::iter::once(seen).chain(line).chain(wake_stmts(key, n, policy, now)).collect()
+}
+
 /// An operator's change to `key`.
 pub(crate) fn set_stmt(key: &str, change: &Change, now: i64) -> Stmt {
     let policy = change.policy.flatten().unwrap_or_default();
@@ -360,6 +379,19 @@ impl<S: Sql> Shard<S> {
     /// configured one; an override stored with the key wins) and takes them out of it: one batch.
     pub async fn wake(&self, key: &str, n: u32, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
         let out = self.sql.batch(wake_stmts(key, n, policy, now).into()).await?;
+        Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
+    }
+
+    /// Puts jobs submitted parked in `key`'s line and hands the slots free now to its oldest:
+    /// one batch. The jobs to send (their wake-ups) come back.
+    pub async fn line(
+        &self,
+        key: &str,
+        jobs: &[(&str, Route)],
+        policy: &Policy,
+        now: i64,
+    ) -> Result<Vec<Woken>, InfraError> {
+        let out = self.sql.batch(line_stmts(key, jobs, policy, now)).await?;
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 

@@ -163,6 +163,10 @@ pub struct Job {
     /// DONE: the HTTP status that run got, if any.
     #[serde(skip)]
     pub http_status: Option<i64>,
+    /// Strict mode: parked for its limit key's line, due only at its wake-up or its recheck
+    /// (design §20.3, §20.12).
+    #[serde(skip)]
+    pub parked: bool,
 }
 
 fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
@@ -222,6 +226,8 @@ impl Job {
             started_at: int("started_at"),
             ran_by: text("ran_by"),
             http_status: int("http_status"),
+            // Before migration 0014 there is no such column: nothing parked.
+            parked: int("parked") == Some(1),
         })
     }
 
@@ -258,6 +264,26 @@ impl Job {
 }
 
 pub use crate::limits::{DEFAULT_PRIORITY, MAX_PRIORITY};
+
+/// A job submitted through the API, as it is to be recorded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Submit<'a> {
+    /// The job.
+    pub spec: &'a JobSpec,
+    /// When it is due, ms.
+    pub due_at: i64,
+    /// Strict mode, a limit key with a concurrency, due now (design §20.12): recorded parked,
+    /// due at this recheck time, if no open job of its ordering key comes before it (the
+    /// recorded row's `parked` says whether it was); it then waits in its limit key's line.
+    pub parks_until: Option<i64>,
+}
+
+impl<'a> Submit<'a> {
+    /// A job due at `due_at`, sent as ever.
+    pub fn due(spec: &'a JobSpec, due_at: i64) -> Self {
+        Submit { spec, due_at, parks_until: None }
+    }
+}
 
 /// What a job is, as known from its message or API request.
 #[derive(Debug, Clone, PartialEq)]
@@ -529,25 +555,22 @@ impl<S: Sql> Shard<S> {
 
     /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
     pub async fn enqueue(&self, job: &JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
-        let mut out = self.enqueue_all(&[&(job, next_run_at)], now).await?;
+        let mut out = self.enqueue_all(&[&Submit::due(job, next_run_at)], now).await?;
         out.pop().ok_or_else(|| InfraError::new("D1", "enqueue returned no result"))
     }
 
     /// Records many API jobs PENDING in one round trip, in order (one statement each): for each,
     /// `(job, inserted)`; when not inserted, the job it duplicates (same id, or the active holder of
     /// its dedupe key), read in a second round trip only when there are duplicates.
-    pub async fn enqueue_all(&self, jobs: &[&(&JobSpec, i64)], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
-        let out = self
-            .sql
-            .batch(jobs.iter().map(|(job, next_run_at)| stmt::enqueue(job, now, *next_run_at)).collect())
-            .await?;
+    pub async fn enqueue_all(&self, jobs: &[&Submit<'_>], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
+        let out = self.sql.batch(jobs.iter().map(|s| stmt::enqueue(s, now)).collect()).await?;
         let inserted: Vec<Option<Job>> = out.iter().map(|rows| Job::first(rows)).collect::<Result<_, _>>()?;
         let missing: Vec<usize> = (0..jobs.len()).filter(|&i| inserted.get(i).is_none_or(Option::is_none)).collect();
         let existing = if missing.is_empty() {
             Vec::new()
         } else {
             let reads =
-                missing.iter().map(|&i| stmt::existing(&jobs[i].0.id, jobs[i].0.dedupe_key.as_deref())).collect();
+                missing.iter().map(|&i| stmt::existing(&jobs[i].spec.id, jobs[i].spec.dedupe_key.as_deref())).collect();
             self.sql.batch(reads).await?
         };
         let mut existing = missing.iter().zip(existing).collect::<std::collections::HashMap<_, _>>();

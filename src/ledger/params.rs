@@ -93,7 +93,7 @@ fn every_statement() -> Vec<Stmt> {
         stmt::skip("k", 1),
         stmt::stalled_heads(1, OnDead::Block, 10),
         stmt::mark_resent("a", 1, 2),
-        stmt::enqueue(&spec, 1, 2),
+        stmt::enqueue(&super::Submit { spec: &spec, due_at: 2, parks_until: Some(3) }, 1),
         stmt::existing("a", Some("d")),
         stmt::counts(),
         stmt::list_filtered(&filter, Some((1, "a")), 10),
@@ -124,6 +124,7 @@ fn every_statement() -> Vec<Stmt> {
     all.extend(limit::ask_stmts(&ask, 1));
     let verdict = crate::flow::RunVerdict::Failed { retry_after_ms: 5 };
     all.extend(limit::release_stmts(&limit::Release { limit_key: "l", job_id: "a", until: 2, verdict, policy }, 1));
+    all.extend(limit::line_stmts("l", &[("a", Route::key("k"))], &policy, 1));
     let change = limit::Change { paused: Some(true), policy: Some(Some(policy)) };
     all.push(limit::set_stmt("l", &change, 1));
     all.push(limit::states_stmt("a", 1, 10));

@@ -18,7 +18,7 @@ use super::pause::{KeyPause, Resumed};
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
 use super::{
     Cancel, Claimed, Counts, DeadFilter, DeadMatches, Job, JobSpec, Lease, ListFilter, Record, RecordedDead, Redrive,
-    Route, Sent, Shard, Sql,
+    Route, Sent, Shard, Sql, Submit,
 };
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
@@ -214,8 +214,8 @@ impl<S: Sql> Ledger<S> {
     /// Records many API jobs PENDING, in order, one round trip per shard: for each, `(job,
     /// inserted)`; when not inserted, the job it duplicates (same id, or the active holder of its
     /// dedupe key in its shard).
-    pub async fn enqueue_all(&self, jobs: &[(&JobSpec, i64)], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
-        self.routed(jobs, |j| j.0.route(), async |s, part| s.enqueue_all(&part, now).await).await
+    pub async fn enqueue_all(&self, jobs: &[Submit<'_>], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
+        self.routed(jobs, |j| j.spec.route(), async |s, part| s.enqueue_all(&part, now).await).await
     }
 
     /// DEAD -> PENDING, or why not; audited in the job's history.
@@ -499,6 +499,18 @@ impl<S: Sql> Ledger<S> {
     /// key's).
     pub async fn wake(&self, key: &str, n: u32, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
         self.at(Route::key(key)).wake(key, n, policy, now).await
+    }
+
+    /// Jobs submitted parked join `key`'s line, and the slots free now go to its oldest: the
+    /// jobs to send come back (design §20.12).
+    pub async fn line(
+        &self,
+        key: &str,
+        jobs: &[(&str, Route)],
+        policy: &Policy,
+        now: i64,
+    ) -> Result<Vec<Woken>, InfraError> {
+        self.at(Route::key(key)).line(key, jobs, policy, now).await
     }
 
     /// An operator's change to a limit key.

@@ -216,8 +216,13 @@ pub fn mark_resent(id: &str, next_run_at_read: i64, now: i64) -> Stmt {
     with(sql!("mark_resent"), [("id", id.into()), ("next_run_at", next_run_at_read.into()), ("now", now.into())])
 }
 /// Records an API-submitted job PENDING.
-pub fn enqueue(job: &JobSpec, now: i64, next_run_at: i64) -> Stmt {
-    spec_then(sql!("enqueue"), job, [("now", now.into()), ("next_run_at", next_run_at.into()), priority(job)])
+pub fn enqueue(s: &super::Submit<'_>, now: i64) -> Stmt {
+    let job = s.spec;
+    let mut st =
+        spec_then(sql!("enqueue"), job, [("now", now.into()), ("next_run_at", s.due_at.into()), priority(job)]);
+    st.names.push("parks_until");
+    st.params.push(s.parks_until.map_or(Param::Null, Param::Int));
+    st
 }
 /// The job an enqueue collided with.
 pub fn existing(id: &str, dedupe_key: Option<&str>) -> Stmt {
