@@ -512,7 +512,13 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             let ids: Vec<(&str, crate::ledger::Route)> = jobs.iter().map(|j| (j.id.as_str(), j.route())).collect();
             match self.ledger.line(key, &ids, &cfg.limits.for_key(key), now).await {
                 Ok(woken) => {
-                    producer::wake(self.ledger, self.queue, &woken, 1, None).await?;
+                    // The jobs this request just lined are at hand; only older ones handed a slot
+                    // are read again (by `producer::wake`).
+                    let (mine, older): (Vec<_>, Vec<_>) =
+                        woken.into_iter().partition(|w| jobs.iter().any(|j| j.id == w.job_id));
+                    let mine = mine.iter().filter_map(|w| jobs.iter().find(|j| j.id == w.job_id));
+                    msgs.extend(mine.filter_map(|j| producer::woken_message(j, 0)));
+                    producer::wake(self.ledger, self.queue, &older, 1, None).await?;
                 }
                 Err(_) => msgs.extend(jobs.iter().filter_map(|j| producer::woken_message(j, 0))),
             }
