@@ -5,132 +5,27 @@
 
 mod support;
 
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
-
 use futures::executor::block_on;
-use orderly::api::{Api, ApiRequest, ApiResponse};
-use orderly::clock::{Clock, ManualClock};
+use orderly::clock::Clock;
 use orderly::config::{Config, OnDead, OrderingMode};
 use orderly::consumer::{Consumer, Incoming, Outcome, Role};
 use orderly::handlers::{Done, JobContext, JobError, Runner};
-use orderly::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status};
-use orderly::lock::MemoryKv;
-use orderly::maintenance::{self, RESEND_GRACE_MS};
+use orderly::ledger::{JobSpec, Ledger, Status};
+use orderly::maintenance::RESEND_GRACE_MS;
 use serde_json::{json, Value};
-use support::api::TOKEN;
-use support::{MemoryQueue, Sqlite};
+use support::api::T0;
+use support::consumer::ConsumerWorld as World;
 
-const T0: i64 = 1_700_000_000_000;
-
-/// Records each run's job id; `{"fail": n}` fails the first n attempts.
-#[derive(Default)]
-struct Recorder {
-    runs: RefCell<Vec<String>>,
+/// A world in this mode whose dead jobs block their key.
+fn world(mode: OrderingMode) -> World {
+    World::new(Config { ordering_mode: mode, on_dead: OnDead::Block, ..Config::default() })
 }
 
-impl Runner for Recorder {
-    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
-        self.runs.borrow_mut().push(job.id.to_string());
-        if u64::from(job.attempt) <= job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0) {
-            return Err(JobError::retry("HTTP 503"));
-        }
-        Ok(Done::default())
-    }
-}
-
-struct World {
-    clock: Rc<ManualClock>,
-    kv: MemoryKv<Rc<ManualClock>>,
-    db: Sqlite,
-    runner: Recorder,
-    queue: MemoryQueue,
-    cfg: Config,
-    /// How many of the queue's sent messages have been delivered.
-    delivered: Cell<usize>,
-}
-
-impl World {
-    fn new(mode: OrderingMode) -> World {
-        let clock = Rc::new(ManualClock::new(T0));
-        World {
-            kv: MemoryKv::new(clock.clone()),
-            clock,
-            db: Sqlite::temp().0,
-            runner: Recorder::default(),
-            queue: MemoryQueue::default(),
-            cfg: Config { ordering_mode: mode, on_dead: OnDead::Block, ..Config::default() },
-            delivered: Cell::new(0),
-        }
-    }
-
-    fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
-        let consumer = Consumer::new(
-            &self.cfg,
-            &self.kv,
-            &self.db,
-            &self.runner,
-            &self.clock,
-            &self.queue,
-            format!("inv-{}", self.clock.now_ms()),
-        );
-        block_on(consumer.process(Role::Main, msgs))
-    }
-
-    /// The messages sent since the last call, as deliveries.
-    fn sent_since(&self) -> Vec<Incoming> {
-        let all: Vec<Value> =
-            self.queue.batches.borrow().iter().flatten().map(|m| serde_json::from_str(m.json()).unwrap()).collect();
-        let new = all[self.delivered.get()..].to_vec();
-        self.delivered.set(all.len());
-        new.into_iter()
-            .enumerate()
-            .map(|(i, body)| Incoming { id: format!("sent-{i}"), timestamp_ms: self.clock.now_ms(), body: Ok(body) })
-            .collect()
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
-        let ledger = Ledger::new(&self.db);
-        let new_id = || "api-job".to_string();
-        let api = Api {
-            ledger: &ledger,
-            queue: &self.queue,
-            clock: &self.clock,
-            cfg: Ok(&self.cfg),
-            admin_token: Some(TOKEN),
-            producer_token: None,
-            new_id: &new_id,
-            types: &orderly::app::BuiltIn,
-            sealer: None,
-        };
-        let (path, query) = path.split_once('?').unwrap_or((path, ""));
-        let req = ApiRequest {
-            method: method.into(),
-            path: path.into(),
-            query: query.into(),
-            authorization: Some(format!("Bearer {TOKEN}")),
-            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-        };
-        block_on(api.handle(&req))
-    }
-
-    fn pause(&self, key: &str, paused: bool) -> Value {
-        let r = self.call("PUT", &format!("/keys/{key}"), Some(json!({ "paused": paused })));
-        assert_eq!(r.status, 200, "{}", r.body);
-        r.json_body()
-    }
-
-    fn runs(&self) -> Vec<String> {
-        self.runner.runs.borrow().clone()
-    }
-
-    fn job(&self, id: &str) -> Job {
-        Job::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("row")
-    }
-
-    fn maintain(&self) -> maintenance::Report {
-        block_on(maintenance::run(&Ledger::new(&self.db), &self.queue, &self.clock, &self.cfg))
-    }
+/// `PUT /keys/{key}` with `{"paused": paused}`; its answer.
+fn pause(w: &World, key: &str, paused: bool) -> Value {
+    let r = w.call("PUT", &format!("/keys/{key}"), Some(json!({ "paused": paused })));
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json_body()
 }
 
 fn keyed(id: &str, key: &str, payload: Value) -> Incoming {
@@ -151,8 +46,8 @@ fn ok() -> Value {
 
 #[test]
 fn strict_mode_a_paused_key_runs_nothing_and_its_resume_runs_it_in_order() {
-    let w = World::new(OrderingMode::Strict);
-    assert_eq!(w.pause("k", true)["paused"], true);
+    let w = world(OrderingMode::Strict);
+    assert_eq!(pause(&w, "k", true)["paused"], true);
     let out = w.run(&[keyed("a", "k", ok()), keyed("b", "k", ok()), keyed("x", "other", ok())]);
     assert_eq!(out, vec![Outcome::Ack; 3], "a paused key's messages are acked: nothing polls it");
     assert_eq!(w.runs(), vec!["x"], "only the other key runs");
@@ -169,7 +64,7 @@ fn strict_mode_a_paused_key_runs_nothing_and_its_resume_runs_it_in_order() {
     assert_eq!(listed["keys"], json!([{"key": "k", "paused": true, "paused_at": T0, "waiting": 2}]));
 
     // The resume sends the key's first job; its delivery runs the key's jobs in order.
-    let resumed = w.pause("k", false);
+    let resumed = pause(&w, "k", false);
     assert_eq!((resumed["was_paused"].clone(), resumed["woken"].clone()), (json!(true), json!(1)));
     let wakes = w.sent_since();
     assert_eq!(wakes.len(), 1);
@@ -180,7 +75,7 @@ fn strict_mode_a_paused_key_runs_nothing_and_its_resume_runs_it_in_order() {
 
 #[test]
 fn strict_mode_a_pause_during_a_chain_stops_it_at_the_next_job() {
-    let w = World::new(OrderingMode::Strict);
+    let w = world(OrderingMode::Strict);
     // a's run submits b and c and pauses its own key: the chain's next claim finds them, paused.
     struct Pausing<'w>(&'w World);
     impl Runner for Pausing<'_> {
@@ -206,7 +101,7 @@ fn strict_mode_a_pause_during_a_chain_stops_it_at_the_next_job() {
     assert_eq!(w.runs(), vec!["a"], "the run that began before the pause ends; nothing after it starts");
     assert_eq!((w.job("a").status, w.job("b").status), (Status::Done, Status::Pending));
     assert!(w.sent_since().is_empty(), "the chain stopped without a wake-up");
-    w.pause("k", false);
+    pause(&w, "k", false);
     let wakes = w.sent_since();
     assert_eq!(wakes.len(), 1, "one wake-up: the key's first job");
     w.run(&wakes);
@@ -230,8 +125,8 @@ fn spec(id: &str, key: &str) -> JobSpec {
 
 #[test]
 fn lock_mode_a_paused_key_acks_its_messages_and_its_resume_sends_each_again() {
-    let w = World::new(OrderingMode::Lock);
-    w.pause("k", true);
+    let w = world(OrderingMode::Lock);
+    pause(&w, "k", true);
     // Sent in this order, one batch; their ids sort the other way.
     let out = w.run(&[sent("z", "k", ok(), T0 - 20), sent("a", "k", ok(), T0 - 10), keyed("x", "other", ok())]);
     assert_eq!(out, vec![Outcome::Ack; 3]);
@@ -243,7 +138,7 @@ fn lock_mode_a_paused_key_acks_its_messages_and_its_resume_sends_each_again() {
     w.clock.advance_ms(RESEND_GRACE_MS + 60_000);
     assert_eq!(w.maintain().resent, 0);
     assert!(w.sent_since().is_empty());
-    let resumed = w.pause("k", false);
+    let resumed = pause(&w, "k", false);
     assert_eq!(resumed["woken"], 2);
     let again = w.sent_since();
     assert_eq!(again.len(), 2, "lock mode sends each PENDING job of the key again");
@@ -253,15 +148,15 @@ fn lock_mode_a_paused_key_acks_its_messages_and_its_resume_sends_each_again() {
 
 #[test]
 fn lock_mode_a_job_waiting_for_its_retry_is_sent_again_for_its_retry_time() {
-    let w = World::new(OrderingMode::Lock);
+    let w = world(OrderingMode::Lock);
     let out = w.run(&[keyed("a", "k", json!({"type": "t", "fail": 1}))]);
     assert!(matches!(out.as_slice(), [Outcome::Retry { .. }]), "{out:?}");
-    w.pause("k", true);
+    pause(&w, "k", true);
     // Its retry is delivered while the key is paused: acked, the job kept PENDING.
     w.clock.advance_ms(10_000);
     assert_eq!(w.run(&[keyed("a", "k", ok())]), vec![Outcome::Ack]);
     assert_eq!(w.runs(), vec!["a"]);
-    w.pause("k", false);
+    pause(&w, "k", false);
     let again = w.sent_since();
     assert_eq!(again.len(), 1);
     assert_eq!(w.queue.sent_with_delay()[0].1, 0, "due already: sent at once");
@@ -272,7 +167,7 @@ fn lock_mode_a_job_waiting_for_its_retry_is_sent_again_for_its_retry_time() {
 
 #[test]
 fn the_key_routes_refuse_bad_input_with_a_json_error() {
-    let w = World::new(OrderingMode::Strict);
+    let w = world(OrderingMode::Strict);
     for (body, says) in [
         (Some(json!({})), "nothing to change"),
         (Some(json!({"paused": 1})), "true or false"),
@@ -288,13 +183,13 @@ fn the_key_routes_refuse_bad_input_with_a_json_error() {
     let r = w.call("GET", "/keys?state=stuck", None);
     assert_eq!(r.status, 400);
     // Resuming a key never paused is no error, and wakes what it finds.
-    let r = w.pause("never", false);
+    let r = pause(&w, "never", false);
     assert_eq!((r["was_paused"].clone(), r["woken"].clone()), (json!(false), json!(0)));
     // A second pause keeps the first one's time; the list pages by name.
-    w.pause("b", true);
+    pause(&w, "b", true);
     w.clock.advance_ms(1_000);
-    assert_eq!(w.pause("b", true)["paused_at"], T0);
-    w.pause("a", true);
+    assert_eq!(pause(&w, "b", true)["paused_at"], T0);
+    pause(&w, "a", true);
     let page = w.call("GET", "/keys?state=paused&limit=1", None).json_body();
     assert_eq!((page["keys"][0]["key"].clone(), page["next"].clone()), (json!("a"), json!("a")));
     let next = w.call("GET", "/keys?state=paused&limit=1&after=a", None).json_body();

@@ -6,127 +6,16 @@
 
 mod support;
 
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
-
-use futures::executor::block_on;
-use orderly::api::{Api, ApiRequest, ApiResponse};
-use orderly::clock::{Clock, ManualClock};
 use orderly::config::{Config, OrderingMode};
-use orderly::consumer::{Consumer, Incoming, Role};
-use orderly::handlers::{Done, JobContext, JobError, Runner};
-use orderly::ledger::{stmt, Job, Ledger, Sql, Status};
-use orderly::lock::MemoryKv;
+use orderly::ledger::Status;
 use serde_json::{json, Value};
-use support::api::TOKEN;
-use support::{MemoryQueue, Sqlite};
+use support::api::T0;
+use support::consumer::ConsumerWorld as World;
 
-const T0: i64 = 1_700_000_000_000;
-
-/// Records each run's job id.
-#[derive(Default)]
-struct Recorder {
-    runs: RefCell<Vec<String>>,
-}
-
-impl Runner for Recorder {
-    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
-        self.runs.borrow_mut().push(job.id.to_string());
-        Ok(Done::default())
-    }
-}
-
-struct World {
-    clock: Rc<ManualClock>,
-    kv: MemoryKv<Rc<ManualClock>>,
-    db: Sqlite,
-    runner: Recorder,
-    queue: MemoryQueue,
-    cfg: Config,
-    /// How many of the queue's sent messages have been delivered.
-    delivered: Cell<usize>,
-}
-
-impl World {
-    fn new(mode: OrderingMode) -> World {
-        let clock = Rc::new(ManualClock::new(T0));
-        let limits = orderly::flow::Policies::parse(r#"{"host": {"concurrency": 2}}"#).unwrap();
-        World {
-            kv: MemoryKv::new(clock.clone()),
-            clock,
-            db: Sqlite::temp().0,
-            runner: Recorder::default(),
-            queue: MemoryQueue::default(),
-            cfg: Config { ordering_mode: mode, limits, ..Config::default() },
-            delivered: Cell::new(0),
-        }
-    }
-
-    /// The messages sent since the last call, as deliveries.
-    fn sent_since(&self) -> Vec<Incoming> {
-        let all: Vec<Value> =
-            self.queue.batches.borrow().iter().flatten().map(|m| serde_json::from_str(m.json()).unwrap()).collect();
-        let new = all[self.delivered.get()..].to_vec();
-        self.delivered.set(all.len());
-        new.into_iter()
-            .enumerate()
-            .map(|(i, body)| Incoming { id: format!("sent-{i}"), timestamp_ms: self.clock.now_ms(), body: Ok(body) })
-            .collect()
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
-        let ledger = Ledger::new(&self.db);
-        let new_id = || "unnamed".to_string();
-        let api = Api {
-            ledger: &ledger,
-            queue: &self.queue,
-            clock: &self.clock,
-            cfg: Ok(&self.cfg),
-            admin_token: Some(TOKEN),
-            producer_token: None,
-            new_id: &new_id,
-            types: &orderly::app::BuiltIn,
-            sealer: None,
-        };
-        let req = ApiRequest {
-            method: method.into(),
-            path: path.into(),
-            query: String::new(),
-            authorization: Some(format!("Bearer {TOKEN}")),
-            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-        };
-        block_on(api.handle(&req))
-    }
-
-    /// Delivers what was sent, one message per invocation, until nothing more is; how many
-    /// deliveries that took.
-    fn drain(&self) -> usize {
-        let mut deliveries = 0;
-        loop {
-            let batch = self.sent_since();
-            if batch.is_empty() {
-                return deliveries;
-            }
-            for msg in batch {
-                deliveries += 1;
-                self.clock.advance_ms(10);
-                let consumer = Consumer::new(
-                    &self.cfg,
-                    &self.kv,
-                    &self.db,
-                    &self.runner,
-                    &self.clock,
-                    &self.queue,
-                    format!("inv-{deliveries}"),
-                );
-                block_on(consumer.process(Role::Main, &[msg]));
-            }
-        }
-    }
-
-    fn job(&self, id: &str) -> Job {
-        Job::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("row")
-    }
+/// A world in this mode with the limit key `host` at concurrency 2.
+fn world(mode: OrderingMode) -> World {
+    let limits = orderly::flow::Policies::parse(r#"{"host": {"concurrency": 2}}"#).unwrap();
+    World::new(Config { ordering_mode: mode, limits, ..Config::default() })
 }
 
 fn job(id: &str, key: &str, limit_key: Option<&str>) -> Value {
@@ -146,7 +35,7 @@ fn burst(w: &World) {
 
 #[test]
 fn strict_mode_a_burst_under_a_full_limit_key_waits_in_its_line_not_in_the_queue() {
-    let w = World::new(OrderingMode::Strict);
+    let w = world(OrderingMode::Strict);
     burst(&w);
     let sent = w.sent_since();
     let ids: Vec<String> =
@@ -164,7 +53,7 @@ fn strict_mode_a_burst_under_a_full_limit_key_waits_in_its_line_not_in_the_queue
     // key's in order, with no maintenance and at most one delivery per job.
     w.delivered.set(0);
     let deliveries = w.drain();
-    let runs = w.runner.runs.borrow().clone();
+    let runs = w.runs();
     assert_eq!(runs.len(), 11, "{runs:?}");
     for k in ["a", "b", "c", "d", "e"] {
         let at = |id: String| runs.iter().position(|r| *r == id).unwrap_or_else(|| panic!("{id} never ran: {runs:?}"));
@@ -178,8 +67,40 @@ fn strict_mode_a_burst_under_a_full_limit_key_waits_in_its_line_not_in_the_queue
 
 #[test]
 fn lock_mode_sends_every_submitted_job() {
-    let w = World::new(OrderingMode::Lock);
+    let w = world(OrderingMode::Lock);
     burst(&w);
     assert_eq!(w.sent_since().len(), 11);
     assert!(!w.job("c1").parked);
+}
+
+#[test]
+fn strict_mode_one_request_lines_each_limit_key_in_its_own_line() {
+    let limits = orderly::flow::Policies::parse(r#"{"host": {"concurrency": 2}, "api": {"concurrency": 1}}"#).unwrap();
+    let w = World::new(Config { ordering_mode: OrderingMode::Strict, limits, ..Config::default() });
+    let jobs: Vec<Value> =
+        [("a1", "a", "host"), ("b1", "b", "host"), ("c1", "c", "host"), ("x1", "x", "api"), ("y1", "y", "api")]
+            .iter()
+            .map(|(id, key, limit)| job(id, key, Some(limit)))
+            .collect();
+    let r = w.call("POST", "/jobs", Some(json!({ "jobs": jobs })));
+    assert_eq!(r.status, 202, "{}", r.body);
+    let sent: Vec<String> = w
+        .sent_since()
+        .iter()
+        .map(|m| m.body.as_ref().unwrap()["__orderly_job__"]["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sent.len(), 3, "host's two slots and api's one: {sent:?}");
+    for (key, running, waiting) in [("host", 2, 1), ("api", 1, 1)] {
+        let state = w.call("GET", &format!("/limits/{key}"), None).json_body();
+        assert_eq!(
+            (state["running"].clone(), state["waiting"].clone()),
+            (json!(running), json!(waiting)),
+            "{key}: {state}"
+        );
+    }
+    w.delivered.set(0);
+    w.drain();
+    let mut runs = w.runs();
+    runs.sort();
+    assert_eq!(runs, ["a1", "b1", "c1", "x1", "y1"]);
 }

@@ -499,31 +499,40 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         Ok(Submission::Accepted(answer))
     }
 
-    /// Puts jobs recorded parked in their limit keys' lines, one batch per key, and sends the
-    /// jobs handed a slot (design §20.12). Should a line not answer, its jobs are sent as
-    /// wake-ups, to ask for their start on delivery as any job does: nothing waits unsent.
+    /// Puts jobs recorded parked in their limit keys' lines, one batch per key, the keys' batches
+    /// at once, and sends the jobs handed a slot (design §20.12). Should a line not answer, its
+    /// jobs are sent as wake-ups, to ask for their start on delivery as any job does: nothing
+    /// waits unsent.
     async fn line_up(&self, cfg: &Config, lined: &[Job], now: i64) -> Result<(), crate::error::InfraError> {
         let mut keys: Vec<&str> = lined.iter().filter_map(|j| j.limit_key.as_deref()).collect();
         keys.sort_unstable();
         keys.dedup();
-        let mut msgs = Vec::new();
-        for key in keys {
+        let lines = keys.into_iter().map(|key| async move {
             let jobs: Vec<&Job> = lined.iter().filter(|j| j.limit_key.as_deref() == Some(key)).collect();
             let ids: Vec<(&str, crate::ledger::Route)> = jobs.iter().map(|j| (j.id.as_str(), j.route())).collect();
-            match self.ledger.line(key, &ids, &cfg.limits.for_key(key), now).await {
+            let answer = self.ledger.line(key, &ids, &cfg.limits.for_key(key), now).await;
+            (jobs, answer)
+        });
+        let (mut msgs, mut older) = (Vec::new(), Vec::new());
+        for (jobs, answer) in futures::future::join_all(lines).await {
+            match answer {
                 Ok(woken) => {
                     // The jobs this request just lined are at hand; only older ones handed a slot
                     // are read again (by `producer::wake`).
-                    let (mine, older): (Vec<_>, Vec<_>) =
-                        woken.into_iter().partition(|w| jobs.iter().any(|j| j.id == w.job_id));
-                    let mine = mine.iter().filter_map(|w| jobs.iter().find(|j| j.id == w.job_id));
-                    msgs.extend(mine.filter_map(|j| producer::woken_message(j, 0)));
-                    producer::wake(self.ledger, self.queue, &older, 1, None).await?;
+                    for w in woken {
+                        match jobs.iter().find(|j| j.id == w.job_id) {
+                            Some(j) => msgs.extend(producer::woken_message(j, 0)),
+                            None => older.push(w),
+                        }
+                    }
                 }
                 Err(_) => msgs.extend(jobs.iter().filter_map(|j| producer::woken_message(j, 0))),
             }
         }
-        producer::send_all(self.queue, msgs).await
+        // This request's own jobs first. Should reading the older ones fail, they are lost
+        // wake-ups: maintenance sends them as stalled heads, and their hand-offs lapse (§20.3).
+        producer::send_all(self.queue, msgs).await?;
+        producer::wake(self.ledger, self.queue, &older, 1, None).await.map(|_| ())
     }
 
     async fn list(&self, query: &str) -> Result<ApiResponse, crate::error::InfraError> {

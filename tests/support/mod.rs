@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod consumer;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,154 @@
+//! The consumer, API and maintenance on the host together, as the flow-control tests drive them:
+//! the real `Consumer`, `Api` and `maintenance::run` over one SQLite ledger, a memory KV and a
+//! recording queue, on one manual clock. What the queue was sent is delivered by hand
+//! (`sent_since`, `drain`), so a test sees every message the worker sends.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use futures::executor::block_on;
+use orderly::api::{Api, ApiRequest, ApiResponse};
+use orderly::clock::{Clock, ManualClock};
+use orderly::config::{Config, OrderingMode};
+use orderly::consumer::{Consumer, Incoming, Outcome, Role};
+use orderly::handlers::{Done, JobContext, JobError, Runner};
+use orderly::ledger::{stmt, Job, Ledger, Sql};
+use orderly::lock::MemoryKv;
+use orderly::maintenance;
+use serde_json::Value;
+
+use super::api::{T0, TOKEN};
+use super::{MemoryQueue, Sqlite};
+
+/// Records each run's job id; a payload `{"fail": n}` fails the job's first n attempts.
+#[derive(Default)]
+pub struct Recorder {
+    pub runs: RefCell<Vec<String>>,
+}
+
+impl Runner for Recorder {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
+        self.runs.borrow_mut().push(job.id.to_string());
+        if u64::from(job.attempt) <= job.payload.get("fail").and_then(Value::as_u64).unwrap_or(0) {
+            return Err(JobError::retry("HTTP 503"));
+        }
+        Ok(Done::default())
+    }
+}
+
+/// One worker's ports and configuration.
+pub struct ConsumerWorld {
+    pub clock: Rc<ManualClock>,
+    pub kv: MemoryKv<Rc<ManualClock>>,
+    pub db: Sqlite,
+    pub runner: Recorder,
+    pub queue: MemoryQueue,
+    pub cfg: Config,
+    /// How many of the queue's sent messages have been delivered (or looked at).
+    pub delivered: Cell<usize>,
+}
+
+impl ConsumerWorld {
+    /// A fresh world at `T0` with this configuration.
+    pub fn new(cfg: Config) -> ConsumerWorld {
+        let clock = Rc::new(ManualClock::new(T0));
+        ConsumerWorld {
+            kv: MemoryKv::new(clock.clone()),
+            clock,
+            db: Sqlite::temp().0,
+            runner: Recorder::default(),
+            queue: MemoryQueue::default(),
+            cfg,
+            delivered: Cell::new(0),
+        }
+    }
+
+    /// A fresh world in this mode, otherwise the default configuration.
+    pub fn in_mode(mode: OrderingMode) -> ConsumerWorld {
+        ConsumerWorld::new(Config { ordering_mode: mode, ..Config::default() })
+    }
+
+    /// One consumer invocation over these messages.
+    pub fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
+        let consumer = Consumer::new(
+            &self.cfg,
+            &self.kv,
+            &self.db,
+            &self.runner,
+            &self.clock,
+            &self.queue,
+            format!("inv-{}", self.clock.now_ms()),
+        );
+        block_on(consumer.process(Role::Main, msgs))
+    }
+
+    /// The messages sent since the last call, as deliveries.
+    pub fn sent_since(&self) -> Vec<Incoming> {
+        let all: Vec<Value> =
+            self.queue.batches.borrow().iter().flatten().map(|m| serde_json::from_str(m.json()).unwrap()).collect();
+        let new = all[self.delivered.get()..].to_vec();
+        self.delivered.set(all.len());
+        new.into_iter()
+            .enumerate()
+            .map(|(i, body)| Incoming { id: format!("sent-{i}"), timestamp_ms: self.clock.now_ms(), body: Ok(body) })
+            .collect()
+    }
+
+    /// Delivers what was sent, one message per invocation 10 ms apart, until nothing more is;
+    /// how many deliveries that took.
+    pub fn drain(&self) -> usize {
+        let mut deliveries = 0;
+        loop {
+            let batch = self.sent_since();
+            if batch.is_empty() {
+                return deliveries;
+            }
+            for msg in batch {
+                deliveries += 1;
+                self.clock.advance_ms(10);
+                self.run(&[msg]);
+            }
+        }
+    }
+
+    /// An admin request; `path` may carry `?query`.
+    pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+        let ledger = Ledger::new(&self.db);
+        let new_id = || "api-job".to_string();
+        let api = Api {
+            ledger: &ledger,
+            queue: &self.queue,
+            clock: &self.clock,
+            cfg: Ok(&self.cfg),
+            admin_token: Some(TOKEN),
+            producer_token: None,
+            new_id: &new_id,
+            types: &orderly::app::BuiltIn,
+            sealer: None,
+        };
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let req = ApiRequest {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            authorization: Some(format!("Bearer {TOKEN}")),
+            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+        };
+        block_on(api.handle(&req))
+    }
+
+    /// The job ids run so far, in order.
+    pub fn runs(&self) -> Vec<String> {
+        self.runner.runs.borrow().clone()
+    }
+
+    /// The job's row.
+    pub fn job(&self, id: &str) -> Job {
+        Job::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("row")
+    }
+
+    /// One maintenance pass.
+    pub fn maintain(&self) -> maintenance::Report {
+        block_on(maintenance::run(&Ledger::new(&self.db), &self.queue, &self.clock, &self.cfg))
+    }
+}
