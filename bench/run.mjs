@@ -218,25 +218,31 @@ export async function drain(mf, worker, initial, concurrency, timed = []) {
   const inflight = Object.fromEntries(QUEUES.map((q) => [q, new Set()]));
   const enqueue = (o) => pending[o.queue ?? "orderly-jobs"].push(message(o.body, o.delaySeconds, o.arriveMs));
   initial.forEach(enqueue);
-  const m = { deliveries: 0, deadLettered: 0, batches: 0, acks: 0, maxInflight: 0, submitMs: [] };
+  const m = { deliveries: 0, deadLettered: 0, batches: 0, acks: 0, maxInflight: 0, submitMs: [], submitLagMs: [] };
   const collect = async () => {
     const out = await (await mf.dispatchFetch("http://bench.test/__outbox")).json();
     out.forEach(enqueue);
   };
-  // Jobs submitted through POST /jobs during the drain, each at its arrival time. Their messages
-  // wait for the loop's next turn (up to 50 ms), which a direct message's visibility does not.
-  let submitting = timed.length > 0;
-  const submitter = (async () => {
-    for (const j of timed) {
-      await sleep(Math.max(0, t0 + j.arriveMs - Date.now()));
-      const at = Date.now();
-      await submit(mf, [j]);
-      m.submitMs.push(Date.now() - at);
-      await collect();
-    }
-    submitting = false;
-  })();
-  const busy = () => submitting || QUEUES.some((q) => pending[q].length > 0 || inflight[q].size > 0);
+  // Jobs submitted through POST /jobs during the drain, each at its arrival time and on its own,
+  // as independent producers send them (one after another, a slow answer would delay every later
+  // arrival and count as their wait). What a submission sent is handed out at once: `kick` ends
+  // the loop's wait.
+  let outstanding = timed.length;
+  let kicked = false;
+  let kick = () => {};
+  const submissions = timed.map(async (j) => {
+    const arrival = t0 + j.arriveMs;
+    await sleep(Math.max(0, arrival - Date.now()));
+    const at = Date.now();
+    m.submitLagMs.push(at - arrival);
+    await submit(mf, [j]);
+    m.submitMs.push(Date.now() - at);
+    await collect();
+    outstanding--;
+    kicked = true;
+    kick();
+  });
+  const busy = () => outstanding > 0 || QUEUES.some((q) => pending[q].length > 0 || inflight[q].size > 0);
   while (busy()) {
     if (Date.now() - t0 > DRAIN_LIMIT_MS) throw new Error("drain did not finish in time");
     const now = Date.now();
@@ -276,9 +282,15 @@ export async function drain(mf, worker, initial, concurrency, timed = []) {
     if (started) continue;
     const all = QUEUES.flatMap((q) => pending[q]);
     const nextVisible = all.length ? Math.min(...all.map((p) => p.visibleAt)) : Date.now() + 50;
-    await Promise.race([...QUEUES.flatMap((q) => [...inflight[q]]), sleep(Math.max(1, Math.min(50, nextVisible - Date.now())))]);
+    if (kicked) {
+      kicked = false;
+      continue;
+    }
+    const woken = new Promise((r) => { kick = r; });
+    await Promise.race([...QUEUES.flatMap((q) => [...inflight[q]]), woken, sleep(Math.max(1, Math.min(50, nextVisible - Date.now())))]);
+    kicked = false;
   }
-  await submitter;
+  await Promise.all(submissions);
   return { ...m, drainMs: Date.now() - t0 };
 }
 
@@ -337,7 +349,10 @@ export async function measure(consumer, name, concurrency) {
       t.t0 = Date.now();
       const q = await drain(mf, worker, initial, concurrency, path === "api" ? jobs.filter((j) => j.arriveMs !== undefined) : []);
       // How long a quiet job's own POST /jobs took: part of its wait, from its arrival.
-      if (q.submitMs.length) console.log(`${consumer} ${name}: one quiet job's POST /jobs took ${median(q.submitMs)} ms (median), ${p95(q.submitMs)} ms (p95)`);
+      if (q.submitMs.length) {
+        console.log(`${consumer} ${name}: one quiet job's POST /jobs took ${median(q.submitMs)} ms (median), ${p95(q.submitMs)} ms (p95); ` +
+          `it began ${median(q.submitLagMs)} ms (median), ${p95(q.submitLagMs)} ms (p95) after its arrival time`);
+      }
       const stats = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
       const purged = kind === "lock" || kind === "strict" ? await purge(mf) : { rowsWritten: 0, rowsRead: 0, statements: 0 };
       const sub = (k) => submitted?.[k] ?? 0;
