@@ -529,10 +529,12 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 Err(_) => msgs.extend(jobs.iter().filter_map(|j| producer::woken_message(j, 0))),
             }
         }
-        // This request's own jobs first. Should reading the older ones fail, they are lost
-        // wake-ups: maintenance sends them as stalled heads, and their hand-offs lapse (§20.3).
         producer::send_all(self.queue, msgs).await?;
-        producer::wake(self.ledger, self.queue, &older, 1, None).await.map(|_| ())
+        // Older jobs handed a slot are not this request's to answer for: should reading or
+        // sending them fail, theirs are lost wake-ups, which maintenance sends once their recheck
+        // is due (and their hand-offs lapse, §20.3), so this request is not refused for them.
+        let _ = producer::wake(self.ledger, self.queue, &older, 1, None).await;
+        Ok(())
     }
 
     async fn list(&self, query: &str) -> Result<ApiResponse, crate::error::InfraError> {
