@@ -235,12 +235,16 @@ export async function drain(mf, worker, initial, concurrency, timed = []) {
     await sleep(Math.max(0, arrival - Date.now()));
     const at = Date.now();
     m.submitLagMs.push(at - arrival);
-    await submit(mf, [j]);
-    m.submitMs.push(Date.now() - at);
-    await collect();
-    outstanding--;
-    kicked = true;
-    kick();
+    try {
+      await submit(mf, [j]);
+      m.submitMs.push(Date.now() - at);
+      await collect();
+    } finally {
+      // A refused submission still ends: the drain stops, and `Promise.all` below reports it.
+      outstanding--;
+      kicked = true;
+      kick();
+    }
   });
   const busy = () => outstanding > 0 || QUEUES.some((q) => pending[q].length > 0 || inflight[q].size > 0);
   while (busy()) {
