@@ -240,7 +240,8 @@ export async function drain(mf, worker, initial, concurrency, timed = []) {
       m.submitMs.push(Date.now() - at);
       await collect();
     } finally {
-      // A refused submission still ends: the drain stops, and `Promise.all` below reports it.
+      // A refused submission still counts as ended, so the drain cannot wait for it until its limit;
+      // its error ends the run.
       outstanding--;
       kicked = true;
       kick();
