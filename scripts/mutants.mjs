@@ -1,131 +1,235 @@
 #!/usr/bin/env node
-// `npm run mutants` (design §16): proves the tests can fail. Each mutant of tests/mutants.json (one
-// text, found exactly once in one file, replaced) is applied alone to a scratch copy of the
-// project; the native suite and the simulation's fixed seeds run on it (for a mutant with a `test`
-// command, that command), and the table says which tests killed it, the simulation's verdict in a
-// column of its own (so what only the simulation, or only a unit test, would catch is visible). A
-// survivor, a mutant whose text is not found, or one that does not compile fails the command; an
-// `equivalent` mutant (with its reason) is reported, not run. A mutant of the worker that only an
-// end-to-end test can kill says `build: true`: its scratch copy builds its own worker first.
+// `npm run mutants` (design §16): proves the tests can fail. Each mutant of the table (one text,
+// found exactly once in one file, replaced) is applied alone to a scratch copy of the project and
+// must make a behaviour test fail that passes on the project as it is.
 //
-// Usage: node scripts/mutants.mjs [id ...]   (only these mutants)
+// How a run goes:
+//   1. The baseline, on a pristine copy: the whole native suite once, its structural tests
+//      included (the table's own consistency, the SQL parameter check, the house rules: they
+//      check the code's text, so a mutant would fail them whatever its behaviour), then the
+//      simulation's fixed seeds, then each node `test` command of the table. Anything red there
+//      ends the run: a killer is a test that passed on the pristine copy and fails on a mutant.
+//   2. Each mutant: its recorded `killers` first, target by target, stopping at the first that
+//      fails; only when none of them kills it, the whole native suite without the structural
+//      tests (stopping at the first failing test binary) and then the simulation, optimized
+//      (cargo profile `sim`); the tests that killed it then are recorded in the table as its new
+//      `killers`. A mutant with a `test` command (a JavaScript mutant, or one of the worker's edge
+//      that only an end-to-end test sees, `build: true`) runs that command instead.
+//   3. A table of who killed what. A survivor, a mutant that does not apply or does not compile,
+//      fails the command; an `equivalent` mutant (with its reason) is reported, not run.
+//
+// Usage: node scripts/mutants.mjs [--file F] [--table T] [--root DIR] [id ...]
+//   --file F   only the mutants of file F        id ...   only these mutants
+//   --table T  the table (default tests/mutants.json)     --root DIR  the project (default: this one)
 import { spawnSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { killersIn, targetsOf, whyNotApplicable } from "./mutants-lib.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const table = JSON.parse(readFileSync(join(root, "tests/mutants.json"), "utf8")).mutants;
-const only = process.argv.slice(2);
-const scratch = join(root, "target/mutants/project");
+const args = process.argv.slice(2);
+const option = (name) => {
+  const i = args.indexOf(name);
+  if (i < 0) return undefined;
+  const [, value] = args.splice(i, 2);
+  return value;
+};
+const root = resolve(option("--root") ?? join(dirname(fileURLToPath(import.meta.url)), ".."));
+const tablePath = resolve(option("--table") ?? join(root, "tests/mutants.json"));
+const onlyFile = option("--file");
+const only = args;
+const table = JSON.parse(readFileSync(tablePath, "utf8"));
+const work = join(root, "target/mutants");
 // The project as it is when the run starts: every mutant is applied to a copy of this, so edits
 // made while the run goes on do not leak into it.
-const pristine = join(root, "target/mutants/pristine");
-// One target directory for every mutant: dependencies build once, and each mutant rebuilds only
-// the crate (the scratch copy keeps its path, so incremental builds apply).
-const env = { ...process.env, CARGO_TARGET_DIR: join(root, "target/mutants/target"), CARGO_TERM_COLOR: "never" };
-const COPIED = ["Cargo.toml", "Cargo.lock", "rustfmt.toml", "src", "worker", "tests", "migrations", "scripts", "client", "examples", "bench", "wrangler.toml", "package.json", "tsconfig.json", "template", "bin", "docs", "LICENSE", "CHANGELOG.md"];
+const pristine = join(work, "pristine");
+const scratch = join(work, "project");
+// Not copied: build output and installs (linked instead, so the node tests find them).
 const LINKED = ["node_modules", "build"];
+const SKIPPED = new Set(["target", ".git", ".tools", ...LINKED]);
+// One target directory for every mutant: dependencies build once, and each mutant rebuilds only
+// the crate.
+const env = {
+  ...process.env,
+  CARGO_TARGET_DIR: process.env.MUTANTS_TARGET_DIR ?? join(work, "target"),
+  CARGO_TERM_COLOR: "never",
+};
+// A suite that hangs on a mutant is a kill (CI would stop it too); a hang on the pristine copy is not.
+const MINUTES = 60_000;
 
-rmSync(pristine, { recursive: true, force: true });
-mkdirSync(pristine, { recursive: true });
-for (const f of COPIED) cpSync(join(root, f), join(pristine, f), { recursive: true });
-
-/** A fresh copy of the project with `m` applied. */
-function applied(m) {
-  rmSync(scratch, { recursive: true, force: true });
-  mkdirSync(scratch, { recursive: true });
-  for (const f of COPIED) cpSync(join(pristine, f), join(scratch, f), { recursive: true });
-  // A mutant killed only end to end (`build: true`) builds its own worker: the built one is not linked.
-  for (const f of LINKED) {
-    if (m.build && f === "build") continue;
-    if (existsSync(join(root, f))) symlinkSync(join(root, f), join(scratch, f));
+function copyProject(to) {
+  rmSync(to, { recursive: true, force: true });
+  mkdirSync(to, { recursive: true });
+  for (const f of readdirSync(root)) {
+    if (!SKIPPED.has(f)) cpSync(join(root, f), join(to, f), { recursive: true, preserveTimestamps: true });
   }
+  for (const f of LINKED) if (existsSync(join(root, f))) symlinkSync(join(root, f), join(to, f));
+}
+
+/** Runs a command in `cwd`; its exit status and output (stdout and stderr in order). */
+function run(cwd, cmd, timeout) {
+  const r = spawnSync("bash", ["-c", `${cmd} 2>&1`], { cwd, env, encoding: "utf8", maxBuffer: 1 << 28, timeout });
+  return { status: r.status, out: r.stdout ?? "", timedOut: r.error?.code === "ETIMEDOUT" };
+}
+
+const quote = (a) => `'${a.replace(/'/g, "'\\''")}'`;
+const targets = targetsOf(run(root, "cargo metadata --no-deps --format-version 1 --locked").out, table);
+const sim = table.simulation; // {"target", "test", "profile"}, or none
+/** The cargo command for `tests` (target::name) of one target, exact names. */
+function cargoExact(target, names) {
+  const profile = sim && target === sim.target ? ` --profile ${sim.profile}` : "";
+  const which = target === "lib" ? "--lib" : `--test ${quote(target)}`;
+  return `cargo test --locked${profile} ${which} -- --exact ${names.map(quote).join(" ")}`;
+}
+/** The native suite: every test target but the simulation; without the structural tests unless `all`. */
+function nativeCommand(all) {
+  const chosen = targets.filter((t) => t !== sim?.target && (all || !targets.structural.has(t)));
+  const skips = all ? [] : targets.skips.flatMap((s) => ["--skip", quote(s)]);
+  const sel = chosen.map((t) => (t === "lib" ? "--lib" : `--test ${quote(t)}`)).join(" ");
+  return `cargo test --locked ${all ? "--no-fail-fast " : ""}${sel} -- ${skips.join(" ")}`;
+}
+const simCommand = sim && cargoExact(sim.target, [sim.test]);
+
+/** Red on the pristine copy: the run cannot tell a kill from what was already failing. */
+function baseline() {
+  console.error("baseline: the native suite on the pristine copy");
+  const native = run(pristine, nativeCommand(true), 60 * MINUTES);
+  const { passed, failed, compileError } = killersIn(native.out);
+  if (native.status !== 0 || compileError) {
+    throw new Error(`the pristine copy is red (${failed.join(", ") || "see its output"}):\n${native.out.split("\n").slice(-30).join("\n")}`);
+  }
+  if (simCommand) {
+    console.error("baseline: the simulation's fixed seeds");
+    const s = run(pristine, simCommand, 30 * MINUTES);
+    if (s.status !== 0) throw new Error(`the simulation fails on the pristine copy:\n${s.out.split("\n").slice(-20).join("\n")}`);
+  }
+  for (const cmd of new Set(chosen.filter((m) => m.test).map((m) => m.test))) {
+    console.error(`baseline: ${cmd}`);
+    const r = run(pristine, cmd, 20 * MINUTES);
+    if (r.status !== 0) throw new Error(`\`${cmd}\` fails on the pristine copy:\n${r.out.split("\n").slice(-20).join("\n")}`);
+  }
+  return new Set(passed);
+}
+
+/** Applies `m` to the scratch copy; undoes it with the returned function. */
+function apply(m) {
   const path = join(scratch, m.file);
-  const text = readFileSync(path, "utf8");
-  const found = text.split(m.find).length - 1;
-  if (found !== 1) throw new Error(`${m.id}: the text to mutate is found ${found} times in ${m.file}`);
+  const text = readFileSync(join(pristine, m.file), "utf8");
+  const refused = whyNotApplicable(m, text);
+  if (refused) throw new Error(refused);
   writeFileSync(path, text.replace(m.find, () => m.replace));
-}
-
-/** Runs a command in the scratch copy; its exit status and output (stdout and stderr in order). */
-function run(cmd, args) {
-  const quoted = [cmd, ...args].map((a) => `'${a.replace(/'/g, "'\\''")}'`).join(" ");
-  const r = spawnSync("bash", ["-c", `${quoted} 2>&1`], { cwd: scratch, env, encoding: "utf8", maxBuffer: 1 << 28 });
-  return { status: r.status, out: r.stdout };
-}
-
-/** The failed tests a cargo test run printed, as `target::name`. */
-function cargoKillers(out) {
-  const killers = [];
-  let target = "?";
-  for (const line of out.split("\n")) {
-    const running = /^\s*Running (?:unittests )?(\S+)/.exec(line);
-    if (running) target = running[1].replace(/^tests\//, "").replace(/(\/main)?\.rs$/, "").replace(/^src\/lib$/, "lib");
-    const failed = /^test (\S+) \.\.\. FAILED$/.exec(line);
-    if (failed) killers.push(`${target}::${failed[1]}`);
+  if (m.build) {
+    rmSync(join(scratch, "build"), { recursive: true, force: true });
+    const b = run(scratch, "ORDERLY_OPT=0 bash scripts/build.sh", 30 * MINUTES);
+    if (b.status !== 0) throw new Error(`the mutant does not build:\n${b.out.split("\n").slice(-8).join("\n")}`);
   }
-  return killers;
+  return () => {
+    writeFileSync(path, text);
+    if (m.build) {
+      rmSync(join(scratch, "build"), { recursive: true, force: true });
+      symlinkSync(join(root, "build"), join(scratch, "build"));
+    }
+  };
 }
 
-/** The failed tests a `node --test` run printed. */
-function nodeKillers(out) {
-  return [...out.matchAll(/^not ok \d+ - (.+)$/gm)].map((m) => m[1]);
+/** The behaviour tests a cargo run saw fail that passed on the pristine copy. */
+function cargoKills(r, passedBefore, what) {
+  const { failed, crashed, compileError } = killersIn(r.out);
+  if (r.timedOut) return [`${what} (timed out)`];
+  if (compileError) throw new Error(`the mutant does not compile:\n${r.out.split("\n").filter((l) => /^error/.test(l)).slice(0, 5).join("\n")}`);
+  return [...failed.filter((t) => passedBefore.has(t)), ...crashed.map((t) => `${t}::(the test binary died)`)];
 }
 
-const SIM = ["test", "--locked", "--test", "simulation", "fixed_seeds_hold_every_invariant"];
-const NATIVE = ["test", "--locked", "--no-fail-fast", "--", "--skip", "fixed_seeds_hold_every_invariant", "--skip", "the_detectors_fire", "--skip", "a_seed_replays_exactly"];
+/** Who kills `m`, and how it was found: its recorded killers, the whole suite, the simulation. */
+function hunt(m, passedBefore) {
+  if (m.test) {
+    const r = run(scratch, m.test, 20 * MINUTES);
+    const failed = [...r.out.matchAll(/^not ok \d+ - (.+)$/gm)].map((x) => x[1]);
+    return { killedBy: r.status === 0 ? [] : failed.length ? failed : [`${m.test} (exit ${r.status})`], how: "its test" };
+  }
+  const byTarget = new Map();
+  for (const k of m.killers ?? []) {
+    const [target, ...name] = k.split("::");
+    if (!byTarget.has(target)) byTarget.set(target, []);
+    byTarget.get(target).push(name.join("::"));
+  }
+  for (const [target, names] of byTarget) {
+    // A recorded killer the pristine run did not pass (renamed, gone) is looked for again below.
+    const known = names.filter((n) => passedBefore.has(`${target}::${n}`));
+    if (known.length === 0 || (!targets.includes(target) && target !== sim?.target)) continue;
+    const killedBy = cargoKills(run(scratch, cargoExact(target, known), 15 * MINUTES), passedBefore, target);
+    if (killedBy.length) return { killedBy, how: "recorded" };
+  }
+  const native = cargoKills(run(scratch, nativeCommand(false), 30 * MINUTES), passedBefore, "the native suite");
+  if (native.length) return { killedBy: native, how: "suite", record: true };
+  if (!simCommand) return { killedBy: [], how: "suite" };
+  const s = run(scratch, simCommand, 20 * MINUTES);
+  const first = /failing seed\(s\):\n.*\n\s+(.+)/.exec(s.out)?.[1]?.trim();
+  if (s.timedOut) return { killedBy: [`${sim.target}::${sim.test}`], how: "simulation (timed out)", record: true };
+  const killedBy = cargoKills(s, passedBefore, sim.target);
+  return { killedBy, how: killedBy.length ? `simulation: ${first ?? "see its output"}` : "suite and simulation", record: true };
+}
+
+const chosen = table.mutants.filter(
+  (m) => (only.length === 0 || only.includes(m.id)) && (!onlyFile || m.file === onlyFile),
+);
+if (chosen.length === 0) {
+  console.error(`no mutant of the table matches ${[...only, onlyFile].filter(Boolean).join(", ")}`);
+  process.exit(2);
+}
+mkdirSync(work, { recursive: true });
+copyProject(pristine);
+let passedBefore;
+try {
+  passedBefore = baseline();
+} catch (e) {
+  console.error(`baseline: ${e.message}`);
+  process.exit(1);
+}
+copyProject(scratch);
 
 const rows = [];
 let bad = 0;
-for (const m of table.filter((m) => only.length === 0 || only.includes(m.id))) {
-  const started = Date.now();
+const started = Date.now();
+for (const m of chosen) {
+  const t0 = Date.now();
   if (m.equivalent) {
-    rows.push([m.id, m.file, "equivalent: " + m.equivalent, "-", "-"]);
+    rows.push([m.id, `\`${m.file}\``, `equivalent: ${m.equivalent}`, "-", "-"]);
     continue;
   }
-  let killedBy;
-  let simulation = "-";
+  let result;
+  let undo;
   try {
-    applied(m);
-    if (m.build) {
-      const b = run("bash", ["-c", "ORDERLY_OPT=0 bash scripts/build.sh"]);
-      if (b.status !== 0) throw new Error(`${m.id}: the mutant does not build:\n${b.out.split("\n").slice(-8).join("\n")}`);
-    }
-    if (m.test) {
-      const [cmd, ...args] = m.test.split(" ");
-      const r = run(cmd, args);
-      killedBy = r.status === 0 ? [] : nodeKillers(r.out).length ? nodeKillers(r.out) : [`${m.test} (exit ${r.status})`];
-    } else {
-      const native = run("cargo", NATIVE);
-      if (/error(\[E\d+\])?: |could not compile/.test(native.out) && cargoKillers(native.out).length === 0) {
-        throw new Error(`${m.id}: the mutant does not compile:\n${native.out.split("\n").filter((l) => /^error/.test(l)).slice(0, 5).join("\n")}`);
-      }
-      killedBy = cargoKillers(native.out);
-      const sim = run("cargo", SIM);
-      // The first invariant it reports, e.g. "job-3 (attempt 1) started 1917 ms before it was due".
-      const first = /failing seed\(s\):\n.*\n\s+(.+)/.exec(sim.out)?.[1]?.trim();
-      simulation = sim.status === 0 ? "held" : `failed: ${first ?? "see its output"}`;
-      if (sim.status !== 0) killedBy.push("simulation::fixed_seeds_hold_every_invariant");
-    }
+    undo = apply(m);
+    result = hunt(m, passedBefore);
   } catch (e) {
     bad++;
-    rows.push([m.id, m.file, `ERROR: ${e.message}`, "-", "-"]);
-    console.error(e.message);
+    rows.push([m.id, `\`${m.file}\``, `ERROR: ${e.message.split("\n")[0]}`, "-", "-"]);
+    console.error(`mutant ${m.id}: ${e.message}`);
     continue;
+  } finally {
+    undo?.();
   }
-  const seconds = Math.round((Date.now() - started) / 1000);
+  const seconds = Math.round((Date.now() - t0) / 1000);
+  const { killedBy, how } = result;
   if (killedBy.length === 0) bad++;
-  const native = killedBy.filter((k) => !k.startsWith("simulation::fixed"));
-  const shown = native.length === 0 ? (killedBy.length ? "(the simulation only)" : "SURVIVED") : native.slice(0, 2).join(", ") + (native.length > 2 ? ` and ${native.length - 2} more` : "");
-  rows.push([m.id, m.file, shown, simulation, `${seconds} s`]);
-  console.error(`mutant ${m.id}: ${killedBy.length ? "killed" : "SURVIVED"} (${seconds} s)`);
+  if (result.record && killedBy.length) {
+    // The next run tries these first. Written at once, so a stopped run keeps what it learnt.
+    const saved = JSON.parse(readFileSync(tablePath, "utf8"));
+    const row = saved.mutants.find((x) => x.id === m.id);
+    if (row) {
+      row.killers = killedBy.filter((k) => !k.includes("("));
+      writeFileSync(tablePath, JSON.stringify(saved, null, 2) + "\n");
+    }
+  }
+  const shown = killedBy.length === 0 ? "SURVIVED" : killedBy.slice(0, 2).join(", ") + (killedBy.length > 2 ? ` and ${killedBy.length - 2} more` : "");
+  rows.push([m.id, `\`${m.file}\``, shown, how, `${seconds} s`]);
+  console.error(`mutant ${m.id}: ${killedBy.length ? "killed" : "SURVIVED"} (${how}, ${seconds} s)`);
 }
 
-console.log("\n| mutant | file | killed by (native suite, or the node test) | simulation, fixed seeds | time |\n|---|---|---|---|---|");
+console.log("\n| mutant | file | killed by | found by | time |\n|---|---|---|---|---|");
 for (const r of rows) console.log(`| ${r.map((c) => String(c).replace(/\|/g, "\\|")).join(" | ")} |`);
 const killed = rows.filter((r) => r[4] !== "-" && r[2] !== "SURVIVED").length;
-console.log(`\n${killed} of ${rows.length} mutants killed; ${bad} survived or could not be applied`);
-rmSync(scratch, { recursive: true, force: true });
-rmSync(pristine, { recursive: true, force: true });
+const minutes = Math.round((Date.now() - started) / MINUTES);
+console.log(`\n${killed} of ${rows.length} mutants killed in ${minutes} min (after the baseline); ${bad} survived or could not be applied`);
 process.exit(bad === 0 ? 0 : 1);

@@ -17,10 +17,14 @@ cargo package --locked --allow-dirty -p orderly-queues
 echo "== build"
 bash scripts/build.sh
 
+echo "== the checkers' own tests (the mutation runner, the test file runner, the mutation table)"
+node scripts/node-tests.mjs "tests/tools/*.test.mjs"
+
 echo "== end-to-end tests (miniflare)"
-# A test file may take up to 10 minutes: install.test.mjs builds two Rust workers from the packed
-# crate (a loaded 2-core machine took over 3 minutes); a test that hangs still fails.
-node --test --test-timeout=600000 --test-concurrency=1 "tests/e2e/*.test.mjs"
+# scripts/node-tests.mjs fails a pattern that matches no file and a file in which no test ran. A
+# test may take up to 10 minutes: install.test.mjs builds two Rust workers from the packed crate (a
+# loaded 2-core machine took over 3 minutes); a test that hangs still fails.
+node scripts/node-tests.mjs --timeout 600000 "tests/e2e/*.test.mjs"
 
 echo "== end-to-end tests again, the ledger on four Durable Object shards"
-ORDERLY_E2E_LEDGER=do node --test --test-timeout=600000 --test-concurrency=1 "tests/e2e/*.test.mjs"
+ORDERLY_E2E_LEDGER=do node scripts/node-tests.mjs --timeout 600000 "tests/e2e/*.test.mjs"

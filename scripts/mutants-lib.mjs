@@ -1,0 +1,90 @@
+// What `scripts/mutants.mjs` reads and decides, apart from the commands it runs, so its own test
+// (tests/tools/mutants.test.mjs) can feed it cargo's output directly.
+
+/**
+ * A cargo test run's verdicts, each test as `target::name` (`lib` for the crate's unit tests,
+ * `consumer` for tests/consumer.rs, `simulation` for tests/simulation/main.rs): the tests that
+ * passed, failed, the targets whose test binary died without naming a failed test, and whether
+ * the code did not compile.
+ */
+export function killersIn(out) {
+  const passed = [];
+  const failed = [];
+  const failedTargets = new Set();
+  let target = "?";
+  for (const line of out.split("\n")) {
+    const running = /^\s*Running (?:unittests )?(\S+)/.exec(line);
+    if (running) target = targetName(running[1]);
+    const verdict = /^test (\S+) \.\.\. (ok|FAILED)$/.exec(line);
+    if (verdict) (verdict[2] === "ok" ? passed : failed).push(`${target}::${verdict[1]}`);
+  }
+  // `error: test failed, to rerun pass `--test consumer`` (or `--lib`), and with
+  // --no-fail-fast the list of failed targets.
+  for (const m of out.matchAll(/`(--lib|--test \S+)`/g)) {
+    failedTargets.add(m[1] === "--lib" ? "lib" : m[1].slice("--test ".length));
+  }
+  const crashed = [...failedTargets].filter((t) => !failed.some((f) => f.startsWith(`${t}::`)));
+  const compileError = /^error: could not compile|^error\[E\d+\]/m.test(out);
+  return { passed, failed, crashed, compileError };
+}
+
+/** `tests/simulation/main.rs` -> `simulation`, `tests/api.rs` -> `api`, `src/lib.rs` -> `lib`. */
+export function targetName(path) {
+  if (/^src\/lib\.rs$/.test(path)) return "lib";
+  return path.replace(/^tests\//, "").replace(/(\/main)?\.rs$/, "");
+}
+
+/**
+ * The root package's test targets from `cargo metadata --no-deps` (`lib` and each integration
+ * test), with the table's structural tests: `structural` holds whole targets (`"house"`), `skips`
+ * the names to skip inside others (`"lib::ledger::params::"` -> `ledger::params::`).
+ */
+export function targetsOf(metadata, table) {
+  const meta = JSON.parse(metadata);
+  const rootId = meta.workspace_default_members?.[0] ?? meta.packages[0].id;
+  const pkg = meta.packages.find((p) => p.id === rootId) ?? meta.packages[0];
+  const names = pkg.targets
+    .filter((t) => t.kind.includes("lib") || t.kind.includes("rlib") || t.kind.includes("test"))
+    .map((t) => (t.kind.includes("test") ? t.name : "lib"));
+  const targets = [...new Set(names)];
+  const structural = new Set();
+  const skips = [];
+  for (const s of table.structural ?? []) {
+    const [target, ...rest] = s.split("::");
+    if (rest.length === 0 || rest.join("::") === "") structural.add(target);
+    else skips.push(rest.join("::"));
+  }
+  for (const t of structural) {
+    if (!targets.includes(t)) throw new Error(`the table names a structural test target ${t} that does not exist`);
+  }
+  return Object.assign(targets, { structural, skips });
+}
+
+/**
+ * Why a mutant of a SQL file (whose whole text is `text`) would be killed by the statement's
+ * parameter check alone, or null: the statement's body, its `--` comments aside, must use the
+ * same placeholders before and after, as src/ledger/params.rs requires. A mutant must change
+ * behaviour, not the statement's declared shape.
+ */
+export function placeholderChange(m, text) {
+  if (!m.file.endsWith(".sql")) return null;
+  const of = (sql) => {
+    const body = sql.split("\n").filter((l) => !l.trimStart().startsWith("--")).join("\n");
+    return [...new Set(body.match(/\?\d+/g) ?? [])].sort().join(" ");
+  };
+  const [before, after] = [of(text), of(text.replace(m.find, () => m.replace))];
+  return before === after ? null : `its replacement changes the placeholders the statement uses (${before || "none"} -> ${after || "none"})`;
+}
+
+/**
+ * Why mutant `m` cannot be applied to its file's text `text`, or null: its text must be found
+ * exactly once, its replacement must change it, and keep a SQL statement's placeholders.
+ */
+export function whyNotApplicable(m, text) {
+  if (text === undefined) return `its file ${m.file} does not exist`;
+  const found = text.split(m.find).length - 1;
+  if (found !== 1) return `the text to mutate is found ${found} times in ${m.file}`;
+  if (m.replace === m.find) return "its replacement is its text: it changes nothing";
+  const changed = placeholderChange(m, text);
+  return changed && `${changed}: the SQL parameter check would kill it whatever the behaviour tests do`;
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env node
+// Runs node:test files one at a time, as `node --test` does, but fails when it ran nothing: a
+// pattern that matches no file, or a file in which no test ran, is an error. (`node --test` on a
+// glob that matches nothing prints `# tests 0` and exits 0, so a renamed folder would turn a
+// whole suite green with nothing run.) Its own test: tests/tools/node-tests.test.mjs.
+//
+// Usage: node scripts/node-tests.mjs [--timeout ms] pattern ...   (`*` in a pattern's last part)
+import { readdirSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
+import { run } from "node:test";
+import { spec } from "node:test/reporters";
+
+const args = process.argv.slice(2);
+let timeout = Infinity;
+if (args[0] === "--timeout") {
+  timeout = Number(args[1]);
+  args.splice(0, 2);
+}
+
+/** The files `pattern` names (`*` matches any run of characters in the file name). */
+function expand(pattern) {
+  const dir = dirname(pattern);
+  const re = new RegExp(`^${basename(pattern).split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*")}$`);
+  let names;
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  return names.filter((n) => re.test(n)).sort().map((n) => resolve(join(dir, n)));
+}
+
+const problems = [];
+const files = [];
+for (const p of args) {
+  const found = expand(p);
+  if (found.length === 0) problems.push(`no test file matches ${p}`);
+  files.push(...found);
+}
+if (args.length === 0) problems.push("no test files named");
+
+const ran = new Map(files.map((f) => [f, 0]));
+let failed = 0;
+// Skipped on purpose, in the test's own code (`{ skip: "why" }`): counted as the file's, shown apart.
+let skipped = 0;
+if (files.length > 0) {
+  const stream = run({ files, concurrency: 1, timeout });
+  // A test that ran: not a suite, and not the file's own entry (which node reports, named by its
+  // path, even for a file with no test in it).
+  const counted = (d) => d.details?.type !== "suite" && d.name !== d.file;
+  stream.on("test:pass", (d) => {
+    if (!counted(d)) return;
+    if (d.skip !== undefined || d.todo !== undefined) skipped++;
+    ran.set(d.file, (ran.get(d.file) ?? 0) + 1);
+  });
+  stream.on("test:fail", (d) => {
+    failed++;
+    if (counted(d)) ran.set(d.file, (ran.get(d.file) ?? 0) + 1);
+  });
+  await new Promise((done) => stream.compose(spec).on("end", done).pipe(process.stdout));
+}
+for (const [file, n] of ran) if (n === 0) problems.push(`no test ran in ${file}`);
+const total = [...ran.values()].reduce((a, b) => a + b, 0);
+console.log(`\n${files.length} file(s), ${total} test(s), ${failed} failed, ${skipped} skipped`);
+for (const p of problems) console.error(`node-tests: ${p}`);
+process.exit(failed > 0 || problems.length > 0 ? 1 : 0);

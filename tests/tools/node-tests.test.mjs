@@ -1,0 +1,42 @@
+// The test command's file runner (scripts/node-tests.mjs) reports what it exists to report: a
+// pattern that matches nothing, a file in which no test ran, and a failing test each fail the
+// run; a file with tests passes and is counted.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { dirname, join } from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "../..");
+const fixtures = "tests/tools/node-fixture";
+const runner = (...patterns) => {
+  // Not a child of this test run: node:test skips run() called from inside a test file.
+  const env = { ...process.env, NODE_TEST_CONTEXT: "" };
+  delete env.NODE_TEST_CONTEXT;
+  const r = spawnSync(process.execPath, ["scripts/node-tests.mjs", ...patterns], { cwd: root, encoding: "utf8", env });
+  return { status: r.status, out: r.stdout + r.stderr };
+};
+
+test("a file with tests passes, its tests counted", () => {
+  const r = runner(`${fixtures}/two.fixture.mjs`);
+  assert.equal(r.status, 0, r.out);
+  assert.match(r.out, /1 file\(s\), 2 test\(s\), 0 failed/);
+});
+
+test("a pattern that matches no file fails the run", () => {
+  const r = runner(`${fixtures}/*.nothing-is-named-this.mjs`);
+  assert.equal(r.status, 1, r.out);
+  assert.match(r.out, /no test file matches tests\/tools\/node-fixture\/\*\.nothing-is-named-this\.mjs/);
+});
+
+test("a file in which no test ran fails the run, beside one that passes", () => {
+  const r = runner(`${fixtures}/two.fixture.mjs`, `${fixtures}/none.fixture.mjs`);
+  assert.equal(r.status, 1, r.out);
+  assert.match(r.out, /no test ran in .*none\.fixture\.mjs/);
+});
+
+test("a failing test fails the run", () => {
+  const r = runner(`${fixtures}/*.fixture.mjs`);
+  assert.equal(r.status, 1, r.out);
+  assert.match(r.out, /3 file\(s\), 3 test\(s\), 1 failed/);
+});
