@@ -147,6 +147,34 @@ fn lock_mode_a_paused_key_acks_its_messages_and_its_resume_sends_each_again() {
 }
 
 #[test]
+fn lock_mode_a_resume_sends_submitted_and_queued_jobs_mixed_in_the_order_first_sent() {
+    // One key in lock mode holds both kinds of job: recorded from a message (no seq) and
+    // submitted through the API (a seq; one request's jobs share their creation time). The
+    // resume once sent every message-recorded job before every submitted one (the simulation's
+    // lock-c1 seeds found it; a first fix then sent one request's jobs by id).
+    let w = world(OrderingMode::Lock);
+    pause(&w, "k", true);
+    assert_eq!(w.run(&[sent("first", "k", ok(), T0 - 30)]), vec![Outcome::Ack]);
+    let hook = json!({"type": "webhook", "url": "https://h.test/"});
+    let jobs = json!({"jobs": [{"payload": hook, "ordering_key": "k", "id": "s-9"},
+                              {"payload": hook, "ordering_key": "k", "id": "s-10"}]});
+    let r = w.call("POST", "/jobs", Some(jobs));
+    assert_eq!(r.status, 202, "{}", r.body);
+    let submitted = w.sent_since();
+    assert_eq!(w.run(&submitted), vec![Outcome::Ack; 2], "delivered while paused: acked");
+    w.clock.advance_ms(10);
+    assert_eq!(w.run(&[sent("last", "k", ok(), T0 + 10)]), vec![Outcome::Ack]);
+    assert!(w.runs().is_empty());
+    assert_eq!(pause(&w, "k", false)["woken"], 4);
+    // Delivered one at a time (a batch's messages of a key run in their send order anyway): the
+    // order is the one the resume sent them in.
+    for m in w.sent_since() {
+        assert_eq!(w.run(&[m]), vec![Outcome::Ack]);
+    }
+    assert_eq!(w.runs(), vec!["first", "s-9", "s-10", "last"], "in the order they were first sent");
+}
+
+#[test]
 fn lock_mode_a_job_waiting_for_its_retry_is_sent_again_for_its_retry_time() {
     let w = world(OrderingMode::Lock);
     let out = w.run(&[keyed("a", "k", json!({"type": "t", "fail": 1}))]);

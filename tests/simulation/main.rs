@@ -11,6 +11,7 @@
 //!   SIM_SETUP=strict-c16 SIM_SEED=7 cargo test --test simulation replay -- --ignored --nocapture
 
 mod exec;
+mod order;
 #[path = "../support/mod.rs"]
 mod support;
 mod world;
@@ -66,6 +67,9 @@ pub struct Setup {
     /// ordering key always the same one (as Fedify's deliveries to one server), under [`LIMITS`];
     /// 0: no limit keys. An operator pauses `host-0` for a while.
     pub limit_keys: usize,
+    /// Queues' `max_retries`: wrangler.toml's 100, or Cloudflare's default 3 (the dead-letter
+    /// queue's path must then be seen to run).
+    pub max_retries: u32,
 }
 
 /// The simulation's `LIMITS`: a concurrency limit, a throttle with a burst, and a breaker that
@@ -92,7 +96,9 @@ fn limited(name: &'static str, base: Setup) -> Setup {
 fn sharded(name: &'static str, base: Setup, shards: usize, faults: bool) -> Setup {
     let shard_faults = if faults { SHARD_CHAOS } else { Setup { ..base }.shard_faults };
     let order_promised = base.order_promised && (base.mode == OrderingMode::Strict || !faults);
-    Setup { name, shards, shard_faults, keys: 12, order_promised, ..base }
+    // No D1 under shards: the shard boundary's faults stand in for D1's.
+    let faults = Faults { d1_fail: 0.0, d1_lost_answer: 0.0, ..base.faults };
+    Setup { name, shards, shard_faults, keys: 12, order_promised, faults, ..base }
 }
 
 const CHAOS: Faults = Faults {
@@ -131,7 +137,8 @@ fn strict(name: &'static str, concurrency: usize, on_dead: OnDead) -> Setup {
         concurrency,
         max_batch: 20,
         reorder: true,
-        faults: CHAOS,
+        // Strict mode takes no KV lock: a KV fault could not fire.
+        faults: Faults { kv_fail: 0.0, ..CHAOS },
         keys: 4,
         jobs: 60,
         scripted_failures: true,
@@ -139,6 +146,7 @@ fn strict(name: &'static str, concurrency: usize, on_dead: OnDead) -> Setup {
         shards: 1,
         shard_faults: ShardFaults { overloaded: 0.0, lost_answer: 0.0, reset: 0.0, skew: 0.0, one_down: false },
         limit_keys: 0,
+        max_retries: 100,
     }
 }
 
@@ -160,6 +168,7 @@ fn lock(name: &'static str, concurrency: usize, reorder: bool, faults: Faults, s
         shards: 1,
         shard_faults: ShardFaults { overloaded: 0.0, lost_answer: 0.0, reset: 0.0, skew: 0.0, one_down: false },
         limit_keys: 0,
+        max_retries: 100,
     }
 }
 
@@ -180,11 +189,21 @@ pub fn setups() -> Vec<Setup> {
         limited("strict-c8-limits", strict("", 8, OnDead::Skip)),
         limited("lock-c4-limits", lock("", 4, true, CHAOS, true)),
         limited("strict-c8-limits-shards4", sharded("", strict("", 8, OnDead::Skip), 4, true)),
+        Setup { name: "lock-c4-chaos-retries3", max_retries: 3, ..lock("", 4, true, CHAOS, true) },
     ]
 }
 
 fn setup(name: &str) -> Setup {
     setups().into_iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no setup {name:?}"))
+}
+
+/// The setups `SIM_SETUPS` names (comma-separated), or all of them; a name that is no setup is an
+/// error, not a run of nothing.
+fn chosen_setups(only: Option<&str>) -> Vec<Setup> {
+    match only {
+        None => setups(),
+        Some(list) => list.split(',').map(|n| setup(n.trim())).collect(),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,6 +257,8 @@ pub struct Outcome {
     pub violations: Vec<String>,
     /// What the setup does not promise, counted.
     pub reported: Vec<String>,
+    /// Faults injected, by kind.
+    pub fired: BTreeMap<&'static str, u64>,
 }
 
 impl Sim {
@@ -282,9 +303,9 @@ impl Sim {
             objects,
             down,
             kv,
-            // Queues' `max_retries` as wrangler.toml sets it; SIM_MAX_RETRIES=3 is Cloudflare's default.
+            // The setup's `max_retries`, unless SIM_MAX_RETRIES says otherwise for every setup.
             broker: shared(Broker::new(
-                std::env::var("SIM_MAX_RETRIES").ok().and_then(|s| s.parse().ok()).unwrap_or(100),
+                std::env::var("SIM_MAX_RETRIES").ok().and_then(|s| s.parse().ok()).unwrap_or(setup.max_retries),
             )),
             obs: Rc::default(),
             cfg: Rc::new(cfg),
@@ -526,8 +547,9 @@ impl Sim {
             }
             match role {
                 Role::Main => {
-                    let f = broker.borrow_mut().settle(&sched, &inv, &out, faults.lost_ack);
-                    obs.borrow_mut().faults_injected += f;
+                    let lost = broker.borrow_mut().settle(&sched, &inv, &out, faults.lost_ack);
+                    let mut o = obs.borrow_mut();
+                    (0..lost).for_each(|_| o.fire("lost_ack"));
                 }
                 Role::DeadLetter => {
                     // The dead-letter queue's own retries: a deferred message comes back.
@@ -561,7 +583,7 @@ impl Sim {
     fn operator(&self, redriven: Shared<Vec<String>>) -> Task<Tag> {
         let block = self.setup.on_dead == OnDead::Block;
         let (ledger, queue, sched, cfg) = (self.ledger("operator"), self.queue(), self.sched.clone(), self.cfg.clone());
-        let obs = self.obs.clone();
+        let (obs, dbs) = (self.obs.clone(), self.dbs.clone());
         let fut = async move {
             let api = sim_api(&ledger, &queue, &sched, &cfg, &String::new);
             let req = |method: &str, path: String| ApiRequest {
@@ -580,7 +602,7 @@ impl Sim {
                     dead.iter().filter_map(|j| j["id"].as_str()).find(|id| !redriven.borrow().iter().any(|r| r == id));
                 if let Some(id) = fresh.map(str::to_string) {
                     redriven.borrow_mut().push(id.clone());
-                    obs.borrow_mut().redriven.insert(id.clone());
+                    redrive(&obs, &dbs, &id);
                     api.handle(&req("POST", format!("/jobs/{id}/redrive"))).await;
                 }
                 return;
@@ -594,7 +616,7 @@ impl Sim {
                 let first_time = !redriven.borrow().iter().any(|id| id == head);
                 if first_time {
                     redriven.borrow_mut().push(head.to_string());
-                    obs.borrow_mut().redriven.insert(head.to_string());
+                    redrive(&obs, &dbs, head);
                     api.handle(&req("POST", format!("/jobs/{head}/redrive"))).await;
                 } else {
                     api.handle(&req("POST", format!("/keys/{key}/skip"))).await;
@@ -607,15 +629,15 @@ impl Sim {
     /// An operator pausing `path` (`PUT {"paused": ...}`) from `from_ms` until `until_ms`, each
     /// asked again until it answers (one task, so a retried pause never lands after the resume).
     /// `slot` is where the pause is observed: it holds from its answer; the resume is asked from
-    /// its request on.
+    /// its request on, and what the queue holds then is noted.
     fn pause_and_resume(
         &self,
         path: &'static str,
         (from_ms, until_ms): (i64, i64),
-        slot: fn(&mut Observations) -> &mut (Option<i64>, Option<i64>),
+        slot: fn(&mut Observations) -> &mut PauseWindow,
     ) -> Task<Tag> {
         let (ledger, queue, sched, cfg) = (self.ledger("operator"), self.queue(), self.sched.clone(), self.cfg.clone());
-        let obs = self.obs.clone();
+        let (obs, broker) = (self.obs.clone(), self.broker.clone());
         let fut = async move {
             let api = sim_api(&ledger, &queue, &sched, &cfg, &String::new);
             let req = |paused: bool| ApiRequest {
@@ -630,7 +652,10 @@ impl Sim {
                     sched.pause(T0 + from_ms - sched.now()).await;
                 } else {
                     sched.pause((T0 + until_ms - sched.now()).max(0)).await;
-                    slot(&mut obs.borrow_mut()).1 = Some(sched.now());
+                    let window = &mut *obs.borrow_mut();
+                    let window = slot(window);
+                    window.until = Some(sched.now());
+                    window.queued_at_resume = broker.borrow().queued_jobs();
                 }
                 loop {
                     let r = api.handle(&req(paused)).await;
@@ -642,7 +667,7 @@ impl Sim {
                     sched.pause(500).await;
                 }
                 if paused {
-                    slot(&mut obs.borrow_mut()).0 = Some(sched.now());
+                    slot(&mut obs.borrow_mut()).from = Some(sched.now());
                 }
             }
         };
@@ -755,7 +780,7 @@ impl Sim {
                     let mut o = self.obs.borrow_mut();
                     o.crashed.insert(inv);
                     o.fault_times.push(self.sched.now());
-                    o.faults_injected += 1;
+                    o.fire("crash");
                     crashes += 1;
                     continue;
                 }
@@ -824,13 +849,14 @@ impl Sim {
                 }
             }
         }
-        self.check(violations, crashes, &redriven)
+        self.check(violations, crashes)
     }
 
-    fn check(self, mut violations: Vec<String>, crashes: u64, redriven: &[String]) -> Outcome {
+    fn check(self, mut violations: Vec<String>, crashes: u64) -> Outcome {
         let obs = self.obs.borrow();
         // Flow control holds in every setup, whatever its ordering mode promises.
         violations.extend(throttle_violations(&obs, &self.cfg.limits));
+        violations.extend(pauses_missing(&obs, &self.setup));
         let mut t = Tally {
             seeds: 1,
             jobs: self.planned.len() as u64,
@@ -923,37 +949,26 @@ impl Sim {
                     .push(format!("{id} is DONE after attempt {} but its history has no such run: {h:?}", j.attempts));
             }
         }
-        // Per key, first successes in start order follow the key's order (seq in strict mode, the
-        // production order in lock mode). A job an operator redrove runs when the operator says.
+        // Per key, first successes in start order follow the key's order (order.rs).
         let mut seen = std::collections::BTreeSet::new();
-        let mut last: BTreeMap<String, (i64, String)> = BTreeMap::new();
-        for r in obs.runs.iter().filter(|r| r.ok == Some(true)) {
-            let Some(key) = &r.key else { continue };
-            if redriven.contains(&r.job) || !seen.insert(r.job.clone()) {
-                continue;
-            }
+        let successes = obs.runs.iter().filter(|r| r.ok == Some(true) && seen.insert(r.job.as_str()));
+        let successes = successes.filter_map(|r| {
+            let key = r.key.as_deref()?;
+            // Strict mode: the seq the job had when this run started (a redrive may move a job
+            // whose earlier success went unrecorded).
             let order = match self.setup.mode {
-                OrderingMode::Strict => rows.get(&r.job).and_then(|j| j.seq),
+                OrderingMode::Strict => r.seq.or_else(|| rows.get(&r.job).and_then(|j| j.seq)),
                 OrderingMode::Lock => r.order,
-            };
-            let Some(order) = order else { continue };
-            if let Some((prev, prev_job)) = last.get(key) {
-                if order < *prev {
-                    t.order_violations += 1;
-                    let v = format!("key {key}: {} (order {order}) succeeded after {prev_job} (order {prev})", r.job);
-                    // Lock mode does not keep a key's order across its pause: a message still in
-                    // the queue at the resume may run before the paused jobs sent again (design
-                    // §20.11); strict mode does.
-                    let paused = self.setup.mode == OrderingMode::Lock && key == world::PAUSED_KEY;
-                    if self.setup.order_promised && !paused {
-                        violations.push(v)
-                    } else {
-                        reported.push(v)
-                    }
-                }
-            }
-            last.insert(key.clone(), (order, r.job.clone()));
-        }
+            }?;
+            let queued_at_resume = self.setup.mode == OrderingMode::Lock
+                && key == world::PAUSED_KEY
+                && obs.key_paused.queued_at_resume.contains(&r.job);
+            Some(order::Success { job: &r.job, key, order, queued_at_resume })
+        });
+        let found = order::key_order(successes, self.setup.order_promised);
+        t.order_violations += found.inversions() as u64;
+        violations.extend(found.violations);
+        reported.extend(found.reported);
         // Strict mode orders API submissions exactly as submitted (design §3b.1): their first
         // successes follow the producer's own order, not only the seq the code gave them.
         if self.setup.mode == OrderingMode::Strict {
@@ -964,7 +979,10 @@ impl Sim {
             for r in obs.runs.iter().filter(|r| r.ok == Some(true)) {
                 let Some(p) = submitted.get(r.job.as_str()) else { continue };
                 let Some(key) = p.key.as_deref() else { continue };
-                if redriven.contains(&r.job) || !seen.insert(r.job.as_str()) {
+                // A redrive that moved a job to its key's end (the key had moved past it) takes it
+                // out of the submitted order; its new place is checked by seq above.
+                let moved = obs.redriven.get(&r.job).is_some_and(|before| *before != rows.get(&r.job).and_then(|j| j.seq));
+                if moved || !seen.insert(r.job.as_str()) {
                     continue;
                 }
                 if let Some((prev, prev_job)) = last.get(key) {
@@ -987,7 +1005,7 @@ impl Sim {
         for r in &obs.runs {
             if let Some((attempt, since)) = last_snooze.remove(r.job.as_str()) {
                 let faults = obs.fault_times.iter().filter(|&&at| at >= since && at <= r.start).count() as u32;
-                if r.attempt > attempt + faults && !redriven.contains(&r.job) {
+                if r.attempt > attempt + faults {
                     t.other_violations += 1;
                     violations.push(format!(
                         "{} ran as attempt {} after a snooze of attempt {attempt}: the snooze spent an attempt",
@@ -1016,8 +1034,23 @@ impl Sim {
                 }
             }
         }
-        Outcome { tally: t, violations, reported }
+        let mut fired = obs.fired.clone();
+        let duplicates = self.broker.borrow().duplicates;
+        if duplicates > 0 {
+            fired.insert("duplicate", duplicates);
+            t.faults += duplicates;
+        }
+        Outcome { tally: t, violations, reported, fired }
     }
+}
+
+/// Notes an operator's redrive of `id` (asked for now): its seq before it, and that it is due at
+/// once, whatever its last failure's backoff said.
+fn redrive(obs: &Obs, dbs: &[Rc<Sqlite>], id: &str) {
+    let seq = dbs.iter().find_map(|db| world::row(db, id)).and_then(|j| j.seq);
+    let mut o = obs.borrow_mut();
+    o.redriven.insert(id.to_string(), seq);
+    o.not_before.remove(id);
 }
 
 /// The real API as the simulated producer and operator call it.
@@ -1050,15 +1083,49 @@ fn replay_command(setup: &Setup, seed: u64) -> String {
     format!("SIM_SETUP={} SIM_SEED={seed} cargo test --test simulation replay -- --ignored --nocapture", setup.name)
 }
 
-/// Runs `seeds` of every setup; panics with the first failing seed's replay command.
+/// The pause checks hold only if the pauses happened: one that never took hold is a run that
+/// tested nothing of them.
+fn pauses_missing(obs: &Observations, setup: &Setup) -> Vec<String> {
+    let mut missing = Vec::new();
+    if obs.key_paused.from.is_none() {
+        missing.push(format!("the pause of key {} never took hold", world::PAUSED_KEY));
+    }
+    if setup.limit_keys > 0 && obs.paused.from.is_none() {
+        missing.push("the pause of limit key host-0 never took hold".to_string());
+    }
+    missing
+}
+
+/// What a setup's seeds must show besides their invariants: each fault kind it configures fired
+/// at least once (else the run tested less than its name says), and at Cloudflare's default
+/// `max_retries` the dead-letter queue's path ran.
+fn coverage_gaps(s: &Setup, seeds: u64, fired: &BTreeMap<&'static str, u64>, dead_lettered: u64) -> Vec<String> {
+    let shard_kinds = if s.shards > 1 { s.shard_faults.kinds().to_vec() } else { Vec::new() };
+    let mut gaps: Vec<String> = s
+        .faults
+        .kinds()
+        .into_iter()
+        .chain(shard_kinds)
+        .filter(|&(kind, p)| p > 0.0 && fired.get(kind).copied().unwrap_or(0) == 0)
+        .map(|(kind, p)| format!("{}: the fault {kind} (p = {p}) never fired in {seeds} seed(s)", s.name))
+        .collect();
+    if s.max_retries <= 3 && dead_lettered == 0 {
+        gaps.push(format!("{}: max_retries {} and no job dead-lettered by Queues in {seeds} seed(s)", s.name, s.max_retries));
+    }
+    gaps
+}
+
+/// Runs `seeds` of each chosen setup (`SIM_SETUPS`, or all); panics with the first failing seed's
+/// replay command, or with what the seeds did not cover. No seed or no setup is an error.
 fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
+    assert!(!seeds.is_empty(), "no seeds to run ({seeds:?})");
+    let chosen = chosen_setups(std::env::var("SIM_SETUPS").ok().as_deref());
+    assert!(!chosen.is_empty(), "no setup to run");
     let mut rows = Vec::new();
     let mut failures = Vec::new();
-    // SIM_SETUPS=a,b runs only those setups (a soak of the shard setups alone, say).
-    let only: Option<Vec<String>> =
-        std::env::var("SIM_SETUPS").ok().map(|v| v.split(',').map(str::to_string).collect());
-    for s in setups().into_iter().filter(|s| only.as_ref().is_none_or(|o| o.iter().any(|n| n == s.name))) {
+    for s in chosen {
         let mut total = Tally::default();
+        let mut fired: BTreeMap<&'static str, u64> = BTreeMap::new();
         for seed in seeds.clone() {
             let out = run_seed(s, seed);
             let t = out.tally;
@@ -1074,6 +1141,9 @@ fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
             total.deliveries += t.deliveries;
             total.crashes += t.crashes;
             total.dead_lettered += t.dead_lettered;
+            for (kind, n) in out.fired {
+                *fired.entry(kind).or_default() += n;
+            }
             if !out.violations.is_empty() {
                 failures.push(format!(
                     "{}\n  {}\n  replay: {}",
@@ -1083,6 +1153,7 @@ fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
                 ));
             }
         }
+        failures.extend(coverage_gaps(&s, total.seeds, &fired, total.dead_lettered));
         rows.push((s, total));
     }
     if print_table {
@@ -1164,4 +1235,42 @@ fn a_seed_replays_exactly() {
     let (a, b) = (run_seed(s, 42), run_seed(s, 42));
     assert_eq!(format!("{:?}", a.tally), format!("{:?}", b.tally));
     assert_eq!(a.violations, b.violations);
+}
+
+#[test]
+fn a_run_of_nothing_is_an_error() {
+    let unknown = std::panic::catch_unwind(|| chosen_setups(Some("strict-c1,strict-c-typo")));
+    assert!(unknown.is_err(), "an unknown setup name runs nothing");
+    assert_eq!(chosen_setups(Some("strict-c1,lock-c1")).len(), 2);
+    assert_eq!(chosen_setups(None).len(), setups().len());
+    assert!(std::panic::catch_unwind(|| run_many(0..0, false)).is_err(), "SIM_SEEDS=0 runs nothing");
+}
+
+#[test]
+fn a_pause_that_never_took_hold_is_a_violation() {
+    let mut o = Observations::default();
+    let limited = setup("strict-c8-limits");
+    assert_eq!(pauses_missing(&o, &limited).len(), 2);
+    o.key_paused.from = Some(T0);
+    assert_eq!(pauses_missing(&o, &limited), vec!["the pause of limit key host-0 never took hold"]);
+    assert!(pauses_missing(&o, &setup("strict-c1")).is_empty(), "no limit keys, no limit pause");
+}
+
+#[test]
+fn a_fault_that_never_fired_and_a_dead_letter_queue_never_used_are_gaps() {
+    let chaos = setup("lock-c4-chaos-shards4");
+    let mut fired: BTreeMap<&'static str, u64> =
+        chaos.faults.kinds().into_iter().chain(chaos.shard_faults.kinds()).map(|(k, _)| (k, 1)).collect();
+    assert!(coverage_gaps(&chaos, 40, &fired, 0).is_empty(), "max_retries 100: no dead letters needed");
+    fired.remove("stall");
+    fired.remove("shard_skew");
+    assert_eq!(coverage_gaps(&chaos, 40, &fired, 0).len(), 2);
+    let retries3 = setup("lock-c4-chaos-retries3");
+    let fired: BTreeMap<&'static str, u64> = retries3.faults.kinds().into_iter().map(|(k, _)| (k, 1)).collect();
+    assert_eq!(
+        coverage_gaps(&retries3, 40, &fired, 0),
+        vec!["lock-c4-chaos-retries3: max_retries 3 and no job dead-lettered by Queues in 40 seed(s)"]
+    );
+    assert!(coverage_gaps(&retries3, 40, &fired, 1).is_empty());
+    assert!(coverage_gaps(&setup("lock-c1"), 40, &BTreeMap::new(), 0).is_empty(), "no faults configured");
 }

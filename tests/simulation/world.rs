@@ -45,13 +45,31 @@ pub struct Faults {
     pub stall: f64,
 }
 
+impl Faults {
+    /// Each fault kind with its probability, by the name [`Observations::fire`] counts it under.
+    pub fn kinds(&self) -> [(&'static str, f64); 10] {
+        [
+            ("d1_fail", self.d1_fail),
+            ("d1_lost_answer", self.d1_lost_answer),
+            ("kv_fail", self.kv_fail),
+            ("send_fail", self.send_fail),
+            ("crash", self.crash),
+            ("lost_ack", self.lost_ack),
+            ("duplicate", self.duplicate),
+            ("transient", self.transient),
+            ("hang", self.hang),
+            ("stall", self.stall),
+        ]
+    }
+}
+
 /// A ledger call's stall past the lease (an isolate frozen, a slow round trip), by chance: the
 /// invocation's leases expire under it and the reaper takes its jobs.
 async fn stall_maybe(sched: &Rc<Sched>, faults: &Faults, obs: &Obs, inv: &str) {
     if sched.chance(faults.stall) {
         {
             let mut o = obs.borrow_mut();
-            o.faults_injected += 1;
+            o.fire("stall");
             o.stalled.insert(inv.to_string());
             o.fault_times.push(sched.now());
         }
@@ -59,10 +77,10 @@ async fn stall_maybe(sched: &Rc<Sched>, faults: &Faults, obs: &Obs, inv: &str) {
     }
 }
 
-/// Notes a failed or lost ledger call of `inv` (its results may not be recorded).
-fn ledger_fault(sched: &Sched, obs: &Obs, inv: &str) {
+/// Notes a failed or lost ledger call of `inv` (its results may not be recorded), of fault `kind`.
+fn ledger_fault(sched: &Sched, obs: &Obs, inv: &str, kind: &'static str) {
     let mut o = obs.borrow_mut();
-    o.faults_injected += 1;
+    o.fire(kind);
     o.d1_faulted.insert(inv.to_string());
     o.fault_times.push(sched.now());
 }
@@ -81,6 +99,19 @@ pub struct ShardFaults {
     pub skew: f64,
     /// One shard is down for a window of the run: every request to it fails, nothing applies.
     pub one_down: bool,
+}
+
+impl ShardFaults {
+    /// Each fault kind with its probability (1 for the one shard down), as counted.
+    pub fn kinds(&self) -> [(&'static str, f64); 5] {
+        [
+            ("shard_overloaded", self.overloaded),
+            ("shard_lost_answer", self.lost_answer),
+            ("shard_reset", self.reset),
+            ("shard_skew", self.skew),
+            ("shard_down", if self.one_down { 1.0 } else { 0.0 }),
+        ]
+    }
 }
 
 /// A ledger shard's object, shared by every invocation (a Durable Object is one instance): reset
@@ -125,8 +156,8 @@ pub struct SimShard {
 }
 
 impl SimShard {
-    fn fault(&self) {
-        ledger_fault(&self.sched, &self.obs, &self.inv);
+    fn fault(&self, kind: &'static str) {
+        ledger_fault(&self.sched, &self.obs, &self.inv, kind);
     }
 }
 
@@ -142,12 +173,12 @@ impl Transport for SimShard {
         stall_maybe(&self.sched, &self.faults, &self.obs, &self.inv).await;
         let now = self.sched.now();
         if self.down.is_some_and(|(shard, from, to)| shard == self.shard && (from..to).contains(&now)) {
-            self.fault();
+            self.fault("shard_down");
             return err("outage of one shard");
         }
         let f = self.shard_faults;
         if self.sched.chance(f.overloaded) {
-            self.fault();
+            self.fault("shard_overloaded");
             return err("overload");
         }
         if self.sched.chance(f.skew) {
@@ -156,7 +187,7 @@ impl Transport for SimShard {
             if !matches!(self.object.serve(&other), ShardAnswer::Refused(_)) {
                 self.obs.borrow_mut().violations.push(format!("shard {}: a request on other code applied", self.shard));
             }
-            self.fault();
+            self.fault("shard_skew");
             return err("request from other code");
         }
         if self.sched.chance(f.reset) {
@@ -164,7 +195,7 @@ impl Transport for SimShard {
             if self.sched.chance(0.5) {
                 self.object.serve(req);
             }
-            self.fault();
+            self.fault("shard_reset");
             return err("object reset");
         }
         let answer = self.object.serve(req);
@@ -172,7 +203,7 @@ impl Transport for SimShard {
             self.obs.borrow_mut().violations.push(format!("a shard request failed on its own: {e}"));
         }
         if self.sched.chance(f.lost_answer) {
-            self.fault();
+            self.fault("shard_lost_answer");
             return err("lost answer (the batch applied)");
         }
         self.sched.jitter(0, 3).await;
@@ -213,9 +244,12 @@ pub struct Observations {
     pub fault_times: Vec<i64>,
     pub violations: Vec<String>,
     pub faults_injected: u64,
+    /// Faults injected, by kind ([`Faults::kinds`], [`ShardFaults::kinds`]): a kind the setup
+    /// configures that never fires is a fault the run did not test.
+    pub fired: BTreeMap<&'static str, u64>,
     /// Jobs an operator redrove: put back below jobs that may already be claimed, so the run
     /// rule (checked when a claim is made) is not re-checked against them at run start.
-    pub redriven: BTreeSet<String>,
+    pub redriven: BTreeMap<String, Option<i64>>,
     /// job -> the earliest a run of it may start (ms): its submission delay, or half the backoff
     /// after a failed run (equal jitter never waits less), less the early-delivery allowance.
     /// Worked out here from what the simulation asked for and saw, not read from the ledger.
@@ -224,10 +258,30 @@ pub struct Observations {
     pub limit_active: BTreeMap<String, Vec<(String, String)>>,
     /// Every handler start, per limit key, ms.
     pub limit_starts: BTreeMap<String, Vec<i64>>,
-    /// When the pause of `host-0` took hold (its answer) and when its resume was asked.
-    pub paused: (Option<i64>, Option<i64>),
-    /// The same for the ordering key [`PAUSED_KEY`] (design §20.11).
-    pub key_paused: (Option<i64>, Option<i64>),
+    /// The operator's pause of `host-0`.
+    pub paused: PauseWindow,
+    /// The operator's pause of the ordering key [`PAUSED_KEY`] (design §20.11).
+    pub key_paused: PauseWindow,
+}
+
+impl Observations {
+    /// Notes one fault of `kind` injected.
+    pub fn fire(&mut self, kind: &'static str) {
+        self.faults_injected += 1;
+        *self.fired.entry(kind).or_default() += 1;
+    }
+}
+
+/// An operator's pause and resume, as they happened.
+#[derive(Debug, Default, Clone)]
+pub struct PauseWindow {
+    /// When the pause took hold (its answer).
+    pub from: Option<i64>,
+    /// When the resume was asked.
+    pub until: Option<i64>,
+    /// The jobs with a message in the queue (waiting, or in an invocation's hands) when the
+    /// resume was asked: lock mode lets these run before the jobs the pause held (design §20.11).
+    pub queued_at_resume: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -266,12 +320,12 @@ impl Sql for SimSql {
         self.sched.jitter(1, 8).await;
         stall_maybe(&self.sched, &self.faults, &self.obs, &self.inv).await;
         if self.sched.chance(self.faults.d1_fail) {
-            self.fault();
+            self.fault("d1_fail");
             return Err(InfraError::new("D1", "simulated failure"));
         }
         let out = self.db.batch(stmts).await;
         if out.is_ok() && self.sched.chance(self.faults.d1_lost_answer) {
-            self.fault();
+            self.fault("d1_lost_answer");
             return Err(InfraError::new("D1", "simulated lost answer (the batch applied)"));
         }
         if let Err(e) = &out {
@@ -283,8 +337,8 @@ impl Sql for SimSql {
 }
 
 impl SimSql {
-    fn fault(&self) {
-        ledger_fault(&self.sched, &self.obs, &self.inv);
+    fn fault(&self, kind: &'static str) {
+        ledger_fault(&self.sched, &self.obs, &self.inv, kind);
     }
 }
 
@@ -300,7 +354,7 @@ impl SimKv {
     async fn gate(&self) -> Result<(), InfraError> {
         self.sched.jitter(0, 5).await;
         if self.sched.chance(self.faults.kv_fail) {
-            self.obs.borrow_mut().faults_injected += 1;
+            self.obs.borrow_mut().fire("kv_fail");
             return Err(InfraError::new("KV", "simulated failure"));
         }
         Ok(())
@@ -343,6 +397,8 @@ pub struct Broker {
     pub next: u64,
     pub max_retries: u32,
     pub deliveries: u64,
+    /// Duplicate deliveries injected.
+    pub duplicates: u64,
 }
 
 impl Broker {
@@ -354,6 +410,7 @@ impl Broker {
             next: 0,
             max_retries,
             deliveries: 0,
+            duplicates: 0,
         }
     }
     pub fn send(&mut self, body: Value, now: i64, delay_ms: i64) {
@@ -401,6 +458,7 @@ impl Broker {
         // A duplicate: the same message is also left in the queue for another delivery.
         for m in &batch {
             if sched.chance(duplicate) {
+                self.duplicates += 1;
                 let mut copy = m.clone();
                 copy.visible_at = now + sched.rng.borrow_mut().range(0, 3_000);
                 self.pending.push(copy);
@@ -444,6 +502,13 @@ impl Broker {
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty() && self.inflight.is_empty() && self.dead_letters.is_empty()
     }
+    /// The jobs with a message in the queue: waiting (for delivery, a retry or the dead-letter
+    /// queue) or in an invocation's hands.
+    pub fn queued_jobs(&self) -> BTreeSet<String> {
+        let inflight = self.inflight.values().flatten();
+        let all = self.pending.iter().chain(inflight).chain(&self.dead_letters);
+        all.filter_map(|m| m.body.get(orderly::envelope::JOB_FIELD)?.get("id")?.as_str().map(str::to_string)).collect()
+    }
 }
 
 /// The queue producer binding (the worker's wake-ups and re-sends, the API's sends).
@@ -458,7 +523,7 @@ impl QueueSender for SimQueue {
     async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
         self.sched.jitter(1, 5).await;
         if self.sched.chance(self.faults.send_fail) {
-            self.obs.borrow_mut().faults_injected += 1;
+            self.obs.borrow_mut().fire("send_fail");
             return Err(InfraError::new("Queue", "simulated failure"));
         }
         let now = self.sched.now();
@@ -527,7 +592,7 @@ impl Drop for RunGuard {
     }
 }
 
-fn row(db: &Sqlite, id: &str) -> Option<Job> {
+pub fn row(db: &Sqlite, id: &str) -> Option<Job> {
     let rows = futures::executor::block_on(db.query(orderly::ledger::stmt::get(id))).ok()?;
     Job::first(&rows).ok().flatten()
 }
@@ -557,7 +622,7 @@ impl Runner for SimRunner {
                 _ => {}
             }
             let now = self.sched.now();
-            if let Some(&due) = o.not_before.get(job.id).filter(|_| !o.redriven.contains(job.id)) {
+            if let Some(&due) = o.not_before.get(job.id) {
                 if now < due {
                     o.violations.push(format!(
                         "{} (attempt {}) started {} ms before it was due",
@@ -582,7 +647,7 @@ impl Runner for SimRunner {
                 let db = &self.dbs[Route::key(k).shard(self.dbs.len())];
                 for lower in key_jobs(db, k).into_iter().filter(|j| j.seq.is_some_and(|x| x < s)) {
                     let finished_here = mine.contains(&lower.id) && chained_past(&o, &self.inv, &lower, on_dead);
-                    if !passable(&lower, on_dead) && !finished_here && !o.redriven.contains(&lower.id) {
+                    if !passable(&lower, on_dead) && !finished_here && !o.redriven.contains_key(&lower.id) {
                         o.violations.push(format!(
                             "run rule broken: {} (seq {s}) started while {} (seq {:?}) is {}",
                             job.id,
@@ -598,7 +663,7 @@ impl Runner for SimRunner {
             }
             // Nothing of a paused ordering key starts, unless it was claimed before the pause took
             // hold (a claim sets started_at; a chunk claimed then runs on).
-            if let (Some(from), until, Some(PAUSED_KEY)) = (o.key_paused.0, o.key_paused.1, key.as_deref()) {
+            if let (Some(from), until, Some(PAUSED_KEY)) = (o.key_paused.from, o.key_paused.until, key.as_deref()) {
                 let during = |t: i64| t >= from && until.is_none_or(|u| t < u);
                 let claimed = me.as_ref().and_then(|j| j.started_at);
                 if during(now) && claimed.is_none_or(during) {
@@ -630,7 +695,7 @@ impl Runner for SimRunner {
             self.sched.jitter(1, 400).await;
             Err(JobError::snooze((SNOOZE_MS / 1000) as u32, "not ready (scripted)"))
         } else if hang {
-            self.obs.borrow_mut().faults_injected += 1;
+            self.obs.borrow_mut().fire("hang");
             self.sched.pause(self.timeout_ms).await;
             Err(JobError::retry(format!("timed out after {} ms", self.timeout_ms)))
         } else {
@@ -641,7 +706,7 @@ impl Runner for SimRunner {
             } else if u64::from(job.attempt) <= scripted {
                 Err(JobError::retry("HTTP 503 (scripted)"))
             } else if self.sched.chance(self.faults.transient) {
-                self.obs.borrow_mut().faults_injected += 1;
+                self.obs.borrow_mut().fire("transient");
                 Err(JobError::retry("HTTP 502 (injected)"))
             } else {
                 Ok(Done::default())
@@ -691,7 +756,7 @@ impl SimRunner {
                 })
                 .ok()
                 .map(|until| until - self.lease_ms);
-            if let (Some(from), until) = o.paused {
+            if let (Some(from), until) = (o.paused.from, o.paused.until) {
                 let during = |t: i64| t >= from && until.is_none_or(|u| t < u);
                 if during(now) && asked.is_none_or(during) {
                     o.violations.push(format!("limit {limit}: {job} started while the key was paused"));
