@@ -247,8 +247,8 @@ pub struct Observations {
     /// Faults injected, by kind ([`Faults::kinds`], [`ShardFaults::kinds`]): a kind the setup
     /// configures that never fires is a fault the run did not test.
     pub fired: BTreeMap<&'static str, u64>,
-    /// Jobs an operator redrove: put back below jobs that may already be claimed, so the run
-    /// rule (checked when a claim is made) is not re-checked against them at run start.
+    /// Jobs an operator redrove, with their seq before the redrive: a redrive that moved a job
+    /// to its key's end takes it out of the submitted order (its seq order still holds).
     pub redriven: BTreeMap<String, Option<i64>>,
     /// job -> the earliest a run of it may start (ms): its submission delay, or half the backoff
     /// after a failed run (equal jitter never waits less), less the early-delivery allowance.
@@ -647,7 +647,7 @@ impl Runner for SimRunner {
                 let db = &self.dbs[Route::key(k).shard(self.dbs.len())];
                 for lower in key_jobs(db, k).into_iter().filter(|j| j.seq.is_some_and(|x| x < s)) {
                     let finished_here = mine.contains(&lower.id) && chained_past(&o, &self.inv, &lower, on_dead);
-                    if !passable(&lower, on_dead) && !finished_here && !o.redriven.contains_key(&lower.id) {
+                    if !passable(&lower, on_dead) && !finished_here {
                         o.violations.push(format!(
                             "run rule broken: {} (seq {s}) started while {} (seq {:?}) is {}",
                             job.id,
