@@ -143,8 +143,9 @@ function cargoKills(r, passedBefore, what) {
 /** Who kills `m`, and how it was found: its recorded killers, the whole suite, the simulation. */
 function hunt(m, passedBefore) {
   if (m.test) {
+    // scripts/node-tests.mjs names each failed test; a command that ran no test fails too.
     const r = run(scratch, m.test, 20 * MINUTES);
-    const failed = [...r.out.matchAll(/^not ok \d+ - (.+)$/gm)].map((x) => x[1]);
+    const failed = [...r.out.matchAll(/^node-tests: failed: (.+)$/gm)].map((x) => x[1]);
     return { killedBy: r.status === 0 ? [] : failed.length ? failed : [`${m.test} (exit ${r.status})`], how: "its test" };
   }
   const byTarget = new Map();

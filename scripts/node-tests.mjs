@@ -4,18 +4,22 @@
 // glob that matches nothing prints `# tests 0` and exits 0, so a renamed folder would turn a
 // whole suite green with nothing run.) Its own test: tests/tools/node-tests.test.mjs.
 //
-// Usage: node scripts/node-tests.mjs [--timeout ms] pattern ...   (`*` in a pattern's last part)
+// Usage: node scripts/node-tests.mjs [--timeout ms] [--name-pattern re] pattern ...
+//   pattern: a file, or files with `*` in the last part; --name-pattern: only the tests whose name
+//   matches (a file none of whose tests match fails). Each failed test is named on stderr as
+//   `node-tests: failed: <name>` (the mutation runner reads these).
 import { readdirSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { run } from "node:test";
 import { spec } from "node:test/reporters";
 
 const args = process.argv.slice(2);
-let timeout = Infinity;
-if (args[0] === "--timeout") {
-  timeout = Number(args[1]);
-  args.splice(0, 2);
-}
+const option = (name) => {
+  const i = args.indexOf(name);
+  return i < 0 ? undefined : args.splice(i, 2)[1];
+};
+const timeout = Number(option("--timeout") ?? Infinity);
+const namePattern = option("--name-pattern");
 
 /** The files `pattern` names (`*` matches any run of characters in the file name). */
 function expand(pattern) {
@@ -41,10 +45,11 @@ if (args.length === 0) problems.push("no test files named");
 
 const ran = new Map(files.map((f) => [f, 0]));
 let failed = 0;
+const failedNames = [];
 // Skipped on purpose, in the test's own code (`{ skip: "why" }`): counted as the file's, shown apart.
 let skipped = 0;
 if (files.length > 0) {
-  const stream = run({ files, concurrency: 1, timeout });
+  const stream = run({ files, concurrency: 1, timeout, testNamePatterns: namePattern && [namePattern] });
   // A test that ran: not a suite, and not the file's own entry (which node reports, named by its
   // path, even for a file with no test in it).
   const counted = (d) => d.details?.type !== "suite" && d.name !== d.file;
@@ -56,11 +61,13 @@ if (files.length > 0) {
   stream.on("test:fail", (d) => {
     failed++;
     if (counted(d)) ran.set(d.file, (ran.get(d.file) ?? 0) + 1);
+    failedNames.push(d.name);
   });
   await new Promise((done) => stream.compose(spec).on("end", done).pipe(process.stdout));
 }
 for (const [file, n] of ran) if (n === 0) problems.push(`no test ran in ${file}`);
 const total = [...ran.values()].reduce((a, b) => a + b, 0);
 console.log(`\n${files.length} file(s), ${total} test(s), ${failed} failed, ${skipped} skipped`);
+for (const name of failedNames) console.error(`node-tests: failed: ${name}`);
 for (const p of problems) console.error(`node-tests: ${p}`);
 process.exit(failed > 0 || problems.length > 0 ? 1 : 0);

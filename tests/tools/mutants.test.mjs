@@ -114,6 +114,8 @@ test("every mutant of orderly's table applies to the code as it is, and its kill
     if (why) problems.push(`${m.id}: ${why}`);
     for (const k of m.killers ?? []) if (!target(k.split("::")[0])) problems.push(`${m.id}: killer ${k} names no test target`);
     if (!m.equivalent && !m.test && !m.breaks) problems.push(`${m.id}: no \`breaks\`: what it breaks`);
+    // node --test passes a name pattern or a file that runs no test; node-tests.mjs fails it.
+    if (m.test && !m.test.startsWith("node scripts/node-tests.mjs ")) problems.push(`${m.id}: its test is not run by node-tests.mjs`);
   }
   for (const s of table.structural) if (!target(s.split("::")[0])) problems.push(`structural ${s} names no test target`);
   assert.deepEqual(problems, []);

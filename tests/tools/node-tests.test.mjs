@@ -40,3 +40,17 @@ test("a failing test fails the run", () => {
   assert.equal(r.status, 1, r.out);
   assert.match(r.out, /3 file\(s\), 3 test\(s\), 1 failed/);
 });
+
+test("a name pattern runs only the tests it matches, and one that matches none in a file fails the run", () => {
+  const one = runner("--name-pattern", "^one$", `${fixtures}/two.fixture.mjs`);
+  assert.equal(one.status, 0, one.out);
+  assert.match(one.out, /1 file\(s\), 1 test\(s\), 0 failed/);
+  const none = runner("--name-pattern", "no test is named this", `${fixtures}/two.fixture.mjs`);
+  assert.equal(none.status, 1, none.out);
+  assert.match(none.out, /no test ran in .*two\.fixture\.mjs/);
+});
+
+test("each failed test is named for the mutation runner", () => {
+  const r = runner(`${fixtures}/red.fixture.mjs`);
+  assert.match(r.out, /^node-tests: failed: red$/m);
+});
