@@ -48,8 +48,14 @@ fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 
 #[test]
 fn outside_the_ledger_no_file_sees_a_statement_or_a_row() {
+    let found = sql_outside_the_ledger(&sources());
+    assert!(found.is_empty(), "SQL outside src/ledger/:\n{}", found.join("\n"));
+}
+
+/// Lines outside `src/ledger/` that name a statement, a batch or a row.
+fn sql_outside_the_ledger(sources: &[(String, String)]) -> Vec<String> {
     let mut found = Vec::new();
-    for (file, text) in sources().iter().filter(|(f, _)| !f.starts_with("src/ledger/")) {
+    for (file, text) in sources.iter().filter(|(f, _)| !f.starts_with("src/ledger/")) {
         for (n, line) in code_lines(text) {
             for word in ["Stmt", "Sql::batch", "stmt::", ".batch(vec", "Row"] {
                 let hit = match word {
@@ -65,21 +71,27 @@ fn outside_the_ledger_no_file_sees_a_statement_or_a_row() {
             }
         }
     }
-    assert!(found.is_empty(), "SQL outside src/ledger/:\n{}", found.join("\n"));
+    found
 }
 
 #[test]
 fn errors_are_types_not_strings_or_status_pairs() {
+    let found = untyped_errors(&sources());
+    assert!(found.is_empty(), "untyped errors:\n{}", found.join("\n"));
+}
+
+/// Lines whose error is a string or a (status, string) pair.
+fn untyped_errors(sources: &[(String, String)]) -> Vec<String> {
     let mut found = Vec::new();
-    for (file, text) in sources() {
-        for (n, line) in code_lines(&text) {
+    for (file, text) in sources {
+        for (n, line) in code_lines(text) {
             let squeezed: String = line.split_whitespace().collect();
             if squeezed.contains("(u16,String)") || (squeezed.contains("Result<") && squeezed.contains(",String>")) {
                 found.push(format!("{file}:{n}: {}", line.trim()));
             }
         }
     }
-    assert!(found.is_empty(), "untyped errors:\n{}", found.join("\n"));
+    found
 }
 
 /// Each `fn` of a file with how many lines it spans (its signature to its closing brace, found by
@@ -123,15 +135,21 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
 
 #[test]
 fn no_function_is_too_long_to_hold_in_the_head() {
+    let long = long_functions(&sources());
+    assert!(long.is_empty(), "functions over {MAX_FN_LINES} lines:\n{}", long.join("\n"));
+}
+
+/// Functions over [`MAX_FN_LINES`] lines.
+fn long_functions(sources: &[(String, String)]) -> Vec<String> {
     let mut long = Vec::new();
-    for (file, text) in sources() {
-        for (name, line, len) in functions(&text) {
+    for (file, text) in sources {
+        for (name, line, len) in functions(text) {
             if len > MAX_FN_LINES {
                 long.push(format!("{file}:{line}: {name} is {len} lines"));
             }
         }
     }
-    assert!(long.is_empty(), "functions over {MAX_FN_LINES} lines:\n{}", long.join("\n"));
+    long
 }
 
 /// The module a file is (`consumer/locked.rs` is `consumer`: a folder is one module to the rest).
@@ -141,15 +159,15 @@ fn module_of(file: &str) -> String {
 }
 
 /// Which top-level modules each top-level module imports (`use crate::x`, `crate::x::` paths).
-fn imports() -> BTreeMap<String, BTreeSet<String>> {
+fn imports(sources: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (file, text) in sources() {
-        let from = module_of(&file);
+    for (file, text) in sources {
+        let from = module_of(file);
         if from == "lib" {
             continue;
         }
         let deps = graph.entry(from.clone()).or_default();
-        for (_, line) in code_lines(&text) {
+        for (_, line) in code_lines(text) {
             for (i, _) in line.match_indices("crate::") {
                 let rest = &line[i + "crate::".len()..];
                 let to: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
@@ -173,7 +191,14 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn the_modules_import_one_way_only() {
-    let graph = imports();
+    if let Some(cycle) = import_cycle(&sources()) {
+        panic!("import cycle: {}", cycle.join(" -> "));
+    }
+}
+
+/// A cycle among the top-level modules' imports, as its path, if there is one.
+fn import_cycle(sources: &[(String, String)]) -> Option<Vec<String>> {
+    let graph = imports(sources);
     // Depth-first search for a cycle, reporting its path.
     fn visit(
         m: &str,
@@ -200,18 +225,38 @@ fn the_modules_import_one_way_only() {
         None
     }
     let mut done = BTreeSet::new();
-    for m in graph.keys() {
-        if let Some(cycle) = visit(m, &graph, &mut Vec::new(), &mut done) {
-            panic!("import cycle: {}", cycle.join(" -> "));
-        }
-    }
+    graph.keys().find_map(|m| visit(m, &graph, &mut Vec::new(), &mut done))
 }
 
 #[test]
-fn the_checks_find_what_they_look_for() {
+fn each_check_finds_what_it_looks_for() {
+    let file = |path: &str, text: &str| vec![(path.to_string(), text.to_string())];
+    // Function length, and how a function's extent is found.
     let long = format!("fn long() {{\n{}}}\n", "    let x = 1;\n".repeat(MAX_FN_LINES));
     assert_eq!(functions(&long), vec![("long".to_string(), 1, MAX_FN_LINES + 2)]);
+    assert_eq!(
+        long_functions(&file("src/a.rs", &long)),
+        vec![format!("src/a.rs:1: long is {} lines", MAX_FN_LINES + 2)]
+    );
     let nested = "impl A {\n    pub async fn f(&self) {\n        if x {\n        }\n    }\n}\n";
     assert_eq!(functions(nested), vec![("f".to_string(), 2, 4)]);
+    // SQL outside the ledger: seen in src/api/, not in src/ledger/, not in a comment.
+    let sql = "fn f() {\n    let s = Stmt::bind(\"SELECT 1\", []);\n    // a Row in a comment\n}\n";
+    assert_eq!(sql_outside_the_ledger(&file("src/api/x.rs", sql)).len(), 1);
+    assert!(sql_outside_the_ledger(&file("src/ledger/x.rs", sql)).is_empty());
+    assert!(sql_outside_the_ledger(&file("src/api/x.rs", "struct Rows;\nfn Rowan() {}\n")).is_empty(), "longer names");
+    // Untyped errors.
+    for bad in ["fn f() -> Result<(), String> {}", "fn f() -> (u16, String) {}"] {
+        assert_eq!(untyped_errors(&file("src/a.rs", bad)).len(), 1, "{bad}");
+    }
+    assert!(untyped_errors(&file("src/a.rs", "fn f() -> Result<String, ApiError> {}")).is_empty());
+    // Import cycles between top-level modules, a folder being one module.
     assert_eq!(module_of("src/consumer/locked.rs"), "consumer");
+    let cycle = [
+        ("src/a.rs".to_string(), "use crate::b::x;".to_string()),
+        ("src/b/mod.rs".to_string(), "use crate::{c, d};".to_string()),
+        ("src/c.rs".to_string(), "fn f() { crate::a::g() }".to_string()),
+    ];
+    assert_eq!(import_cycle(&cycle), Some(vec!["a", "b", "c", "a"].into_iter().map(String::from).collect()));
+    assert_eq!(import_cycle(&cycle[..2]), None, "without c's call back up");
 }

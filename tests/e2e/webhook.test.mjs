@@ -3,7 +3,7 @@
 // configuration error that defers the batch.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { start, webhook, waitFor, sleep } from "./harness.mjs";
+import { start, webhook, waitFor } from "./harness.mjs";
 
 test("a redirect is permanent and never followed", async () => {
   const w = await start();
@@ -40,8 +40,11 @@ test("loopback, link-local and private targets are refused at submission", async
 test("a malformed whsec_ secret defers the batch instead of signing with the wrong key", async () => {
   const w = await start({ vars: { WEBHOOK_SECRET: "whsec_!!not-base64!!" } });
   try {
-    await w.queue.send({ ...webhook("/ok/unsigned"), __orderly_job__: { id: "unsigned" } });
-    await sleep(2500);
+    // Delivered straight to the consumer, so its verdict is seen before absence is asserted.
+    const body = { ...webhook("/ok/unsigned"), __orderly_job__: { id: "unsigned" } };
+    const q = await w.worker.queue("orderly-jobs", [{ id: "m-unsigned", timestamp: new Date(), body, attempts: 1 }]);
+    assert.deepEqual(q.explicitAcks, []);
+    assert.deepEqual(q.retryMessages.map((m) => m.msgId), ["m-unsigned"], "deferred, not dropped");
     assert.equal(w.target.to("/ok/unsigned").length, 0, "nothing sent with a wrong signature");
     assert.equal(await w.job("unsigned"), null, "the batch was deferred before touching the ledger");
   } finally {

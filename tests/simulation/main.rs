@@ -981,7 +981,8 @@ impl Sim {
                 let Some(key) = p.key.as_deref() else { continue };
                 // A redrive that moved a job to its key's end (the key had moved past it) takes it
                 // out of the submitted order; its new place is checked by seq above.
-                let moved = obs.redriven.get(&r.job).is_some_and(|before| *before != rows.get(&r.job).and_then(|j| j.seq));
+                let moved =
+                    obs.redriven.get(&r.job).is_some_and(|before| *before != rows.get(&r.job).and_then(|j| j.seq));
                 if moved || !seen.insert(r.job.as_str()) {
                     continue;
                 }
@@ -1110,7 +1111,10 @@ fn coverage_gaps(s: &Setup, seeds: u64, fired: &BTreeMap<&'static str, u64>, dea
         .map(|(kind, p)| format!("{}: the fault {kind} (p = {p}) never fired in {seeds} seed(s)", s.name))
         .collect();
     if s.max_retries <= 3 && dead_lettered == 0 {
-        gaps.push(format!("{}: max_retries {} and no job dead-lettered by Queues in {seeds} seed(s)", s.name, s.max_retries));
+        gaps.push(format!(
+            "{}: max_retries {} and no job dead-lettered by Queues in {seeds} seed(s)",
+            s.name, s.max_retries
+        ));
     }
     gaps
 }
