@@ -1119,45 +1119,70 @@ fn coverage_gaps(s: &Setup, seeds: u64, fired: &BTreeMap<&'static str, u64>, dea
     gaps
 }
 
-/// Runs `seeds` of each chosen setup (`SIM_SETUPS`, or all); panics with the first failing seed's
-/// replay command, or with what the seeds did not cover. No seed or no setup is an error.
+/// One setup's seeds: their summed tally, and each failing seed's report with its replay command,
+/// then what the seeds did not cover.
+fn run_setup(s: Setup, seeds: std::ops::Range<u64>) -> (Tally, Vec<String>) {
+    let mut total = Tally::default();
+    let mut fired: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for seed in seeds {
+        let out = run_seed(s, seed);
+        let t = out.tally;
+        total.seeds += 1;
+        total.jobs += t.jobs;
+        total.faults += t.faults;
+        total.lost += t.lost;
+        total.stuck += t.stuck;
+        total.order_violations += t.order_violations;
+        total.overlaps += t.overlaps;
+        total.crash_repeats += t.crash_repeats;
+        total.other_violations += t.other_violations;
+        total.deliveries += t.deliveries;
+        total.crashes += t.crashes;
+        total.dead_lettered += t.dead_lettered;
+        for (kind, n) in out.fired {
+            *fired.entry(kind).or_default() += n;
+        }
+        if !out.violations.is_empty() {
+            failures.push(format!(
+                "{}\n  {}\n  replay: {}",
+                s.name,
+                out.violations[..out.violations.len().min(5)].join("\n  "),
+                replay_command(&s, seed)
+            ));
+        }
+    }
+    failures.extend(coverage_gaps(&s, total.seeds, &fired, total.dead_lettered));
+    (total, failures)
+}
+
+/// Runs `seeds` of each chosen setup (`SIM_SETUPS`, or all), the setups on as many threads as the
+/// machine has cores (each seed alone is single-threaded and replays exactly); panics with every
+/// failing seed's replay command, or with what the seeds did not cover. No seed or no setup is an
+/// error.
 fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
     assert!(!seeds.is_empty(), "no seeds to run ({seeds:?})");
     let chosen = chosen_setups(std::env::var("SIM_SETUPS").ok().as_deref());
     assert!(!chosen.is_empty(), "no setup to run");
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(chosen.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: std::sync::Mutex<Vec<Option<(Tally, Vec<String>)>>> = std::sync::Mutex::new(vec![None; chosen.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&s) = chosen.get(i) else { break };
+                let result = run_setup(s, seeds.clone());
+                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     let mut rows = Vec::new();
     let mut failures = Vec::new();
-    for s in chosen {
-        let mut total = Tally::default();
-        let mut fired: BTreeMap<&'static str, u64> = BTreeMap::new();
-        for seed in seeds.clone() {
-            let out = run_seed(s, seed);
-            let t = out.tally;
-            total.seeds += 1;
-            total.jobs += t.jobs;
-            total.faults += t.faults;
-            total.lost += t.lost;
-            total.stuck += t.stuck;
-            total.order_violations += t.order_violations;
-            total.overlaps += t.overlaps;
-            total.crash_repeats += t.crash_repeats;
-            total.other_violations += t.other_violations;
-            total.deliveries += t.deliveries;
-            total.crashes += t.crashes;
-            total.dead_lettered += t.dead_lettered;
-            for (kind, n) in out.fired {
-                *fired.entry(kind).or_default() += n;
-            }
-            if !out.violations.is_empty() {
-                failures.push(format!(
-                    "{}\n  {}\n  replay: {}",
-                    s.name,
-                    out.violations[..out.violations.len().min(5)].join("\n  "),
-                    replay_command(&s, seed)
-                ));
-            }
-        }
-        failures.extend(coverage_gaps(&s, total.seeds, &fired, total.dead_lettered));
+    for (s, result) in chosen.into_iter().zip(results) {
+        let (total, failed) = result.expect("every setup ran");
+        failures.extend(failed);
         rows.push((s, total));
     }
     if print_table {
