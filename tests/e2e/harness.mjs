@@ -111,8 +111,9 @@ export async function bundleWorker(entry, outfile) {
     entryPoints: [entry], bundle: true, format: "esm", platform: "browser", conditions: ["workerd", "worker", "browser"],
     external: ["node:*", "cloudflare:*"], outfile, logLevel: "warning", metafile: true, plugins: [fromPackage],
   });
-  const prefix = "build/npm/node_modules/orderly-queues/";
-  return Object.keys(out.metafile.inputs).filter((f) => f.startsWith(prefix)).map((f) => f.slice(prefix.length));
+  // Paths are relative to the working directory, through a linked build/ too (a mutation run's copy).
+  const inPackage = "build/npm/node_modules/orderly-queues/";
+  return Object.keys(out.metafile.inputs).filter((f) => f.includes(inPackage)).map((f) => f.split(inPackage)[1]);
 }
 
 /** Module rules for worker-build's output. */
