@@ -36,9 +36,18 @@ test("a file in which no test ran fails the run, beside one that passes", () => 
 });
 
 test("a failing test fails the run", () => {
-  const r = runner(`${fixtures}/*.fixture.mjs`);
+  const r = runner(`${fixtures}/two.fixture.mjs`, `${fixtures}/red.fixture.mjs`);
   assert.equal(r.status, 1, r.out);
-  assert.match(r.out, /3 file\(s\), 3 test\(s\), 1 failed/);
+  assert.match(r.out, /2 file\(s\), 3 test\(s\), 1 failed/);
+});
+
+test("a test skipped with its reason counts for its file; one skipped without a reason does not", () => {
+  const explained = runner(`${fixtures}/skipped.fixture.mjs`);
+  assert.equal(explained.status, 0, explained.out);
+  assert.match(explained.out, /2 skipped/);
+  const unexplained = runner(`${fixtures}/unexplained.fixture.mjs`);
+  assert.equal(unexplained.status, 1, unexplained.out);
+  assert.match(unexplained.out, /no test ran in .*unexplained\.fixture\.mjs/);
 });
 
 test("a name pattern runs only the tests it matches, and one that matches none in a file fails the run", () => {
