@@ -1113,6 +1113,98 @@ fn an_open_breaker_holds_its_limit_keys_jobs_without_spending_attempts() {
 }
 
 #[test]
+fn a_tripped_breaker_beside_a_concurrency_resumes_after_its_cool_down_without_maintenance() {
+    // Issue 38, as a user met it: concurrency 1 and a breaker (the README's example policy for a
+    // Fedify app's hosts), jobs on six ordering keys waiting in the host's line while the run
+    // that trips the breaker (the host's third failure in a row) ends in another invocation.
+    // Deliveries come from a model of the queue (each message at its delay); maintenance never
+    // runs. The tripping run's slot went to the oldest in line, whose wake-up, arriving while the
+    // breaker was open, parked it behind that very slot: nothing ran again until the cron.
+    let limits = r#"{"host": {"concurrency": 1, "trip_after": 3, "cooldown_seconds": 4}}"#;
+    let cfg = Config {
+        limits: orderly::flow::Policies::parse(limits).unwrap(),
+        ordering_mode: orderly::config::OrderingMode::Strict,
+        ..Config::default()
+    };
+    let w = World::with(cfg, None);
+    w.raw.set(true);
+    let job = |i: usize, payload: Value| limited(&format!("j{i}"), T0, Some(&format!("k{i}")), "host", payload);
+    let fail = || json!({"type": "t", "fail": 1});
+    let mut queue: Vec<(i64, Vec<Incoming>)> = Vec::new();
+    // What was sent since the last look goes into the queue model at its delay.
+    let sent_before = std::cell::Cell::new(0);
+    let sent = |queue: &mut Vec<(i64, Vec<Incoming>)>| {
+        let now = w.clock.now_ms();
+        let all: Vec<(String, u32)> =
+            w.queue.batches.borrow().iter().flatten().map(|o| (o.json().to_string(), o.delay_seconds)).collect();
+        for (i, (json, delay)) in all[sent_before.get()..].iter().enumerate() {
+            let body: Value = serde_json::from_str(json).unwrap();
+            let m = msg(&format!("sent-{}-{i}", sent_before.get()), now, body);
+            queue.push((now + i64::from(*delay) * 1000, vec![m]));
+        }
+        sent_before.set(all.len());
+    };
+    // Runs a delivery; what it hands back goes into the queue model at its delay too.
+    let deliver = |queue: &mut Vec<(i64, Vec<Incoming>)>, msgs: Vec<Incoming>| {
+        let out = w.run(&msgs);
+        let now = w.clock.now_ms();
+        for (m, o) in msgs.into_iter().zip(out) {
+            if let Outcome::Retry { delay_seconds } | Outcome::Defer { delay_seconds } = o {
+                queue.push((now + i64::from(delay_seconds) * 1000, vec![m]));
+            }
+        }
+        sent(queue);
+    };
+    // Two failures in a row; then another invocation's run holds the host's one slot.
+    deliver(&mut queue, vec![job(0, fail()), job(1, fail())]);
+    let ledger = orderly::ledger::Ledger::new(&w.db);
+    let policy = w.cfg.limits.for_key("host");
+    let until = w.clock.now_ms() + 120_000;
+    let ask = orderly::ledger::limit::Ask {
+        limit_key: "host",
+        job_id: "elsewhere",
+        route: orderly::ledger::Route::key("elsewhere"),
+        until,
+        policy,
+        pace_ms: 0,
+    };
+    block_on(ledger.acquire(&ask, w.clock.now_ms())).unwrap();
+    deliver(&mut queue, (2..6).map(|i| job(i, ok())).collect());
+    let state = block_on(ledger.limit_state("host", w.clock.now_ms())).unwrap().unwrap();
+    assert_eq!((state.running, state.waiting), (1, 4), "j2..j5 wait in the host's line");
+    // That run fails: the third failure opens the breaker, and its slot goes to j2, woken.
+    w.clock.advance_ms(100);
+    let tripped = w.clock.now_ms();
+    let release = orderly::ledger::limit::Release {
+        limit_key: "host",
+        job_id: "elsewhere",
+        until,
+        verdict: orderly::flow::RunVerdict::Failed { retry_after_ms: 0 },
+        policy,
+    };
+    let woken = block_on(ledger.release(&release, tripped)).unwrap();
+    assert_eq!(woken.iter().map(|w| w.job_id.as_str()).collect::<Vec<_>>(), vec!["j2"]);
+    block_on(orderly::producer::wake(&ledger, &w.queue, &woken, 1, None)).unwrap();
+    sent(&mut queue);
+    let mut resumed = None;
+    while let Some(next) = (0..queue.len()).min_by_key(|&i| queue[i].0) {
+        let (at, msgs) = queue.remove(next);
+        assert!(at < T0 + 120_000, "still waiting two minutes in: {:?}", w.runs());
+        w.clock.advance_ms((at - w.clock.now_ms()).max(1));
+        let runs_before = w.runs().len();
+        deliver(&mut queue, msgs);
+        if resumed.is_none() && w.runs().len() > runs_before {
+            resumed = Some(w.clock.now_ms());
+        }
+    }
+    for i in 0..6 {
+        assert_eq!(w.job(&format!("j{i}")).status, Status::Done, "j{i}: {:?}", w.runs());
+    }
+    let resumed = resumed.unwrap();
+    assert!(resumed <= tripped + 4_000 + 1_000, "the key ran again {} ms after the trip", resumed - tripped);
+}
+
+#[test]
 fn a_job_woken_before_its_parking_is_recorded_still_gets_its_message() {
     let w = with_limits(r#"{"host": {"concurrency": 1}}"#);
     let ledger = orderly::ledger::Ledger::new(&w.db);

@@ -252,6 +252,34 @@ fn a_breaker_opens_after_consecutive_failures_then_lets_one_probe_through() {
 }
 
 #[test]
+fn a_breaker_beside_a_concurrency_resumes_at_its_cool_down_on_the_woken_jobs_own_wait() {
+    // Issue 38: the failure that trips the breaker frees its slot and hands it to the oldest job
+    // in line. That job, woken while the breaker is open, was parked again as "full", counted
+    // against its own handed slot, so nothing asked at the cool-down's end and the key waited for
+    // maintenance. It must instead wait for the cool-down and probe.
+    let db = Sqlite::memory();
+    let policy = Policy {
+        concurrency: Some(1),
+        breaker: Some(Breaker { trip_after: 1, cooldown_seconds: 4 }),
+        ..Policy::default()
+    };
+    let k = keyed(&db, policy);
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    assert_eq!(k.ask("b", T0 + 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.ask("c", T0 + 2), Permit::Refused(Refusal::Full));
+    assert_eq!(k.failed("a", T0 + 10, 0), vec!["b"], "the freed slot goes to the oldest in line");
+    // b's wake-up arrives while the breaker is open: it waits for the cool-down, not in the line.
+    assert_eq!(k.ask("b", T0 + 20), Permit::Refused(Refusal::Open { until: T0 + 10 + 4_000 }));
+    let state = block_on(k.ledger.limit_state("host", T0 + 20)).unwrap().unwrap();
+    assert_eq!((state.running, state.waiting), (1, 1), "b's slot is held for it; c waits in line");
+    // At the cool-down's end b's own retry probes and is granted; c still waits for a slot.
+    assert_eq!(k.ask("b", T0 + 10 + 4_000), Permit::Granted);
+    assert_eq!(k.ask("c", T0 + 10 + 4_001), Permit::Refused(Refusal::Probing));
+    assert_eq!(k.done("b", T0 + 10 + 4_100), vec!["c"], "the probe's success closes it and wakes c");
+    assert_eq!(k.ask("c", T0 + 10 + 4_200), Permit::Granted);
+}
+
+#[test]
 fn a_breaker_honours_the_largest_retry_after_and_a_success_resets_the_count() {
     let db = Sqlite::memory();
     let policy = Policy { breaker: Some(Breaker { trip_after: 2, cooldown_seconds: 10 }), ..Policy::default() };

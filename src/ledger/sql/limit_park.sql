@@ -2,7 +2,10 @@
 -- or its breaker's probe runs) waits in the key's line, oldest first, to be woken by the next
 -- slot that frees (limit_release.sql) or by a resume; keeping its place if it waited before. A
 -- job granted its permit leaves the line. Refusals for a time (the throttle, an open breaker)
--- wait for that time instead and are not in the line.
+-- wait for that time instead and are not in the line. A slot handed to this job (limit_hand.sql)
+-- is its own, not a full key: woken while the breaker is open (the failure that tripped it freed
+-- the slot), it waits for the cool-down and probes, instead of parking behind its own slot with
+-- nothing left to wake it before maintenance (issue 38), as limit_acquire.sql does not count it.
 -- params: ?1 limit_key, ?2 job_id, ?3 now, ?4 until, ?5 route, ?6 concurrency
 INSERT INTO limit_wait (limit_key, job_id, since, route)
 SELECT ?1, ?2, ?3, ?5
@@ -13,5 +16,6 @@ WHERE NOT EXISTS (SELECT 1 FROM limit_permit WHERE limit_key = ?1 AND job_id = ?
   AND (s.paused = 1
        OR (s.open_until IS NOT NULL AND s.open_until <= ?3)
        OR (s.cc IS NOT NULL
-           AND (SELECT count(*) FROM limit_permit AS lp WHERE lp.limit_key = ?1 AND lp.until > ?3) >= s.cc))
+           AND (SELECT count(*) FROM limit_permit AS lp
+                WHERE lp.limit_key = ?1 AND lp.until > ?3 AND NOT (lp.job_id = ?2 AND lp.handed = 1)) >= s.cc))
 ON CONFLICT (limit_key, job_id) DO NOTHING
