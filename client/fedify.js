@@ -88,7 +88,7 @@ export function chunks(jobs, { maxBytes = MAX_REQUEST_BYTES, maxJobs = MAX_REQUE
 function delaySeconds(delay) {
   if (delay == null) return 0;
   const ms = typeof delay === "number" ? delay : typeof delay.total === "function" ? delay.total({ unit: "millisecond" }) : 0;
-  return Math.min(43_200, Math.max(0, Math.ceil(ms / 1000)));
+  return Math.min(86_400, Math.max(0, Math.ceil(ms / 1000)));
 }
 
 /** A message's limit key by default: an outbox delivery's inbox's origin (one remote server). */

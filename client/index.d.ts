@@ -10,7 +10,7 @@ export interface EnqueueOptions {
   /** Whose flow-control policy (orderly's LIMITS, or /limits) holds the job's start back: a
    * tenant, a remote host. At most 256 bytes. */
   limitKey?: string;
-  /** 0..43200. */
+  /** 0..86400 (Queues' longest delay). */
   delaySeconds?: number;
   /** No attempt starts later than this many seconds after submission (1..2592000, later than
    * delaySeconds): one due later is DEAD, "expired", without running. */

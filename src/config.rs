@@ -83,7 +83,7 @@ pub struct Config {
     pub max_snoozes: u32,
     /// Backoff of the first retry.
     pub backoff_base_seconds: u32,
-    /// Longest backoff, <= 43200.
+    /// Longest backoff, <= 86400 (Queues' longest delay).
     pub backoff_cap_seconds: u32,
     /// Delay before a message whose key is locked is delivered again.
     pub lock_retry_delay_seconds: u32,
@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(err.value, "lots");
         assert!(err.to_string().contains("MAX_ATTEMPTS") && err.to_string().contains("lots"));
         assert_eq!(with(&[("MAX_ATTEMPTS", "0")]).unwrap_err().reason, "too small");
-        assert_eq!(with(&[("BACKOFF_CAP_SECONDS", "43201")]).unwrap_err().var, "BACKOFF_CAP_SECONDS");
+        assert_eq!(with(&[("BACKOFF_CAP_SECONDS", "86401")]).unwrap_err().var, "BACKOFF_CAP_SECONDS");
         assert_eq!(with(&[("LEASE_SECONDS", "-3")]).unwrap_err().var, "LEASE_SECONDS");
         assert!(with(&[("BACKOFF_BASE_SECONDS", "50"), ("BACKOFF_CAP_SECONDS", "10")]).is_err());
         assert_eq!(with(&[("WEBHOOK_TIMEOUT_SECONDS", "0")]).unwrap_err().var, "WEBHOOK_TIMEOUT_SECONDS");

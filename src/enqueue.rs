@@ -26,7 +26,7 @@ pub struct Enqueue {
     pub dedupe_key: Option<String>,
     /// Whose flow-control policy holds the job's start back (a tenant, a remote host; design §20).
     pub limit_key: Option<String>,
-    /// Seconds before the job may run (0..43,200).
+    /// Seconds before the job may run (0..86,400: Queues' longest delay).
     pub delay_seconds: u32,
     /// No attempt starts later than this many seconds after submission (later than
     /// `delay_seconds`): one due later is DEAD, "expired" (design §20).

@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Longest a breaker's cool-down grows to: Queues' longest delay (12 hours).
+/// Longest a breaker's cool-down grows to: Queues' longest delay (24 hours).
 pub const MAX_COOLDOWN_MS: i64 = crate::limits::MAX_DELAY_SECONDS as i64 * 1000;
 /// A breaker's first cool-down when its policy names none.
 pub const DEFAULT_COOLDOWN_SECONDS: u32 = 30;

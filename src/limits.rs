@@ -6,8 +6,9 @@
 pub const DEFAULT_PRIORITY: u8 = 5;
 /// The least urgent priority.
 pub const MAX_PRIORITY: u8 = 9;
-/// Largest delay Cloudflare Queues accepts for `retry` and `send` (12 hours).
-pub const MAX_DELAY_SECONDS: u32 = 43_200;
+/// Largest delay Cloudflare Queues accepts for `retry` and `send`: 24 hours since 2026-02 (it was
+/// 12), as miniflare checks too (`QueueMessageDelaySchema`).
+pub const MAX_DELAY_SECONDS: u32 = 86_400;
 /// Longest run a job's own `timeout_seconds` may ask for: the most `WEBHOOK_TIMEOUT_SECONDS`
 /// allows (a job's timeout only shortens the configured run bound the lease is sized for).
 pub const MAX_TIMEOUT_SECONDS: u32 = 300;

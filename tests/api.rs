@@ -54,6 +54,19 @@ fn a_bad_var_makes_the_api_answer_500_naming_it() {
 }
 
 #[test]
+fn a_delay_may_be_a_whole_day_as_queues_allows_and_no_longer() {
+    // Cloudflare Queues takes send and retry delays up to 24 hours since 2026-02 (12 before).
+    let w = World::new();
+    let job = |delay: u32| json!({"payload": {"type": "webhook", "url": "https://x.test"}, "delay_seconds": delay});
+    let r = w.call("POST", "/jobs", Some(job(86_400)));
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(w.queue.batches.borrow()[0][0].delay_seconds, 86_400);
+    let r = w.call("POST", "/jobs", Some(job(86_401)));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.json_body()["error"].as_str().unwrap_or_default().contains("delay_seconds"), "{}", r.body);
+}
+
+#[test]
 fn a_submitted_job_is_recorded_pending_and_sent_intact() {
     let w = World::new();
     let payload = json!({"type": "webhook", "url": "https://x.test", "body": {"deep": [1, {"a": null}]}});

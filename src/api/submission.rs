@@ -274,7 +274,7 @@ mod tests {
         );
         for (job, want) in [
             (json!({}), "payload"),
-            (json!({"payload": 1, "delay_seconds": 43201}), "delay_seconds"),
+            (json!({"payload": 1, "delay_seconds": 86401}), "delay_seconds"),
             (json!({"payload": 1, "delay_seconds": -1}), "delay_seconds"),
             (json!({"payload": 1, "max_attempts": 0}), "max_attempts"),
             (json!({"payload": 1, "ordering_key": 3}), "ordering_key"),

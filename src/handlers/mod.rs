@@ -39,7 +39,7 @@ pub enum JobError {
         /// The HTTP status that said so, if any.
         http_status: Option<u16>,
     },
-    /// Not a failure: run the job again after `seconds` (1..43,200) without spending an attempt,
+    /// Not a failure: run the job again after `seconds` (1..86,400) without spending an attempt,
     /// its ordering key held meanwhile (a rate limit to wait out, a resource not ready yet). A job
     /// snoozes at most `MAX_SNOOZES` times; the next snooze is DEAD.
     #[error("snoozed for {seconds} s: {reason}")]

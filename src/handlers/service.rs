@@ -6,7 +6,7 @@
 //! "payload"}`, headers `orderly-job-id` and `orderly-attempt`, and, with `HANDLER_SECRET`, the
 //! Standard Webhooks signature headers (a handler on a public fetch handler verifies them; the
 //! key is its own, never `WEBHOOK_SECRET`'s, which every webhook receiver holds). The
-//! answer: a header `orderly-snooze: SECONDS` (1..43,200) on any answer is a snooze, and its JSON
+//! answer: a header `orderly-snooze: SECONDS` (1..86,400) on any answer is a snooze, and its JSON
 //! body `{"payload": ...}`, if given, is the payload of the job's next run (a handler's own retry
 //! state, such as Fedify's attempt count: same `type`, at most `MAX_PAYLOAD_BYTES`); 2xx is done
 //! (a JSON body is the result, else its text); 429 and 503 with `Retry-After` retry then (capped);
@@ -227,7 +227,7 @@ mod tests {
         for s in [200, 429, 503] {
             assert!(matches!(outcome(&resp(s, "", None, Some("30")), 3600), Err(JobError::Snooze { seconds: 30, .. })));
         }
-        for bad in ["0", "43201", "soon", "-5", "+30", "", "99999999999"] {
+        for bad in ["0", "86401", "soon", "-5", "+30", "", "99999999999"] {
             assert!(matches!(outcome(&resp(200, "", None, Some(bad)), 3600), Err(JobError::Retryable { .. })), "{bad}");
         }
         assert!(matches!(outcome(&resp(202, "", None, Some("30")), 3600), Err(JobError::Snooze { payload: None, .. })));

@@ -53,7 +53,7 @@ async function notify(job) {
     if (Date.now() - since > RATE_LIMIT_PATIENCE_MS) {
       return new Response(`the endpoint has answered 429 since ${new Date(since).toISOString()}: giving up`, { status: 422 });
     }
-    const wait = Math.min(Math.max(Number.parseInt(res.headers.get("retry-after") ?? "", 10) || 30, 1), 43200);
+    const wait = Math.min(Math.max(Number.parseInt(res.headers.get("retry-after") ?? "", 10) || 30, 1), 86400);
     return Response.json(
       { payload: { ...job.payload, rateLimitedSince: since } },
       { status: 202, headers: { "orderly-snooze": String(wait) } },
