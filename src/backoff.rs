@@ -12,12 +12,14 @@ pub fn backoff(attempt: u32, base: u32, cap: u32) -> u32 {
     delay.min(u64::from(cap)).min(u64::from(MAX_DELAY_SECONDS)) as u32
 }
 
-/// "Equal jitter": a delay in `[delay/2, delay]`, so retries of many jobs spread out but none
+/// "Equal jitter", in milliseconds: a delay in `[delay/2, delay]` of `delay_seconds`, exactly (a
+/// 1 s backoff waits 500 to 1,000 ms, never nothing), so retries of many jobs spread out but none
 /// comes back sooner than half its backoff. `random` is in `[0, 1)`.
-pub fn jitter(delay: u32, random: f64) -> u32 {
-    let half = delay / 2;
+pub fn jitter_ms(delay_seconds: u32, random: f64) -> i64 {
+    let full = i64::from(delay_seconds) * 1000;
+    let half = full / 2;
     let r = if random.is_finite() { random.clamp(0.0, 1.0) } else { 0.0 };
-    half + ((f64::from(delay - half)) * r).round() as u32
+    half + ((full - half) as f64 * r).round() as i64
 }
 
 #[cfg(test)]
@@ -39,15 +41,24 @@ mod tests {
     }
 
     #[test]
-    fn jitter_stays_between_half_and_whole() {
-        assert_eq!(jitter(100, 0.0), 50);
-        assert_eq!(jitter(100, 0.999_999), 100);
-        assert_eq!(jitter(101, 0.5), 76);
-        assert_eq!(jitter(0, 0.7), 0);
-        assert_eq!(jitter(10, f64::NAN), 5);
+    fn jitter_stays_between_half_and_whole_in_milliseconds() {
+        assert_eq!(jitter_ms(100, 0.0), 50_000);
+        assert_eq!(jitter_ms(100, 0.999_999), 100_000);
+        assert_eq!(jitter_ms(101, 0.5), 75_750);
+        assert_eq!(jitter_ms(0, 0.7), 0);
+        assert_eq!(jitter_ms(10, f64::NAN), 5_000);
         for i in 0..100 {
-            let d = jitter(60, f64::from(i) / 100.0);
-            assert!((30..=60).contains(&d));
+            let d = jitter_ms(60, f64::from(i) / 100.0);
+            assert!((30_000..=60_000).contains(&d));
         }
+    }
+
+    #[test]
+    fn a_one_second_backoff_never_comes_back_at_once() {
+        // Whole seconds halved by integer division made `jitter(1, r)` 0 for any r < 0.5 (issue
+        // 38): half of all first retries at BACKOFF_BASE_SECONDS = 1 went back at once.
+        assert_eq!(jitter_ms(1, 0.3), 650);
+        assert_eq!(jitter_ms(1, 0.0), 500);
+        assert_eq!(jitter_ms(5, 0.0), 2_500, "half of 5 s, not 2 s");
     }
 }

@@ -72,7 +72,7 @@ fn a_rust_producer_is_refused_what_the_api_refuses() {
     ));
     assert_eq!((status, index), (400, Some(1)));
     assert!(error.contains("unknown job type \"fax\""), "{error}");
-    let late = Enqueue { delay_seconds: 43_201, ..Enqueue::default() };
+    let late = Enqueue { delay_seconds: 86_401, ..Enqueue::default() };
     assert_eq!(refused(block_on(p.enqueue_all(vec![(webhook(1), late)]))).0, 400);
     let too_many: Vec<_> = (0..501).map(|n| (webhook(n), Enqueue::default())).collect();
     assert_eq!(refused(block_on(p.enqueue_all(too_many))).0, 413);

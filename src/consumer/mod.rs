@@ -22,7 +22,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use crate::backoff::{backoff, jitter};
+use crate::backoff::{backoff, jitter_ms};
 use crate::clock::Clock;
 use crate::config::{Config, OrderingMode, MAX_DELAY_SECONDS};
 use crate::envelope::{BodyError, Envelope, EnvelopeError, MAX_BODY_JSON_BYTES};
@@ -108,10 +108,10 @@ pub fn role_of(cfg: &Config, queue: &str) -> Option<Role> {
 /// What a failed run leads to. Pure, so it is tested on its own; `fail.sql` only applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FailureDecision {
-    /// PENDING again, delivered after `delay_seconds`.
+    /// PENDING again, due after `delay_ms` (the jittered backoff, exact to the millisecond).
     Retry {
-        /// Seconds.
-        delay_seconds: u32,
+        /// Milliseconds.
+        delay_ms: i64,
     },
     /// DEAD with this error.
     Dead(String),
@@ -147,9 +147,11 @@ pub fn decide_failure(
         }
         JobError::Retryable { retry_after, .. } => {
             let attempt = u32::try_from(attempts).unwrap_or(u32::MAX);
-            let delay = retry_after
-                .unwrap_or_else(|| jitter(backoff(attempt, cfg.backoff_base_seconds, cfg.backoff_cap_seconds), random));
-            FailureDecision::Retry { delay_seconds: delay.min(MAX_DELAY_SECONDS) }
+            let delay_ms = match retry_after {
+                Some(seconds) => i64::from(*seconds) * 1000,
+                None => jitter_ms(backoff(attempt, cfg.backoff_base_seconds, cfg.backoff_cap_seconds), random),
+            };
+            FailureDecision::Retry { delay_ms: delay_ms.min(i64::from(MAX_DELAY_SECONDS) * 1000) }
         }
     }
 }
@@ -692,8 +694,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 let dead = self.fail(job, owner, now, Status::Dead, now, &why);
                 (dead, RunEnd::Dead, Some(why), e.http_status())
             }
-            FailureDecision::Retry { delay_seconds } => {
-                let at = now + i64::from(delay_seconds) * 1000;
+            FailureDecision::Retry { delay_ms } => {
+                let at = now + delay_ms;
+                // Queues' delays are whole seconds: rounded up, so the message never comes
+                // before its job is due.
+                let delay_seconds = crate::limits::delay_until(now, Some(at));
                 let why = e.to_string();
                 let fail = self.fail(job, owner, now, Status::Pending, at, &why);
                 (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
@@ -899,18 +904,17 @@ mod tests {
     #[test]
     fn a_retryable_failure_backs_off_by_attempt() {
         let cfg = Config::default();
-        assert_eq!(decide_failure(1, 8, 0, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_seconds: 5 });
-        assert_eq!(decide_failure(3, 8, 0, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_seconds: 20 });
-        assert_eq!(decide_failure(3, 8, 0, &retry(None), &cfg, 0.0), FailureDecision::Retry { delay_seconds: 10 });
+        assert_eq!(decide_failure(1, 8, 0, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_ms: 5_000 });
+        assert_eq!(decide_failure(3, 8, 0, &retry(None), &cfg, 1.0), FailureDecision::Retry { delay_ms: 20_000 });
+        assert_eq!(decide_failure(3, 8, 0, &retry(None), &cfg, 0.0), FailureDecision::Retry { delay_ms: 10_000 });
+        let one = Config { backoff_base_seconds: 1, ..Config::default() };
+        assert_eq!(decide_failure(1, 8, 0, &retry(None), &one, 0.3), FailureDecision::Retry { delay_ms: 650 });
     }
 
     #[test]
     fn retry_after_overrides_the_backoff() {
         let cfg = Config::default();
-        assert_eq!(
-            decide_failure(1, 8, 0, &retry(Some(120)), &cfg, 0.5),
-            FailureDecision::Retry { delay_seconds: 120 }
-        );
+        assert_eq!(decide_failure(1, 8, 0, &retry(Some(120)), &cfg, 0.5), FailureDecision::Retry { delay_ms: 120_000 });
     }
 
     #[test]

@@ -561,10 +561,11 @@ pub struct SimRunner {
 /// oracle checks every delay is kept in full.
 pub const EARLY_ALLOWANCE_MS: i64 = 0;
 
-/// The shortest wait after failed attempt `attempt`: half of `base * 2^(attempt-1)` capped.
+/// The shortest wait after failed attempt `attempt`: half of `base * 2^(attempt-1)` capped, to
+/// the millisecond (equal jitter never waits less).
 fn min_backoff_ms(attempt: u32, (base, cap): (u32, u32)) -> i64 {
     let full = (i64::from(base) << attempt.saturating_sub(1).min(30)).min(i64::from(cap));
-    full / 2 * 1000
+    full * 1000 / 2
 }
 
 /// Ends a run's "in progress" mark even when the invocation dies mid-run.
