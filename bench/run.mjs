@@ -36,7 +36,7 @@ import { Miniflare } from "miniflare";
 import { copyFileSync, readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { migrate, MODULES_RULES } from "../tests/e2e/harness.mjs";
+import { migrate, MODULES_RULES, WORKER_GZIP_BUDGET, workerSize } from "../tests/e2e/harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
@@ -420,8 +420,24 @@ export function install() {
   }
 }
 
+/** The worker's size and the time V8 (workerd's engine) takes to compile its module, median of 5. */
+function startUp() {
+  const { bytes, raw, gzip } = workerSize();
+  const times = [];
+  for (let i = 0; i < 5; i++) {
+    const t0 = performance.now();
+    new WebAssembly.Module(bytes);
+    times.push(performance.now() - t0);
+  }
+  times.sort((a, b) => a - b);
+  return { raw, gzip, compileMs: times[2] };
+}
+
 async function main() {
   install();
+  const w = startUp();
+  console.log(`the worker: ${w.raw} bytes raw, ${w.gzip} bytes gzip (budget ${WORKER_GZIP_BUDGET}, ` +
+    `${((100 * w.gzip) / WORKER_GZIP_BUDGET).toFixed(0)}% of it); its module compiles in ${w.compileMs.toFixed(1)} ms (median of 5)\n`);
   console.log(`${MESSAGES} jobs per workload, median of ${RUNS} run(s), batches of ${MAX_BATCH}, max_retries ${MAX_RETRIES}, ` +
     `handler latency ${HANDLER_LATENCY_MS} ms; api = submitted through POST /jobs, direct = sent straight to the queue\n`);
   const header = ["workload", "C", "consumer", "drain ms", "deliveries/job", "inversions", "never run", "dead-lettered", "KV ops/job", "D1 trips/job", "handler runs/job", "backlog before urgent"];

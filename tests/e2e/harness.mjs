@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { gzipSync } from "node:zlib";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const TOKEN = "test-admin-token";
@@ -114,6 +115,18 @@ export async function bundleWorker(entry, outfile) {
   // Paths are relative to the working directory, through a linked build/ too (a mutation run's copy).
   const inPackage = "build/npm/node_modules/orderly-queues/";
   return Object.keys(out.metafile.inputs).filter((f) => f.includes(inPackage)).map((f) => f.split(inPackage)[1]);
+}
+
+/**
+ * The deployable worker's size budget, gzip bytes (issue 38): Cloudflare's limit is 3 MB gzip on
+ * the free plan, but start-up time grows with the module, so growth is watched, not just capped.
+ */
+export const WORKER_GZIP_BUDGET = 600_000;
+
+/** The built worker's wasm: its bytes, and its size raw and gzip (level 9, as `scripts/build.sh`). */
+export function workerSize() {
+  const bytes = readFileSync(join(root, "build/index_bg.wasm"));
+  return { bytes, raw: bytes.length, gzip: gzipSync(bytes, { level: 9 }).length };
 }
 
 /** Module rules for worker-build's output. */
