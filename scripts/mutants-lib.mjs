@@ -37,7 +37,8 @@ export function targetName(path) {
 /**
  * The root package's test targets from `cargo metadata --no-deps` (`lib` and each integration
  * test), with the table's structural tests: `structural` holds whole targets (`"house"`), `skips`
- * the names to skip inside others (`"lib::ledger::params::"` -> `ledger::params::`).
+ * the names to skip inside others (`"lib::ledger::params::"` -> `ledger::params::`); `crate` is
+ * the package's name.
  */
 export function targetsOf(metadata, table) {
   const meta = JSON.parse(metadata);
@@ -57,7 +58,7 @@ export function targetsOf(metadata, table) {
   for (const t of structural) {
     if (!targets.includes(t)) throw new Error(`the table names a structural test target ${t} that does not exist`);
   }
-  return Object.assign(targets, { structural, skips });
+  return Object.assign(targets, { structural, skips, crate: pkg.name });
 }
 
 /**
@@ -87,4 +88,12 @@ export function whyNotApplicable(m, text) {
   if (m.replace === m.find) return "its replacement is its text: it changes nothing";
   const changed = placeholderChange(m, text);
   return changed && `${changed}: the SQL parameter check would kill it whatever the behaviour tests do`;
+}
+
+/**
+ * Whether a cargo run on a mutant built the mutated crate (`Compiling <crate>`): a run that did
+ * not would judge the mutant by test binaries built for something else.
+ */
+export function rebuilt(out, crate) {
+  return new RegExp(`^\\s*Compiling ${crate.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} v`, "m").test(out);
 }

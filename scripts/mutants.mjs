@@ -25,7 +25,7 @@ import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { killersIn, targetsOf, whyNotApplicable } from "./mutants-lib.mjs";
+import { killersIn, rebuilt, targetsOf, whyNotApplicable } from "./mutants-lib.mjs";
 
 const args = process.argv.slice(2);
 const option = (name) => {
@@ -132,16 +132,23 @@ function apply(m) {
   };
 }
 
-/** The behaviour tests a cargo run saw fail that passed on the pristine copy. */
-function cargoKills(r, passedBefore, what) {
+/**
+ * The behaviour tests a cargo run saw fail that passed on the pristine copy. `built` holds the
+ * profiles already built for this mutant: the first run in each must rebuild the crate, or stale
+ * test binaries would judge the mutant.
+ */
+function cargoKills(r, passedBefore, what, built, profile = "test") {
   const { failed, crashed, compileError } = killersIn(r.out);
   if (r.timedOut) return [`${what} (timed out)`];
   if (compileError) throw new Error(`the mutant does not compile:\n${r.out.split("\n").filter((l) => /^error/.test(l)).slice(0, 5).join("\n")}`);
+  if (rebuilt(r.out, targets.crate)) built.add(profile);
+  if (!built.has(profile)) throw new Error(`${what}: cargo did not rebuild ${targets.crate}, so stale test binaries would judge the mutant`);
   return [...failed.filter((t) => passedBefore.has(t)), ...crashed.map((t) => `${t}::(the test binary died)`)];
 }
 
 /** Who kills `m`, and how it was found: its recorded killers, the whole suite, the simulation. */
 function hunt(m, passedBefore) {
+  const built = new Set();
   if (m.test) {
     // scripts/node-tests.mjs names each failed test; a command that ran no test fails too.
     const r = run(scratch, m.test, 20 * MINUTES);
@@ -158,16 +165,17 @@ function hunt(m, passedBefore) {
     // A recorded killer the pristine run did not pass (renamed, gone) is looked for again below.
     const known = names.filter((n) => passedBefore.has(`${target}::${n}`));
     if (known.length === 0 || (!targets.includes(target) && target !== sim?.target)) continue;
-    const killedBy = cargoKills(run(scratch, cargoExact(target, known), 15 * MINUTES), passedBefore, target);
+    const profile = target === sim?.target ? sim.profile : "test";
+    const killedBy = cargoKills(run(scratch, cargoExact(target, known), 15 * MINUTES), passedBefore, target, built, profile);
     if (killedBy.length) return { killedBy, how: "recorded" };
   }
-  const native = cargoKills(run(scratch, nativeCommand(false), 30 * MINUTES), passedBefore, "the native suite");
+  const native = cargoKills(run(scratch, nativeCommand(false), 30 * MINUTES), passedBefore, "the native suite", built);
   if (native.length) return { killedBy: native, how: "suite", record: true };
   if (!simCommand) return { killedBy: [], how: "suite" };
   const s = run(scratch, simCommand, 20 * MINUTES);
   const first = /failing seed\(s\):\n.*\n\s+(.+)/.exec(s.out)?.[1]?.trim();
   if (s.timedOut) return { killedBy: [`${sim.target}::${sim.test}`], how: "simulation (timed out)", record: true };
-  const killedBy = cargoKills(s, passedBefore, sim.target);
+  const killedBy = cargoKills(s, passedBefore, sim.target, built, sim.profile);
   return { killedBy, how: killedBy.length ? `simulation: ${first ?? "see its output"}` : "suite and simulation", record: true };
 }
 

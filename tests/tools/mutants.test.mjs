@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { killersIn, placeholderChange, whyNotApplicable } from "../../scripts/mutants-lib.mjs";
+import { killersIn, placeholderChange, rebuilt, whyNotApplicable } from "../../scripts/mutants-lib.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const fixture = join(root, "tests/tools/mutant-fixture");
@@ -129,4 +129,11 @@ test("the table check refuses what the runner would refuse", () => {
   assert.match(whyNotApplicable({ ...m, replace: m.find }, "LIMIT ?2"), /changes nothing/);
   assert.match(whyNotApplicable(m, undefined), /does not exist/);
   assert.equal(whyNotApplicable({ ...m, replace: "LIMIT 0 * ?2" }, "LIMIT ?2"), null);
+});
+
+test("a cargo run that did not rebuild the mutated crate is caught", () => {
+  const built = "   Compiling orderly-queues v0.1.0 (/work/x)\n    Finished `test` profile\n";
+  assert.equal(rebuilt(built, "orderly-queues"), true);
+  assert.equal(rebuilt("    Finished `test` profile\n     Running tests/api.rs\n", "orderly-queues"), false);
+  assert.equal(rebuilt("   Compiling orderly-queues-extra v0.1.0\n", "orderly-queues"), false, "another crate");
 });
