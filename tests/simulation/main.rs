@@ -72,9 +72,11 @@ pub struct Setup {
     pub max_retries: u32,
 }
 
-/// The simulation's `LIMITS`: a concurrency limit, a throttle with a burst, and a breaker that
-/// trips with a concurrency of one (`host-2` and every other host).
-pub const LIMITS: &str = r#"{"host-0": {"concurrency": 2}, "host-1": {"rate": 2, "per_seconds": 1, "burst": 2},
+/// The simulation's `LIMITS`: a concurrency limit, a throttle with a burst beside a concurrency,
+/// and a breaker beside a concurrency of one (`host-2` and every other host), as users combine
+/// them (the README's example policy for a Fedify app's hosts is the last).
+pub const LIMITS: &str = r#"{"host-0": {"concurrency": 2},
+    "host-1": {"rate": 2, "per_seconds": 1, "burst": 2, "concurrency": 2},
     "host-*": {"concurrency": 1, "trip_after": 3, "cooldown_seconds": 5}}"#;
 /// When the operator pauses `host-0`, and resumes it (ms after the start).
 const PAUSE_FROM_MS: i64 = 4_000;
