@@ -1077,6 +1077,46 @@ fn a_throttled_job_waits_for_its_start_without_spending_an_attempt() {
     assert_eq!(w.runs(), vec!["a", "b"]);
 }
 
+/// The ledger over SQLite, its answers to a limit key's ask arriving `late_ms` after the ask
+/// applied (a slow round trip): the clock moves on meanwhile.
+struct SlowAsks<'a> {
+    db: &'a Sqlite,
+    clock: &'a ManualClock,
+    late_ms: i64,
+}
+
+impl Sql for SlowAsks<'_> {
+    async fn batch(
+        &self,
+        stmts: Vec<orderly::ledger::Stmt>,
+    ) -> Result<Vec<Vec<orderly::ledger::Row>>, orderly::error::InfraError> {
+        let ask = stmts.iter().any(|s| s.sql.contains("INSERT INTO limit_permit (limit_key, job_id, until)\nSELECT"));
+        let out = self.db.batch(stmts).await;
+        if ask {
+            self.clock.advance_ms(self.late_ms);
+        }
+        out
+    }
+}
+
+#[test]
+fn a_start_granted_too_long_ago_is_not_used_and_its_permit_goes_back() {
+    // The answer to a throttled key's ask arrives 5 s late, past the one interval (1 s) a grant is
+    // good for: starting now would bunch starts up past the rate. The job goes back unrun, its
+    // attempt kept, and the permit it was granted is freed.
+    let w = with_limits(r#"{"host": {"rate": 1, "per_seconds": 1}}"#);
+    let slow = SlowAsks { db: &w.db, clock: &w.clock, late_ms: 5_000 };
+    let consumer = Consumer::new(&w.cfg, &w.kv, &slow, &w.script, &*w.clock, &w.queue, "inv".to_string());
+    let out = block_on(consumer.process(Role::Main, &[limited("a", T0, None, "host", ok())]));
+    assert_eq!(out, vec![Outcome::Defer { delay_seconds: 1 }], "handed back, to ask again");
+    assert!(w.runs().is_empty(), "a stale grant started nothing: {:?}", w.runs());
+    let a = w.job("a");
+    assert_eq!((a.status, a.attempts), (Status::Pending, 0));
+    let ledger = orderly::ledger::Ledger::new(&w.db);
+    let state = block_on(ledger.limit_state("host", w.clock.now_ms())).unwrap().unwrap();
+    assert_eq!(state.running, 0, "the stale grant's permit is freed");
+}
+
 #[test]
 fn a_throttled_job_holds_its_ordering_key_so_nothing_behind_it_overtakes() {
     let w = with_limits(r#"{"host": {"rate": 1, "per_seconds": 10}}"#);
