@@ -349,21 +349,28 @@ fn a_waiting_message_is_sent_again_not_retried() {
     let w = World::new();
     w.raw.set(true);
     let sent_at = T0 - RESEND_WAITING_AFTER_MS - 1;
-    let a = keyed("a", sent_at, "k", json!({"type": "t", "snooze": 1}));
-    let b = keyed("b", sent_at + 1, "k", ok());
-    // Every retry() spends one of Queues' max_retries deliveries: a snooze and the job waiting
+    let a = keyed("a", sent_at - 2, "k", json!({"type": "t", "snooze": 1}));
+    let b = keyed("b", sent_at - 1, "k", ok());
+    let b2 = keyed("b2", sent_at, "k", ok());
+    // Every retry() spends one of Queues' max_retries deliveries: a snooze and the jobs waiting
     // behind it, once their messages are a minute old, are acked and come back as new messages.
-    assert_eq!(w.run(&[a.clone(), b.clone()]), vec![Outcome::Ack, Outcome::Ack]);
+    assert_eq!(w.run(&[a.clone(), b.clone(), b2.clone()]), vec![Outcome::Ack; 3]);
     let sent = w.queue.sent_with_delay();
     let seen: Vec<_> =
         sent.iter().map(|(e, d)| (e.meta.id.clone(), e.meta.queued_at, e.ordering_key.clone(), *d)).collect();
     let k = Some("k".to_string());
     assert_eq!(
         seen,
-        vec![(Some("a".into()), Some(sent_at), k.clone(), 30), (Some("b".into()), Some(sent_at + 1), k, 30)]
+        vec![
+            (Some("a".into()), Some(sent_at - 2), k.clone(), 30),
+            (Some("b".into()), Some(sent_at - 1), k.clone(), 30),
+            (Some("b2".into()), Some(sent_at), k, 30)
+        ]
     );
     assert_eq!((w.job("a").attempts, w.job("b").attempts), (0, 0));
-    // Delivered again (new messages, new ids, one send time, any order): the key's order holds.
+    // Delivered again (new messages, new ids, one send time, any order): the key's order holds,
+    // the key's holder first and the jobs behind it by when they were first sent (the new
+    // messages' own send time is the same for all).
     w.clock.advance_ms(30_000);
     let again: Vec<Incoming> = w.queue.batches.borrow()[0]
         .iter()
@@ -371,8 +378,8 @@ fn a_waiting_message_is_sent_again_not_retried() {
         .enumerate()
         .map(|(n, m)| msg(&format!("new-{n}"), T0 + 30_000, serde_json::from_str(m.json()).unwrap()))
         .collect();
-    assert_eq!(w.run(&again), vec![Outcome::Ack, Outcome::Ack], "{:?} {:?}", w.runs(), w.log.borrow());
-    assert_eq!(w.runs(), vec!["a", "a", "b"]);
+    assert_eq!(w.run(&again), vec![Outcome::Ack; 3], "{:?} {:?}", w.runs(), w.log.borrow());
+    assert_eq!(w.runs(), vec!["a", "a", "b", "b2"]);
     assert_eq!((w.job("a").status, w.job("b").status), (Status::Done, Status::Done));
     // A younger message is retried (a re-send costs more), and so is one the queue cannot take.
     let young = keyed("y", T0 + 30_000 - RESEND_WAITING_AFTER_MS + 1_000, "k3", json!({"type": "t", "snooze": 1}));

@@ -897,6 +897,22 @@ use crate::limits::delay_until as until;
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_lease_no_renewal_confirmed_for_longer_than_a_run_may_take_is_taken_for_lost() {
+        // The simulation over shards once found a group run a job while another group's renewal,
+        // which would have found its lease lost, was still in flight.
+        let leases = Leases::new(1_000, std::iter::empty::<&Job>());
+        assert!(!leases.lost("a", 6_000, 5_000), "confirmed by the claim, within a run's time");
+        assert!(leases.lost("a", 6_001, 5_000), "no renewal answered since: it may not cover a run");
+        // A renewal answers: the leases it found are confirmed from then on, the others lost.
+        *leases.held.borrow_mut() = Some(HashSet::from(["a".to_string()]));
+        leases.confirmed_at.set(6_001);
+        assert!(!leases.lost("a", 6_002, 5_000));
+        assert!(leases.lost("b", 6_002, 5_000), "a job the renewal did not find");
+        leases.claimed(std::iter::empty::<&Job>());
+        assert!(leases.lost("a", 11_002, 5_000), "unconfirmed again past a run's time");
+    }
+
     fn retry(after: Option<u32>) -> JobError {
         JobError::Retryable { reason: "HTTP 503".into(), retry_after: after, http_status: Some(503) }
     }
