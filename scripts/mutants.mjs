@@ -61,7 +61,10 @@ function copyProject(to) {
   rmSync(to, { recursive: true, force: true });
   mkdirSync(to, { recursive: true });
   for (const f of readdirSync(root)) {
-    if (!SKIPPED.has(f)) cpSync(join(root, f), join(to, f), { recursive: true, preserveTimestamps: true });
+    // New times on purpose: the pristine copy and the scratch copy share one target directory (and
+    // cargo gives their crates the same artifacts), so a file copied with its old time would
+    // look older than the last mutant's build and cargo would not rebuild it.
+    if (!SKIPPED.has(f)) cpSync(join(root, f), join(to, f), { recursive: true });
   }
   for (const f of LINKED) if (existsSync(join(root, f))) symlinkSync(join(root, f), join(to, f));
 }
@@ -95,6 +98,7 @@ function baseline() {
   console.error("baseline: the native suite on the pristine copy");
   const native = run(pristine, nativeCommand(true), 60 * MINUTES);
   const { passed, failed, compileError } = killersIn(native.out);
+  if (!rebuilt(native.out, targets.crate)) throw new Error(`cargo did not rebuild ${targets.crate} for the pristine copy`);
   if (native.status !== 0 || compileError) {
     throw new Error(`the pristine copy is red (${failed.join(", ") || "see its output"}):\n${native.out.split("\n").slice(-30).join("\n")}`);
   }
