@@ -5,8 +5,8 @@
 //
 // How a run goes:
 //   1. The baseline, on a pristine copy: the whole native suite once, its structural tests
-//      included (the table's own consistency, the SQL parameter check, the house rules: they
-//      check the code's text, so a mutant would fail them whatever its behaviour), then the
+//      included (the table's `structural`: the house rules and the SQL parameter check read the
+//      code's text, so a mutant would fail them whatever its behaviour), then the
 //      simulation's fixed seeds, then each node `test` command of the table. Anything red there
 //      ends the run: a killer is a test that passed on the pristine copy and fails on a mutant.
 //   2. Each mutant: its recorded `killers` first, target by target, stopping at the first that
@@ -98,10 +98,10 @@ function baseline() {
   console.error("baseline: the native suite on the pristine copy");
   const native = run(pristine, nativeCommand(true), 60 * MINUTES);
   const { passed, failed, compileError } = killersIn(native.out);
-  if (!rebuilt(native.out, targets.crate)) throw new Error(`cargo did not rebuild ${targets.crate} for the pristine copy`);
   if (native.status !== 0 || compileError) {
     throw new Error(`the pristine copy is red (${failed.join(", ") || "see its output"}):\n${native.out.split("\n").slice(-30).join("\n")}`);
   }
+  if (!rebuilt(native.out, targets.crate)) throw new Error(`cargo did not rebuild ${targets.crate} for the pristine copy`);
   if (simCommand) {
     console.error("baseline: the simulation's fixed seeds");
     const s = run(pristine, simCommand, 30 * MINUTES);
