@@ -280,8 +280,11 @@ pub struct PauseWindow {
     /// When the resume was asked.
     pub until: Option<i64>,
     /// The jobs with a message in the queue (waiting, or in an invocation's hands) when the
-    /// resume was asked: lock mode lets these run before the jobs the pause held (design §20.11).
+    /// resume had taken effect, the resume's own re-sends aside: lock mode lets these run before
+    /// the jobs the pause held (design §20.11).
     pub queued_at_resume: BTreeSet<String>,
+    /// The jobs whose message was acked unrun (held by the pause): never among those above.
+    pub held: BTreeSet<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -413,10 +416,13 @@ impl Broker {
             duplicates: 0,
         }
     }
-    pub fn send(&mut self, body: Value, now: i64, delay_ms: i64) {
+    /// Sends a message; its id.
+    pub fn send(&mut self, body: Value, now: i64, delay_ms: i64) -> String {
         self.next += 1;
         let id = format!("msg-{}", self.next);
-        self.pending.push(Msg { id, body, timestamp: now, attempts: 1, visible_at: now + delay_ms, order: self.next });
+        let m = Msg { id: id.clone(), body, timestamp: now, attempts: 1, visible_at: now + delay_ms, order: self.next };
+        self.pending.push(m);
+        id
     }
     fn requeue(&mut self, mut m: Msg, visible_at: i64) {
         m.attempts += 1;
@@ -502,13 +508,18 @@ impl Broker {
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty() && self.inflight.is_empty() && self.dead_letters.is_empty()
     }
-    /// The jobs with a message in the queue: waiting (for delivery, a retry or the dead-letter
-    /// queue) or in an invocation's hands.
-    pub fn queued_jobs(&self) -> BTreeSet<String> {
+    /// The jobs with a message in the queue (waiting for delivery, a retry or the dead-letter
+    /// queue, or in an invocation's hands), but for the messages `except` names.
+    pub fn queued_jobs(&self, except: &BTreeSet<String>) -> BTreeSet<String> {
         let inflight = self.inflight.values().flatten();
         let all = self.pending.iter().chain(inflight).chain(&self.dead_letters);
-        all.filter_map(|m| m.body.get(orderly::envelope::JOB_FIELD)?.get("id")?.as_str().map(str::to_string)).collect()
+        all.filter(|m| !except.contains(&m.id)).filter_map(|m| job_of(&m.body)).collect()
     }
+}
+
+/// The job a message names (`__orderly_job__.id`).
+fn job_of(body: &Value) -> Option<String> {
+    body.get(orderly::envelope::JOB_FIELD)?.get("id")?.as_str().map(str::to_string)
 }
 
 /// The queue producer binding (the worker's wake-ups and re-sends, the API's sends).
@@ -517,6 +528,8 @@ pub struct SimQueue {
     pub sched: Rc<Sched>,
     pub faults: Faults,
     pub obs: Obs,
+    /// When set, the messages this sender sent, by id (an operator's resume: its re-sends).
+    pub sent: Option<Shared<BTreeSet<String>>>,
 }
 
 impl QueueSender for SimQueue {
@@ -530,7 +543,10 @@ impl QueueSender for SimQueue {
         let mut b = self.broker.borrow_mut();
         for m in msgs {
             let body: Value = serde_json::from_str(m.json()).map_err(|e| InfraError::new("Queue", e.to_string()))?;
-            b.send(body, now, i64::from(m.delay_seconds) * 1000);
+            let id = b.send(body, now, i64::from(m.delay_seconds) * 1000);
+            if let Some(sent) = &self.sent {
+                sent.borrow_mut().insert(id);
+            }
         }
         Ok(())
     }
