@@ -66,6 +66,9 @@ if (files.length > 0) {
     }
   });
   stream.on("test:fail", (d) => {
+    // A suite fails with its failing test, counted on its own; a file that fails to load
+    // fails as the file's own entry.
+    if (d.details?.type === "suite") return;
     failed++;
     if (counted(d)) ran.set(d.file, (ran.get(d.file) ?? 0) + 1);
     failedNames.push(d.name);

@@ -63,3 +63,10 @@ test("each failed test is named for the mutation runner", () => {
   const r = runner(`${fixtures}/red.fixture.mjs`);
   assert.match(r.out, /^node-tests: failed: red$/m);
 });
+
+test("a file that fails as it loads fails the run, named as the file", () => {
+  const r = runner(`${fixtures}/broken.fixture.mjs`);
+  assert.equal(r.status, 1, r.out);
+  assert.match(r.out, /0 test\(s\), 1 failed/);
+  assert.match(r.out, /^node-tests: failed: .*broken\.fixture\.mjs$/m);
+});
