@@ -78,17 +78,18 @@ function run(cwd, cmd, timeout) {
 const quote = (a) => `'${a.replace(/'/g, "'\\''")}'`;
 const targets = targetsOf(run(root, "cargo metadata --no-deps --format-version 1 --locked").out, table);
 const sim = table.simulation; // {"target", "test", "profile"}, or none
+/** Cargo's option that selects one test target. */
+const selector = (target) => (target === "lib" ? "--lib" : `--test ${quote(target)}`);
 /** The cargo command for `tests` (target::name) of one target, exact names. */
 function cargoExact(target, names) {
   const profile = sim && target === sim.target ? ` --profile ${sim.profile}` : "";
-  const which = target === "lib" ? "--lib" : `--test ${quote(target)}`;
-  return `cargo test --locked${profile} ${which} -- --exact ${names.map(quote).join(" ")}`;
+  return `cargo test --locked${profile} ${selector(target)} -- --exact ${names.map(quote).join(" ")}`;
 }
 /** The native suite: every test target but the simulation; without the structural tests unless `all`. */
 function nativeCommand(all) {
   const chosen = targets.filter((t) => t !== sim?.target && (all || !targets.structural.has(t)));
   const skips = all ? [] : targets.skips.flatMap((s) => ["--skip", quote(s)]);
-  const sel = chosen.map((t) => (t === "lib" ? "--lib" : `--test ${quote(t)}`)).join(" ");
+  const sel = chosen.map(selector).join(" ");
   return `cargo test --locked ${all ? "--no-fail-fast " : ""}${sel} -- ${skips.join(" ")}`;
 }
 const simCommand = sim && cargoExact(sim.target, [sim.test]);
