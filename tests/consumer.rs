@@ -1324,19 +1324,20 @@ fn a_run_that_outlasts_its_timeout_is_stopped_and_retried() {
 }
 
 #[test]
-fn a_throttled_job_comes_back_before_its_booked_start_and_waits_for_it_in_the_invocation() {
-    // One start per 1.5 s.
-    let w = with_limits(r#"{"host": {"rate": 2, "per_seconds": 3}}"#);
+fn a_throttled_job_comes_back_a_batch_wait_before_its_booked_start_and_waits_for_it_in_the_invocation() {
+    // One start per 3 s.
+    let w = with_limits(r#"{"host": {"rate": 1, "per_seconds": 3}}"#);
     w.timer.set(true);
     let [a, b, c] = ["a", "b", "c"].map(|id| limited(id, T0, None, "host", ok()));
-    // a starts now; b and c are booked the next two starts (T0 + 1.5 s, T0 + 3 s), and their
-    // messages come back in whole seconds rounded down: early, never late.
+    // a starts now; b and c are booked the next two starts (T0 + 3 s, T0 + 6 s). Their messages
+    // come back a batch wait (1 s) before them, in whole seconds rounded down: so at one
+    // invocation at a time, their batch is out while the one before still waits for its start.
     let out = w.run(&[a, b.clone(), c]);
-    assert_eq!(out, vec![Outcome::Ack, Outcome::Defer { delay_seconds: 1 }, Outcome::Defer { delay_seconds: 3 }]);
-    assert_eq!((w.job("b").attempts, w.job("b").next_run_at), (0, T0 + 1_000));
-    w.clock.advance_ms(1_000);
-    // Back 0.5 s early: granted, and this invocation waits until its start.
+    assert_eq!(out, vec![Outcome::Ack, Outcome::Defer { delay_seconds: 2 }, Outcome::Defer { delay_seconds: 5 }]);
+    assert_eq!((w.job("b").attempts, w.job("b").next_run_at), (0, T0 + 2_000));
+    w.clock.advance_ms(2_000);
+    // Back 1 s early: granted, and this invocation waits until its start.
     assert_eq!(w.run(&[b]), vec![Outcome::Ack]);
     assert_eq!(w.runs(), vec!["a", "b"]);
-    assert_eq!(w.clock.now_ms(), T0 + 1_500, "b waited for its start");
+    assert_eq!(w.clock.now_ms(), T0 + 3_000, "b waited for its start");
 }

@@ -128,6 +128,22 @@ fn a_second_run_of_a_job_never_takes_over_a_permit_its_first_run_still_holds() {
 }
 
 #[test]
+fn a_job_whose_earlier_permit_lapsed_is_handed_a_slot_it_may_take() {
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(1), ..Policy::default() });
+    // a's first run took a permit and never freed it (its invocation died): it lapses.
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    let later = T0 + LEASE_MS + 1;
+    assert_eq!(k.ask("b", later), Permit::Granted, "a's permit has lapsed");
+    // a's message comes back while b runs: a parks, and b's end hands it the slot. The hand-off
+    // takes the place of a's lapsed permit, and is a hand-off still: a's ask is granted, not
+    // refused by its own slot (which held the key until the hand-off lapsed).
+    assert_eq!(k.ask("a", later + 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.done("b", later + 10), vec!["a"]);
+    assert_eq!(k.ask("a", later + 20), Permit::Granted);
+}
+
+#[test]
 fn a_slot_handed_to_a_woken_job_that_never_comes_is_free_again_after_the_hold() {
     let db = Sqlite::memory();
     let k = keyed(&db, Policy { concurrency: Some(1), ..Policy::default() });

@@ -30,10 +30,17 @@ const DOWN_DELAY_SECONDS: u32 = super::INFRA_RETRY_DELAY_SECONDS;
 /// only up to the starts this much allows (design §20).
 pub const GRANT_FRESH_MS: i64 = 250;
 
-/// How far ahead a throttle may grant a start that the invocation then waits for: a throttle
-/// faster than Queues' whole-second delays still runs at its rate, and a job refused comes back
-/// up to this much before the start booked for it (never after it) and waits the rest.
-pub const PACE_MS: i64 = 1_000;
+/// The queue's batch wait a throttled job's message is sent back ahead of (wrangler.toml's
+/// `max_batch_timeout = 1`): a message visible again waits up to this long for its batch, so it
+/// is put off until this much before its booked start, and its batch still arrives in time.
+pub const BATCH_WAIT_MS: i64 = 1_000;
+
+/// How far ahead a throttle may grant a start that the invocation then waits for: the batch wait
+/// and the second Queues' whole-second delays round off. So a throttle runs at its rate though
+/// delays are whole seconds, and at one invocation at a time as at many: a job refused comes back
+/// within this much before the start booked for it (never after it) and waits the rest, and its
+/// invocation is delivered while the one before it still waits for its own last start.
+pub const PACE_MS: i64 = BATCH_WAIT_MS + 1_000;
 
 /// What a job's limit key said before its run.
 pub(super) enum Gate {
@@ -121,11 +128,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             Gate::Shut(why) => {
                 let at = why.retry_at(now);
-                // A throttled job comes back up to PACE_MS before its booked start and waits the
-                // rest here (whole seconds rounded down); without a timer, at its start or after.
+                // A throttled job comes back a batch wait and up to one second more before its
+                // booked start (PACE_MS) and waits the rest here; without a timer, at its start or
+                // after.
                 let paced = matches!(why, Refusal::Throttled { .. }) && self.sleep.is_some();
                 let delay_seconds = if paced {
-                    u32::try_from(((at - now) / 1000).max(1)).unwrap_or(u32::MAX).min(crate::config::MAX_DELAY_SECONDS)
+                    u32::try_from(((at - now - BATCH_WAIT_MS) / 1000).max(1))
+                        .unwrap_or(u32::MAX)
+                        .min(crate::config::MAX_DELAY_SECONDS)
                 } else {
                     delay_until(now, Some(at))
                 };

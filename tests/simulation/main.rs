@@ -12,6 +12,7 @@
 
 mod exec;
 mod order;
+mod permits;
 #[path = "../support/mod.rs"]
 mod support;
 mod world;
@@ -724,6 +725,7 @@ impl Sim {
         let mut steps = 0u64;
         let mut crashes = 0u64;
         let mut violations = Vec::new();
+        let mut permits = permits::Owners::default();
         loop {
             let now = self.sched.now();
             // Queues hands out batches while invocation slots are free.
@@ -810,8 +812,32 @@ impl Sim {
                     continue;
                 }
             }
+            let by = match tasks[pick].tag {
+                Tag::Invocation(n) | Tag::DeadLetter(n) => Some(format!("inv-{n}")),
+                Tag::Background => None,
+            };
             if poll_once(&self.sched, &mut tasks[pick]) {
                 tasks.swap_remove(pick);
+            }
+            if self.setup.limit_keys > 0 {
+                let alive: BTreeSet<String> = tasks
+                    .iter()
+                    .filter_map(|t| match t.tag {
+                        Tag::Invocation(n) | Tag::DeadLetter(n) => Some(format!("inv-{n}")),
+                        Tag::Background => None,
+                    })
+                    .collect();
+                let o = self.obs.borrow();
+                let excused: BTreeSet<String> =
+                    o.crashed.iter().chain(&o.stalled).chain(&o.d1_faulted).cloned().collect();
+                drop(o);
+                let found = permits.step(&self.dbs, self.sched.now(), by.as_deref(), &alive, &excused);
+                if let Some(first) = found.into_iter().next() {
+                    // One is enough: the same permit would be reported at every later step.
+                    if !violations.contains(&first) {
+                        violations.push(first);
+                    }
+                }
             }
         }
         drop(tasks);

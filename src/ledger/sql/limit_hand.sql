@@ -7,7 +7,10 @@
 -- went to the back of the line: the line rotated and every wake-up was a wasted delivery. Only
 -- slots really free are handed (a run whose permit had lapsed frees none), so a hand-off never
 -- takes the key past its concurrency; one whose job never comes lapses at ?4. limit_wake.sql then
--- takes the jobs handed a slot out of the line. None while the key is paused.
+-- takes the jobs handed a slot out of the line. None while the key is paused. A hand-off replaces a
+-- lapsed permit of the job's earlier run and is a hand-off still (handed = 1): left a permit, it
+-- was a slot nobody ran in, its job not woken, the key held until it lapsed (the simulation's
+-- permit check found it).
 -- params: ?1 limit_key, ?2 limit, ?3 now, ?4 until, ?5 concurrency
 INSERT INTO limit_permit (limit_key, job_id, until, handed)
 SELECT ?1, line.job_id, ?4, 1
@@ -20,5 +23,5 @@ FROM (SELECT job_id, row_number() OVER (ORDER BY since, job_id) AS place
 WHERE s.paused = 0
   AND (s.cc IS NULL
        OR line.place <= s.cc - (SELECT count(*) FROM limit_permit AS lp WHERE lp.limit_key = ?1 AND lp.until > ?3))
-ON CONFLICT (limit_key, job_id) DO UPDATE SET until = excluded.until
+ON CONFLICT (limit_key, job_id) DO UPDATE SET until = excluded.until, handed = 1
 WHERE limit_permit.handed = 1 OR limit_permit.until <= ?3
