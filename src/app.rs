@@ -145,10 +145,12 @@ impl JobTypes for Bound<'_> {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// The deployable worker's job types without handlers of its own: `webhook` and the service
 /// handlers of `SERVICE_HANDLERS`.
 pub struct BuiltIn;
 
+#[cfg(any(test, feature = "testing"))]
 impl JobTypes for BuiltIn {
     fn check(&self, payload: &Value, cfg: &Config) -> Result<(), JobError> {
         handlers::check(payload, cfg)

@@ -1,5 +1,6 @@
 //! Time as a parameter: logic asks a [`Clock`] instead of reading the system time, so tests set it.
 
+#[cfg(any(test, feature = "testing"))]
 use std::cell::Cell;
 
 /// Milliseconds since the Unix epoch.
@@ -9,9 +10,11 @@ pub trait Clock {
 }
 
 /// A clock that moves only when told: for tests and fakes.
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug, Default)]
 pub struct ManualClock(Cell<i64>);
 
+#[cfg(any(test, feature = "testing"))]
 impl ManualClock {
     /// A clock reading `now_ms`.
     pub fn new(now_ms: i64) -> Self {
@@ -23,6 +26,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.0.get()

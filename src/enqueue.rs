@@ -131,6 +131,7 @@ impl<'a, S: Sql, Q: QueueSender, C: Clock> Producer<'a, S, Q, C> {
         Producer { api, cfg }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Enqueues one job. A payload that is recorded but could not be sent yet (a queue outage)
     /// is `Ok`: maintenance sends it.
     pub async fn enqueue(&self, payload: impl Serialize, options: &Enqueue) -> Result<Submitted, EnqueueError> {

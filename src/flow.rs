@@ -237,17 +237,6 @@ impl Refusal {
             _ => now + i64::from(PARKED_RECHECK_SECONDS) * 1000,
         }
     }
-
-    /// What the job's history says.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Refusal::Paused => "its limit key is paused",
-            Refusal::Full => "its limit key runs as many jobs as it allows",
-            Refusal::Open { .. } => "its limit key's circuit breaker is open",
-            Refusal::Probing => "its limit key's circuit breaker lets one probe through first",
-            Refusal::Throttled { .. } => "its limit key's throttle",
-        }
-    }
 }
 
 /// How a run ended, for the breaker.
@@ -264,6 +253,7 @@ pub enum RunVerdict {
     Neither,
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// A breaker's cool-down after its `opens`-th opening (0 the first): `base` doubled each time,
 /// capped at [`MAX_COOLDOWN_MS`], never shorter than what the remote asked (`Retry-After`). The
 /// ledger's `limit_release.sql` computes the same; `a_cooldown_doubles_and_honours_retry_after`

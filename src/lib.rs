@@ -73,49 +73,33 @@
 //! Everything but `edge.rs`, `entry.rs`, `ledger/d1.rs` and `ledger/durable.rs` builds and is
 //! tested natively.
 
-// The library's API is what the crate root re-exports below. The modules are public for the
-// project's own integration tests and simulation (which drive the consumer, the ledger and the
-// API through their ports), not as an API: hidden from the docs.
+// The library's API is what the crate root re-exports below, and `testkit`. The other modules
+// are the crate's own; the project's integration tests and simulation (which drive the consumer,
+// the ledger and the API through their ports) reach them through the `testing` feature, hidden
+// from the docs. Without it they are `pub(crate)`, so the compiler flags what nothing uses.
+// Natively, without `testing`, nothing calls the library: its entry points are wasm only
+// (`entry.rs`). Dead code is found where the worker runs: `cargo clippy --target
+// wasm32-unknown-unknown` (`npm test`, scripts/lint.sh).
+#![cfg_attr(not(any(target_arch = "wasm32", feature = "testing")), allow(dead_code, unused_imports))]
+
+macro_rules! internal {
+    ($($name:ident),* $(,)?) => {$(
+        #[cfg(feature = "testing")]
+        #[doc(hidden)]
+        pub mod $name;
+        #[cfg(not(feature = "testing"))]
+        pub(crate) mod $name;
+    )*};
+}
+
+internal!(api, app, backoff, batch, clock, config, consumer, enqueue, envelope, error, flow, handlers, ledger, limits, lock, log, maintenance, panics, producer, seal);
+
+/// What `ledger_object!` expands to in your worker; not an API.
 #[doc(hidden)]
-pub mod api;
-#[doc(hidden)]
-pub mod app;
-#[doc(hidden)]
-pub mod backoff;
-#[doc(hidden)]
-pub mod batch;
-#[doc(hidden)]
-pub mod clock;
-#[doc(hidden)]
-pub mod config;
-#[doc(hidden)]
-pub mod consumer;
-#[doc(hidden)]
-pub mod enqueue;
-#[doc(hidden)]
-pub mod envelope;
-#[doc(hidden)]
-pub mod error;
-#[doc(hidden)]
-pub mod flow;
-#[doc(hidden)]
-pub mod handlers;
-#[doc(hidden)]
-pub mod ledger;
-#[doc(hidden)]
-pub mod limits;
-#[doc(hidden)]
-pub mod lock;
-#[doc(hidden)]
-pub mod log;
-#[doc(hidden)]
-pub mod maintenance;
-#[doc(hidden)]
-pub mod panics;
-#[doc(hidden)]
-pub mod producer;
-#[doc(hidden)]
-pub mod seal;
+#[cfg(target_arch = "wasm32")]
+pub mod __private {
+    pub use crate::ledger::durable::ShardObject;
+}
 
 #[doc(hidden)]
 #[cfg(target_arch = "wasm32")]

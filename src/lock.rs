@@ -6,10 +6,14 @@
 //! unconditionally). Strict ordering under concurrent consumers belongs to the ledger (design §3b).
 //! Must not: decide ack/retry (the consumer does), or touch D1.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
+#[cfg(any(test, feature = "testing"))]
+use std::{
+    cell::{Cell, RefCell},
+    collections::HashMap,
+};
 
+#[cfg(any(test, feature = "testing"))]
 use crate::clock::Clock;
 use crate::error::InfraError;
 
@@ -138,6 +142,7 @@ pub async fn hold<K: Kv>(kv: &K, key: &str, job_id: &str, ttl_seconds: u32) -> R
     kv.put(key, &owner_token(job_id), ttl_seconds).await
 }
 
+#[cfg(any(test, feature = "testing"))]
 /// An in-memory KV with real expiry, for tests and the benchmark's model. Counts operations and
 /// can be switched into an outage.
 pub struct MemoryKv<C: Clock> {
@@ -149,6 +154,7 @@ pub struct MemoryKv<C: Clock> {
     pub down: Cell<bool>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl<C: Clock> MemoryKv<C> {
     /// An empty store on `clock`.
     pub fn new(clock: C) -> Self {
@@ -170,6 +176,7 @@ impl<C: Clock> MemoryKv<C> {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl<C: Clock> Kv for MemoryKv<C> {
     async fn get(&self, key: &str) -> Result<Option<String>, InfraError> {
         let now = self.op()?;

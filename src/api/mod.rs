@@ -25,6 +25,7 @@ use crate::config::{Config, ConfigError};
 use crate::ledger::{Cancel, Job, Ledger, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
 use crate::producer::{self, QueueSender};
 use crate::seal::Sealer;
+#[cfg(any(test, feature = "testing"))]
 pub use submission::BadInput;
 use submission::{parse_dead_filter, parse_job, Parsed};
 
@@ -366,6 +367,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Answers one request. Never fails: errors are responses.
     pub async fn handle(&self, req: &ApiRequest) -> ApiResponse {
         match self.gate(&req.method, &req.path, req.authorization.as_deref()) {

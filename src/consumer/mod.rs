@@ -14,7 +14,9 @@ mod gate;
 mod locked;
 mod strict;
 
+#[cfg(any(test, feature = "testing"))]
 pub use locked::RESEND_WAITING_AFTER_MS;
+#[cfg(any(test, feature = "testing"))]
 pub use strict::{CHAIN_CHUNK, FIRST_CHUNK};
 
 use std::cell::{Cell, RefCell};

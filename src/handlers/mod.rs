@@ -236,8 +236,10 @@ pub trait JobHandler {
 macro_rules! job_types {
     ($($handler:ty),+ $(,)?) => {
         /// Every job type with a handler.
+        #[cfg(any(test, feature = "testing"))]
         pub const TYPES: &[&str] = &[$(<$handler as JobHandler>::TYPE),+];
 
+        #[cfg(any(test, feature = "testing"))]
         fn check_type(job_type: &str, payload: &Value, cfg: &Config) -> Option<Result<(), JobError>> {
             $(if job_type == <$handler as JobHandler>::TYPE {
                 return Some(<$handler as JobHandler>::check(payload, cfg));
@@ -258,6 +260,7 @@ pub fn job_type(payload: &Value) -> Result<&str, JobError> {
         .ok_or_else(|| JobError::permanent("payload has no \"type\" string, so no handler can run it"))
 }
 
+#[cfg(any(test, feature = "testing"))]
 fn unknown<'a>(job_type: &str, services: impl Iterator<Item = &'a str>) -> JobError {
     let known: Vec<&str> = TYPES.iter().copied().chain(services).collect();
     JobError::permanent(format!("unknown job type {job_type:?} (known: {})", known.join(", ")))
@@ -265,6 +268,7 @@ fn unknown<'a>(job_type: &str, services: impl Iterator<Item = &'a str>) -> JobEr
 
 /// Whether a payload names a known job type (built in, or a service handler's) and, for a
 /// built-in type, whether its handler accepts it.
+#[cfg(any(test, feature = "testing"))]
 pub fn check(payload: &Value, cfg: &Config) -> Result<(), JobError> {
     let t = job_type(payload)?;
     if cfg.service_handlers.iter().any(|(ty, _)| ty == t) {

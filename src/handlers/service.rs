@@ -21,6 +21,7 @@ use crate::clock::Clock;
 use crate::config::MAX_DELAY_SECONDS;
 use crate::producer::MAX_PAYLOAD_BYTES;
 
+#[cfg(any(test, feature = "testing"))]
 /// The path a service handler is called at.
 pub const RUN_PATH: &str = "/orderly/run";
 /// The URL the request is made to; a service binding ignores its host.

@@ -228,12 +228,12 @@ macro_rules! ledger_object {
             /// orderly's ledger shard (`LEDGER = "do"`).
             #[::worker::durable_object]
             pub struct $name {
-                inner: $crate::ledger::durable::ShardObject,
+                inner: $crate::__private::ShardObject,
             }
 
             impl ::worker::DurableObject for $name {
                 fn new(state: ::worker::State, env: ::worker::Env) -> Self {
-                    Self { inner: $crate::ledger::durable::ShardObject::new(state, env) }
+                    Self { inner: $crate::__private::ShardObject::new(state, env) }
                 }
 
                 async fn fetch(&self, req: ::worker::Request) -> ::worker::Result<::worker::Response> {

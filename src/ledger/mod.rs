@@ -54,7 +54,9 @@ use serde_json::Value;
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 pub use route::Route;
-pub use shards::{Ledger, MAX_SHARDS};
+pub use shards::Ledger;
+#[cfg(any(test, feature = "testing"))]
+pub use shards::MAX_SHARDS;
 pub use store::{Param, Row, Sql, Stmt};
 pub use transition::{Record, RecordedDead, Transition};
 
@@ -279,6 +281,7 @@ pub struct Submit<'a> {
 }
 
 impl<'a> Submit<'a> {
+    #[cfg(any(test, feature = "testing"))]
     /// A job due at `due_at`, sent as ever.
     pub fn due(spec: &'a JobSpec, due_at: i64) -> Self {
         Submit { spec, due_at, parks_until: None }
@@ -553,6 +556,7 @@ impl<S: Sql> Shard<S> {
         Ok((jobs, next))
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
     pub async fn enqueue(&self, job: &JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
         let mut out = self.enqueue_all(&[&Submit::due(job, next_run_at)], now).await?;

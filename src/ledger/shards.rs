@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use futures::future::join_all;
 
 use super::history::{Event, Minute};
-use super::limit::{Answer, Ask, Change, LimitState, Permit, Release, Woken};
+use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
 use super::{
@@ -24,6 +24,7 @@ use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 use crate::flow::Policy;
 
+#[cfg(any(test, feature = "testing"))]
 pub use crate::limits::MAX_SHARDS;
 
 /// The job ledger: every read and write of a job's row is a method here, taking typed values and
@@ -46,11 +47,6 @@ impl<S> Ledger<S> {
     /// the same database.
     pub fn sharded(shards: Vec<S>) -> Self {
         Ledger { shards: shards.into_iter().map(|sql| Shard { sql }).collect() }
-    }
-
-    /// How many shards.
-    pub fn shard_count(&self) -> usize {
-        self.shards.len()
     }
 
     /// The first shard's backend, for the project's tests that look under the ledger.
@@ -206,6 +202,7 @@ impl<S: Sql> Ledger<S> {
         Ok((jobs, next))
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
     pub async fn enqueue(&self, job: &JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
         self.at(job.route()).enqueue(job, now, next_run_at).await
@@ -454,6 +451,7 @@ impl<S: Sql> Ledger<S> {
         Ok(all)
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// A job's history, oldest first, its row's successful run included.
     pub async fn events(&self, job_id: &str) -> Result<Vec<Event>, InfraError> {
         Ok(self.get_with_history(job_id).await?.map(|(_, events)| events).unwrap_or_default())
@@ -485,8 +483,9 @@ impl<S: Sql> Ledger<S> {
         self.at(Route::key(ask.limit_key)).ask(ask, now).await
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// [`Self::ask`], the verdict alone.
-    pub async fn acquire(&self, ask: &Ask<'_>, now: i64) -> Result<Permit, InfraError> {
+    pub async fn acquire(&self, ask: &Ask<'_>, now: i64) -> Result<super::limit::Permit, InfraError> {
         Ok(self.ask(ask, now).await?.permit)
     }
 
