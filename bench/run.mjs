@@ -76,7 +76,7 @@ const DRAIN_LIMIT_MS = 600_000;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** Cloudflare's list prices, USD (Workers Paid; checked 2026-12-01, README "Cost per job"), and
+/** Cloudflare's list prices, USD (Workers Paid; checked 2026-12-01, docs/performance.md "Cost per job"), and
  * the free plan's daily allowances. */
 const PRICE = { d1RowWritten: 1.0 / 1e6, d1RowRead: 0.001 / 1e6, queueOp: 0.4 / 1e6, kvRead: 0.5 / 1e6, kvWrite: 5.0 / 1e6, doRequest: 0.15 / 1e6 };
 const FREE_PER_DAY = { d1RowsWritten: 100_000, d1RowsRead: 5_000_000, queueOps: 10_000, kvReads: 100_000, kvWrites: 1_000 };
@@ -514,7 +514,7 @@ async function main() {
   }
   console.log(table(flow));
   console.log("\nCost per job over its whole life (submission, deliveries, transitions, history, results, purge), " +
-    "at Cloudflare's list prices (README: Cost per job); the handler's own cost (the webhook) is not counted:\n");
+    "at Cloudflare's list prices (docs/performance.md: Cost per job); the handler's own cost (the webhook) is not counted:\n");
   console.log(table(costs));
   // The targets of the strict-mode work, as ratios of drain times from this one run.
   const d = (k) => drains.get(k);

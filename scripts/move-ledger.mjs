@@ -7,7 +7,7 @@
 // Run it with delivery paused and LEDGER still "d1"; it copies every job with its history to the
 // shard of its route (a copy run again replaces its rows), then prints the counts of D1 and of
 // each shard and exits 1 unless they match. Then set LEDGER = "do", LEDGER_SHARDS = the same N,
-// deploy, and resume delivery (README: "Moving a D1 ledger to shards").
+// deploy, and resume delivery (docs/shards.md: "Moving a D1 ledger to shards").
 
 /** Copies every page, then verifies: `{ pages, jobs, events, verified }`. */
 export async function moveLedger({ url, token, shards, limit = 100, fetch = globalThis.fetch, log = () => {} }) {

@@ -16,6 +16,12 @@ WORKER_BUILD_VERSION=0.8.7
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown
 fi
+# `npm test` checks formatting and lints.
+for component in rustfmt clippy; do
+  if ! rustup component list --installed | grep -q "^$component"; then
+    rustup component add "$component"
+  fi
+done
 
 WASM_BINDGEN_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3; exit }' Cargo.lock)
 if [[ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]]; then

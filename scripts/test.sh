@@ -8,8 +8,15 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
 
+echo "== formatting and lints (natively with every target; for the worker's target, where dead code shows)"
+cargo fmt --check
+cargo clippy --locked --all-targets -p orderly-queues -- -D warnings
+cargo clippy --locked -p orderly-queues --lib --target wasm32-unknown-unknown -- -D warnings
+
 echo "== native tests"
-cargo test --locked
+# The simulation's fixed seeds run optimized (the sim profile): in a debug build they take minutes.
+cargo test --locked -- --skip fixed_seeds_hold_every_invariant
+cargo test --locked --profile sim --test simulation fixed_seeds_hold_every_invariant
 
 echo "== the crate as it would be published (cargo package: its files, and a build of them alone)"
 cargo package --locked --allow-dirty -p orderly-queues

@@ -60,6 +60,11 @@ pub struct Cx<E> {
 }
 
 impl<E> Cx<E> {
+    /// The context of a run of job `id`.
+    pub(crate) fn new(id: String, attempt: u32, ordering_key: Option<String>, priority: u8, env: E) -> Self {
+        Cx { id, attempt, ordering_key, priority, env }
+    }
+
     /// The worker's environment: on Workers, `worker::Env` with your bindings.
     pub fn env(&self) -> &E {
         &self.env
@@ -210,6 +215,11 @@ impl<E: 'static> Handlers<E> {
         both.map(|(t, b)| format!("job type {t:?} has a handler in the worker and in SERVICE_HANDLERS ({b})"))
     }
 
+    /// The handler of your own job type `job_type`, if there is one.
+    pub(crate) fn own(&self, job_type: &str) -> Option<&Rc<dyn Handler<E>>> {
+        self.own.get(job_type)
+    }
+
     /// The job types, in the order errors list them.
     fn names<'a>(&'a self, cfg: &'a Config) -> Vec<&'a str> {
         let webhook = self.webhook.then_some(Webhook::TYPE);
@@ -266,13 +276,13 @@ impl<E: Clone + 'static, H: HttpClient, C: Clock> Runner for AppRunner<'_, E, H,
     async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
         let t = handlers::job_type(job.payload)?;
         if let Some(h) = self.handlers.own.get(t) {
-            let cx = Cx {
-                id: job.id.to_string(),
-                attempt: job.attempt,
-                ordering_key: job.ordering_key.map(str::to_string),
-                priority: job.priority,
-                env: self.env.clone(),
-            };
+            let cx = Cx::new(
+                job.id.to_string(),
+                job.attempt,
+                job.ordering_key.map(str::to_string),
+                job.priority,
+                self.env.clone(),
+            );
             // Noted as running while polled: a panic inside is recorded as this job's failure.
             return crate::panics::Noted::new(job.id, job.attempt, h.run(job.payload.clone(), cx)).await;
         }
@@ -309,7 +319,7 @@ mod tests {
         })
     }
 
-    fn ctx<'a>(payload: &'a Value) -> JobContext<'a> {
+    fn ctx(payload: &Value) -> JobContext<'_> {
         JobContext { id: "j", attempt: 2, payload, ordering_key: Some("k"), priority: 5, timeout_ms: None }
     }
 

@@ -115,7 +115,7 @@ mod tests {
         let items: Vec<Item> =
             (0..50).map(|i| item(i, (i * 7 % 13) as i64, if i % 4 == 0 { None } else { Some(keys[i % 3]) })).collect();
         let mut seen: Vec<usize> = plan(&items).into_iter().flat_map(|g| g.members).collect();
-        seen.sort();
+        seen.sort_unstable();
         assert_eq!(seen, (0..50).collect::<Vec<_>>());
     }
 

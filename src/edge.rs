@@ -55,7 +55,10 @@ pub fn random() -> f64 {
 
 /// A random 128-bit hex id (jobs, lease owners). Not a secret, only unique.
 pub fn random_id() -> String {
-    (0..4).map(|_| format!("{:08x}", (random() * f64::from(u32::MAX)) as u32)).collect()
+    (0..4).fold(String::with_capacity(32), |mut id, _| {
+        let _ = std::fmt::Write::write_fmt(&mut id, format_args!("{:08x}", (random() * f64::from(u32::MAX)) as u32));
+        id
+    })
 }
 
 /// Reads and checks the vars.
@@ -108,11 +111,8 @@ pub async fn read_capped(req: &mut Request, limit: usize) -> Result<Vec<u8>, Api
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiResponse::too_large(limit));
     }
-    let mut stream = match req.stream() {
-        Ok(s) => s,
-        // No body at all.
-        Err(_) => return Ok(Vec::new()),
-    };
+    // No stream: no body at all.
+    let Ok(mut stream) = req.stream() else { return Ok(Vec::new()) };
     let mut body = Vec::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk

@@ -200,7 +200,9 @@ impl App {
         let defer_all = |why: &str| {
             log(&Event::ConfigError { error: format!("deferring {} messages: {why}", msgs.len()) });
             let opts = QueueRetryOptionsBuilder::new().with_delay_seconds(INFRA_RETRY_DELAY_SECONDS).build();
-            msgs.iter().for_each(|m| m.retry_with_options(&opts));
+            for m in &msgs {
+                m.retry_with_options(&opts);
+            }
         };
         let (s, kv, services) = match self.start_consumer(&env) {
             Ok(opened) => opened,
@@ -362,15 +364,12 @@ const MIGRATE_PATH: &str = "/admin/migrate";
 /// Durable Object shards migrate themselves on their first request: nothing to do for them.
 async fn migrate_ledger(s: &Started, req: &ApiRequest) -> ApiResponse {
     use crate::ledger::schema::{Standing, SCHEMA};
-    let d1 = match s.shards.first() {
-        Some(EdgeSql::D1(d1)) => d1,
-        _ => {
-            return ApiResponse::json(
-                200,
-                json!({ "ledger": "do", "schema": SCHEMA, "applied": [],
-                        "note": "each ledger shard applies the migrations it lacks on its first request" }),
-            )
-        }
+    let Some(EdgeSql::D1(d1)) = s.shards.first() else {
+        return ApiResponse::json(
+            200,
+            json!({ "ledger": "do", "schema": SCHEMA, "applied": [],
+                    "note": "each ledger shard applies the migrations it lacks on its first request" }),
+        );
     };
     let answer = match req.method.as_str() {
         "POST" => d1.migrate().await.map(|m| json!({ "ledger": "d1", "schema": m.schema, "applied": m.applied })),
@@ -452,7 +451,7 @@ fn settle(queue: &str, cfg: &crate::config::Config, msgs: &[worker::RawMessage],
         match o {
             Outcome::Ack => m.ack(),
             Outcome::Retry { delay_seconds } | Outcome::Defer { delay_seconds } => {
-                m.retry_with_options(&QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build())
+                m.retry_with_options(&QueueRetryOptionsBuilder::new().with_delay_seconds(delay_seconds).build());
             }
         }
     }

@@ -288,7 +288,7 @@ mod tests {
             (r#"{"k": {"burst": 3}}"#, "need a rate"),
             (r#"{"k": {"cooldown_seconds": 3}}"#, "needs trip_after"),
             (r#"{"k": {"concurency": 3}}"#, "unknown field"),
-            (r#"[1]"#, "not a JSON object"),
+            (r"[1]", "not a JSON object"),
         ] {
             let e = Policies::parse(text).unwrap_err().0;
             assert!(e.contains(says), "{text}: {e}");

@@ -92,7 +92,28 @@ macro_rules! internal {
     )*};
 }
 
-internal!(api, app, backoff, batch, clock, config, consumer, enqueue, envelope, error, flow, handlers, ledger, limits, lock, log, maintenance, panics, producer, seal);
+internal!(
+    api,
+    app,
+    backoff,
+    batch,
+    clock,
+    config,
+    consumer,
+    enqueue,
+    envelope,
+    error,
+    flow,
+    handlers,
+    ledger,
+    limits,
+    lock,
+    log,
+    maintenance,
+    panics,
+    producer,
+    seal
+);
 
 /// What `ledger_object!` expands to in your worker; not an API.
 #[doc(hidden)]
@@ -100,6 +121,8 @@ internal!(api, app, backoff, batch, clock, config, consumer, enqueue, envelope, 
 pub mod __private {
     pub use crate::ledger::durable::ShardObject;
 }
+
+pub mod testkit;
 
 #[doc(hidden)]
 #[cfg(target_arch = "wasm32")]

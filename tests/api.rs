@@ -366,7 +366,7 @@ fn maintenance_dead_letters_a_job_too_large_to_send_and_goes_on() {
     assert_eq!(dead.status, Status::Dead);
     assert!(dead.last_error.as_deref().unwrap().contains("128,000"), "{:?}", dead.last_error);
     assert_eq!(w.queue.sent().len(), 2, "the other job was re-sent");
-    assert!(w.queue.batches.borrow().iter().flatten().all(|m| m.fits()));
+    assert!(w.queue.batches.borrow().iter().flatten().all(orderly::producer::OutMessage::fits));
 }
 
 #[test]

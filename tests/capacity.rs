@@ -124,7 +124,7 @@ fn one_shards_capacity() {
     println!("| one shard, by requests ({WRITING_REQUESTS_PER_OBJECT}/s ÷ {requests:.2}) | {by_requests:.0} |");
     println!("| one shard (the lower) | {per_shard:.0} |");
     for n in [4, 16, 32] {
-        println!("| {n} shards | {:.0} |", per_shard * n as f64);
+        println!("| {n} shards | {:.0} |", per_shard * f64::from(n));
     }
     println!("| shards for one queue's {QUEUE_MESSAGES_PER_SECOND} messages/s | {needed} |");
     assert_eq!(purged, MEASURED, "every measured job purged");

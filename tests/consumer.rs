@@ -1022,13 +1022,12 @@ fn a_handler_panic_noted_before_the_invocation_died_is_recorded_as_its_failure()
 /// A job of limit key `limit` (and of ordering key `key`, if given).
 fn limited(id: &str, ts: i64, key: Option<&str>, limit: &str, payload: Value) -> Incoming {
     let meta = json!({"id": id, "limit_key": limit});
-    let body = match key {
-        Some(k) => json!({"__fedify_ordering_key__": k, "__fedify_payload__": payload, "__orderly_job__": meta}),
-        None => {
-            let mut p = payload;
-            p["__orderly_job__"] = meta;
-            p
-        }
+    let body = if let Some(k) = key {
+        json!({"__fedify_ordering_key__": k, "__fedify_payload__": payload, "__orderly_job__": meta})
+    } else {
+        let mut p = payload;
+        p["__orderly_job__"] = meta;
+        p
     };
     msg(id, ts, body)
 }

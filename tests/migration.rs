@@ -236,7 +236,7 @@ fn old_history_reads_as_before_and_old_done_rows_are_purged() {
     );
     let purged = block_on(db.batch(stmt::purge(T0, 100).to_vec())).unwrap();
     let mut ids: Vec<&str> = purged[1].iter().filter_map(|r| r.get("id").and_then(|v| v.as_str())).collect();
-    ids.sort();
+    ids.sort_unstable();
     assert_eq!(ids, ["lock-done", "s1"]);
     assert!(
         block_on(orderly::ledger::Ledger::new(&db).events("lock-done")).unwrap().is_empty(),

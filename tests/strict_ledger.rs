@@ -176,7 +176,7 @@ fn skip_passes_only_the_current_dead_head_and_names_the_next() {
             assert_eq!((skipped.id.as_str(), skipped.skipped_at), ("a", Some(T0 + 1)));
             assert_eq!(next.map(|j| j.id), Some("b".to_string()));
         }
-        other => panic!("{other:?}"),
+        other @ Skip::NotBlocked => panic!("{other:?}"),
     }
     assert_eq!(block_on(ledger.skip("k", T0 + 2)).unwrap(), Skip::NotBlocked, "skipped once");
     assert!(block_on(ledger.blocked_keys(10)).unwrap().is_empty());

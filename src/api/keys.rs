@@ -153,11 +153,11 @@ mod tests {
         assert_eq!(parse_pause(br#"{"paused": true}"#), Ok(true));
         assert_eq!(parse_pause(br#"{"paused": false}"#), Ok(false));
         for (body, says) in [
-            (&br#"{}"#[..], "nothing to change"),
+            (&br"{}"[..], "nothing to change"),
             (br#"{"paused": "yes"}"#, "true or false"),
             (br#"{"paused": null}"#, "true or false"),
             (br#"{"paused": true, "policy": {}}"#, "unknown field"),
-            (br#"[true]"#, "must be an object"),
+            (br"[true]", "must be an object"),
             (b"paused", "not JSON"),
         ] {
             let e = parse_pause(body).unwrap_err().0;

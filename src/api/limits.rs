@@ -161,7 +161,7 @@ mod tests {
         let c = parse_change(br#"{"policy": {"concurrency": 3}}"#).unwrap();
         assert_eq!(c.policy.flatten().and_then(|p| p.concurrency), Some(3));
         for (body, says) in [
-            (&br#"{}"#[..], "nothing to change"),
+            (&br"{}"[..], "nothing to change"),
             (br#"{"paused": "yes"}"#, "true or false"),
             (br#"{"policy": {"concurrency": 0}}"#, "concurrency must be from 1"),
             (br#"{"pause": true}"#, "unknown field"),

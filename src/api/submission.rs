@@ -155,7 +155,7 @@ pub(super) fn parse_job(
     if sensitive && !sealing {
         return Err(BadInput::invalid(
             "PAYLOAD_KEY is not set: sensitive jobs (and every fedify job) are sealed at rest with it; \
-             set it with `wrangler secret put PAYLOAD_KEY` (README: Secrets at rest)",
+             set it with `wrangler secret put PAYLOAD_KEY` (docs/operations.md: Secrets at rest)",
         ));
     }
     let plain = payload.to_string();

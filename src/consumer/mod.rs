@@ -424,7 +424,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         for (i, (m, d)) in msgs.iter().zip(decoded).enumerate() {
             match d {
                 Ok(d) if d.spec.ordering_key.is_some() => {
-                    keyed.push(strict::Member { index: i, timestamp_ms: d.queued_at, decoded: d })
+                    keyed.push(strict::Member { index: i, timestamp_ms: d.queued_at, decoded: d });
                 }
                 other => {
                     rest_at.push(i);
@@ -505,7 +505,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let now = self.clock.now_ms();
         let mut jobs = Vec::new();
         for (m, d) in msgs.iter().zip(decoded) {
-            let spec = d.as_ref().map(|d| d.spec.clone()).unwrap_or_else(|_| self.undecodable_spec(m));
+            let spec = d.as_ref().map_or_else(|_| self.undecodable_spec(m), |d| d.spec.clone());
             let error = match d {
                 Ok(_) => DELIVERY_EXHAUSTED.to_string(),
                 Err(e) => format!("{DELIVERY_EXHAUSTED}; {e}"),

@@ -444,7 +444,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, 
                     }
                 }
                 RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => {
-                    stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds))
+                    stop = Some(Stop::Retry(Box::new(job.clone()), delay_seconds));
                 }
                 // Parked in its limit key's line: a freed slot wakes it, no message needed.
                 RunEnd::Limited(w) if w.parked => stop = Some(Stop::Parked),

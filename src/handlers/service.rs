@@ -67,7 +67,7 @@ pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobErr
     if let Some(v) = resp.snooze.as_deref() {
         // Digits only: `+30` or ` 30 s` is a broken contract, not a guess.
         let seconds = Some(v.trim()).filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()));
-        return match seconds.map(str::parse::<u32>).unwrap_or(Ok(0)) {
+        return match seconds.map_or(Ok(0), str::parse::<u32>) {
             Ok(n) if (1..=MAX_DELAY_SECONDS).contains(&n) => match replacement(resp) {
                 Ok(payload) => Err(JobError::Snooze {
                     seconds: n,
@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn the_request_carries_the_job_and_its_signature() {
-        let payload = json!({"to": "a@b.test", "n": 9007199254740993u64});
+        let payload = json!({"to": "a@b.test", "n": 9_007_199_254_740_993_u64});
         let job = JobContext {
             id: "j1",
             attempt: 3,

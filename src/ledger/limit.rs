@@ -83,6 +83,7 @@ pub struct Change {
     /// Pause (`true`), resume (`false`), or leave as it is.
     pub paused: Option<bool>,
     /// The policy: leave it, give back the configured one (`Some(None)`), or set one.
+    #[allow(clippy::option_option)] // three answers, each named above
     pub policy: Option<Option<Policy>>,
 }
 

@@ -171,6 +171,8 @@ pub struct Job {
     pub parked: bool,
 }
 
+// serde's `serialize_with` hands over the field as it is: `&Option<String>`.
+#[allow(clippy::ref_option)]
 fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
     // A sealed payload or result is never shown, not even sealed.
     if p.as_deref().is_some_and(crate::seal::is_sealed) {
@@ -280,8 +282,8 @@ pub struct Submit<'a> {
     pub parks_until: Option<i64>,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl<'a> Submit<'a> {
-    #[cfg(any(test, feature = "testing"))]
     /// A job due at `due_at`, sent as ever.
     pub fn due(spec: &'a JobSpec, due_at: i64) -> Self {
         Submit { spec, due_at, parks_until: None }

@@ -194,7 +194,7 @@ mod tests {
                 // Inside quotes, neither "--" nor ";" may appear: the splitter would cut there.
                 let quoted: Vec<&str> = code.split('\'').skip(1).step_by(2).collect();
                 assert!(quoted.iter().all(|q| !q.contains(';')), "{name}: {line}");
-                let after = line.find("--").map(|i| &line[..i]).unwrap_or(line);
+                let after = line.find("--").map_or(line, |i| &line[..i]);
                 assert_eq!(after.matches('\'').count() % 2, 0, "{name}: a comment marker inside a string: {line}");
             }
         }
@@ -208,7 +208,7 @@ mod tests {
             .flatten()
             .flatten()
             .filter_map(|e| e.file_name().to_str().map(str::to_string))
-            .filter(|n| n.ends_with(".sql"))
+            .filter(|n| std::path::Path::new(n).extension().is_some_and(|e| e == "sql"))
             .collect();
         files.sort();
         let embedded: Vec<&str> = MIGRATIONS.iter().map(|(n, _)| *n).collect();

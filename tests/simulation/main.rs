@@ -43,8 +43,11 @@ const MAX_STEPS: u64 = 300_000;
 /// One kind of run: ordering mode, concurrency, faults, workload.
 #[derive(Debug, Clone, Copy)]
 pub struct Setup {
+    /// What `SIM_SETUPS` and the tables call it.
     pub name: &'static str,
+    /// Strict or lock.
     pub mode: OrderingMode,
+    /// What a DEAD job does to its key.
     pub on_dead: OnDead,
     /// Concurrent consumer invocations.
     pub concurrency: usize,
@@ -52,8 +55,11 @@ pub struct Setup {
     pub max_batch: usize,
     /// Deliveries in any order (Queues promises none).
     pub reorder: bool,
+    /// How often each fault fires.
     pub faults: Faults,
+    /// Ordering keys of the workload.
     pub keys: usize,
+    /// Jobs of the workload.
     pub jobs: usize,
     /// Whether the workload has jobs scripted to fail (once, twice, or for good).
     pub scripted_failures: bool,
@@ -258,6 +264,7 @@ struct Sim {
 /// What one seed did.
 #[derive(Debug, Default, Clone)]
 pub struct Outcome {
+    /// What the seed counted.
     pub tally: Tally,
     /// Violations of promised invariants: any makes the seed fail.
     pub violations: Vec<String>,
@@ -929,9 +936,9 @@ impl Sim {
                 t.other_violations += 1;
             }
             if promised {
-                violations.push(v.clone())
+                violations.push(v.clone());
             } else {
-                reported.push(v.clone())
+                reported.push(v.clone());
             }
         }
         // Every row, and where it is: a job lives in its route's shard and in no other.
@@ -1234,24 +1241,27 @@ fn run_setup(s: Setup, seeds: std::ops::Range<u64>) -> (Tally, Vec<String>) {
 /// machine has cores (each seed alone is single-threaded and replays exactly); panics with every
 /// failing seed's replay command, or with what the seeds did not cover. No seed or no setup is an
 /// error.
+/// One setup's tally and failing seeds.
+type SetupResult = (Tally, Vec<String>);
+
 fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
     assert!(!seeds.is_empty(), "no seeds to run ({seeds:?})");
     let chosen = chosen_setups(std::env::var("SIM_SETUPS").ok().as_deref());
     assert!(!chosen.is_empty(), "no setup to run");
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(chosen.len());
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(chosen.len());
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: std::sync::Mutex<Vec<Option<(Tally, Vec<String>)>>> = std::sync::Mutex::new(vec![None; chosen.len()]);
+    let results: std::sync::Mutex<Vec<Option<SetupResult>>> = std::sync::Mutex::new(vec![None; chosen.len()]);
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(&s) = chosen.get(i) else { break };
                 let result = run_setup(s, seeds.clone());
-                results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+                results.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(result);
             });
         }
     });
-    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    let results = results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for (s, result) in chosen.into_iter().zip(results) {

@@ -24,7 +24,7 @@ fn live(dbs: &[std::rc::Rc<Sqlite>], now: i64) -> BTreeSet<Permit> {
     let mut out = BTreeSet::new();
     for db in dbs {
         let Ok(mut st) =
-            db.conn.prepare("SELECT limit_key, job_id, until FROM limit_permit WHERE until > ?1 AND handed = 0")
+            db.conn.prepare_cached("SELECT limit_key, job_id, until FROM limit_permit WHERE until > ?1 AND handed = 0")
         else {
             continue;
         };

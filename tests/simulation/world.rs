@@ -633,7 +633,7 @@ impl Runner for SimRunner {
             match &me {
                 Some(j) if j.status == Status::Done => o.violations.push(format!("{} ran after it was DONE", job.id)),
                 Some(j) if j.status != Status::Running => {
-                    o.violations.push(format!("{} ran while {} in the ledger", job.id, j.status.as_str()))
+                    o.violations.push(format!("{} ran while {} in the ledger", job.id, j.status.as_str()));
                 }
                 None => o.violations.push(format!("{} ran without a ledger row", job.id)),
                 _ => {}
@@ -789,10 +789,10 @@ impl SimRunner {
                 .ok();
             match state {
                 Some((Some(until), _)) if until > now => {
-                    o.violations.push(format!("limit {limit}: {job} started while its breaker was open"))
+                    o.violations.push(format!("limit {limit}: {job} started while its breaker was open"));
                 }
                 Some((Some(_), probe)) if probe.as_deref() != Some(job) => {
-                    o.violations.push(format!("limit {limit}: {job} started while the breaker's probe is {probe:?}"))
+                    o.violations.push(format!("limit {limit}: {job} started while the breaker's probe is {probe:?}"));
                 }
                 _ => {}
             }
@@ -808,7 +808,7 @@ pub fn throttle_violations(o: &Observations, limits: &orderly::flow::Policies) -
         let Some(t) = limits.for_key(limit).throttle else { continue };
         let (window, most) = (i64::from(t.per_seconds) * 1000, (t.rate + t.burst) as usize);
         let mut starts = starts.clone();
-        starts.sort();
+        starts.sort_unstable();
         for (i, &s) in starts.iter().enumerate() {
             let within = starts[i..].iter().take_while(|&&x| x < s + window).count();
             if within > most {

@@ -111,7 +111,7 @@ impl Sqlite {
             let mut out = Vec::new();
             for (sql, params) in stmts {
                 let mut st = self.conn.prepare_cached(sql)?;
-                let names: Vec<String> = st.column_names().iter().map(|c| c.to_string()).collect();
+                let names: Vec<String> = st.column_names().iter().map(std::string::ToString::to_string).collect();
                 let mut rows = st.query(params_from_iter(params))?;
                 let mut got = Vec::new();
                 while let Some(r) = rows.next()? {

@@ -1,4 +1,4 @@
-// A Fedify app on Cloudflare whose queue is orderly (README: "Fedify on Cloudflare, in strict
+// A Fedify app on Cloudflare whose queue is orderly (docs/fedify.md: "Fedify on Cloudflare, in strict
 // order"): `OrderlyMessageQueue` instead of `WorkersMessageQueue`, and the `WorkerEntrypoint`
 // orderly calls to run each task. Bundled as wrangler bundles it (nodejs_compat); run beside
 // orderly by tests/e2e/fedify.test.mjs, which delivers to in-process inboxes.
