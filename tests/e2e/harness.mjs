@@ -35,7 +35,7 @@ export const FAST_VARS = {
  *   /echo/<name>            200, JSON {"received": <request body>}
  *   /big/<bytes>/<name>     200, <bytes> bytes of text
  *   /limit/<n>/<name>       429 with Retry-After: 1 for the first n requests to this path, then 200
- * Every request is recorded in arrival order with its body and headers.
+ * Every request is recorded in arrival order with its body, headers and arrival time (`at`, ms).
  */
 export class Target {
   constructor() {
@@ -48,7 +48,7 @@ export class Target {
   async handle(request) {
     const url = new URL(request.url);
     const body = await request.text();
-    const entry = { path: url.pathname, method: request.method, body, headers: Object.fromEntries(request.headers) };
+    const entry = { path: url.pathname, method: request.method, body, headers: Object.fromEntries(request.headers), at: Date.now() };
     this.requests.push(entry);
     if (this.onRequest) await this.onRequest(entry);
     const n = (this.counts.get(url.pathname) ?? 0) + 1;
