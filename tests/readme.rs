@@ -1,3 +1,5 @@
+//! The README's first job: a handler and its test, run with orderly's test kit.
+
 use orderly::testkit::TestJob;
 use orderly::{Cx, Done, Handlers, Job, JobError};
 use serde::Deserialize;
