@@ -43,7 +43,7 @@
 //! The library holds no `#[event]` function: every worker depending on it would export it.
 //!
 //! # Layout
-//! Imports go one way (checked by `tests/house.rs`): the entry points over the API, the consumer
+//! Imports go one way (checked by `tests/native/house.rs`): the entry points over the API, the consumer
 //! and maintenance, over the ledger, the lock and the handlers, over the envelope, the
 //! configuration and `limits.rs`.
 //! - `app.rs`: your job types, typed handlers by name ([`Handlers`], [`Job`], [`Cx`]);

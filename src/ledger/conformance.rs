@@ -1,6 +1,6 @@
 //! The ledger's conformance suite: what any [`Sql`] backend must do for the ledger, exercised
 //! through [`Ledger`]'s own methods (as River's `riverdrivertest.Exercise` does for its drivers).
-//! It runs natively on SQLite (`tests/conformance.rs`) and on D1 under miniflare (the fixture
+//! It runs natively on SQLite (`tests/native/conformance.rs`) and on D1 under miniflare (the fixture
 //! worker's `GET /__conformance`, `tests/e2e/conformance.test.mjs`), so a new backend (a Durable
 //! Object's SQLite) is held to the same. Every case names its own jobs and keys by `prefix`, so
 //! the suite runs on a database that holds other jobs, and twice on the same one.

@@ -1,5 +1,5 @@
 // The ledger's conformance suite (src/ledger/conformance.rs) on D1 under miniflare: the same cases
-// tests/conformance.rs runs on SQLite, through the fixture worker tests/e2e/panicking-worker
+// tests/native/conformance.rs runs on SQLite, through the fixture worker tests/e2e/panicking-worker
 // (`GET /__conformance`), on the D1 database the migrations built, and on four SQLite-backed
 // Durable Object shards (LEDGER = "do"), each preparing its own schema on first use.
 import { test } from "node:test";

@@ -1,5 +1,5 @@
 // What the README and docs/ show is what the repository runs, and every page is reachable: the
-// README's first job is tests/readme.rs whole, the handler guide shows the Rust example's whole
+// README's first job is tests/native/readme.rs whole, the handler guide shows the Rust example's whole
 // src/lib.rs, the JS example binds what its worker exports, and every relative link resolves.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -44,8 +44,8 @@ export function brokenLinks(page, text, readPage = read, exists = (p) => existsS
   return broken;
 }
 
-test("the README shows tests/readme.rs whole, as it is", () => {
-  assert.ok(read("README.md").includes("```rust\n" + read("tests/readme.rs") + "```"));
+test("the README shows tests/native/readme.rs whole, as it is", () => {
+  assert.ok(read("README.md").includes("```rust\n" + read("tests/native/readme.rs") + "```"));
 });
 
 test("the handler guide shows the Rust example's whole lib.rs, as it is", () => {

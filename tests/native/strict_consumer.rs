@@ -3,8 +3,6 @@
 //! head with one delayed wake-up, the run budget's wake-up, `ON_DEAD`, and the ledger's payload
 //! being the one that runs.
 
-mod support;
-
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -16,7 +14,7 @@ use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status};
 use orderly::lock::MemoryKv;
 use serde_json::{json, Value};
-use support::{MemoryQueue, Sqlite};
+use crate::support::{MemoryQueue, Sqlite};
 
 const T0: i64 = 1_700_000_000_000;
 

@@ -2,8 +2,6 @@
 //! (lists, counts, dead matches, lookups by id) merges as one database would answer, and what
 //! names a key asks its shard alone.
 
-mod support;
-
 use futures::executor::block_on;
 use orderly::ledger::{DeadFilter, JobSpec, Ledger, ListFilter, Route, Status};
 
@@ -26,8 +24,8 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
 
 /// A ledger of 30 jobs over 4 shards, created a millisecond apart (two at the same time, so the
 /// id breaks the tie), keyed by 5 keys and some unkeyed.
-fn thirty() -> (Ledger<orderly::ledger::object::ShardSql<support::InProcess>>, Vec<JobSpec>) {
-    let (_, shards) = support::memory_shards(4);
+fn thirty() -> (Ledger<orderly::ledger::object::ShardSql<crate::support::InProcess>>, Vec<JobSpec>) {
+    let (_, shards) = crate::support::memory_shards(4);
     let ledger = Ledger::sharded(shards);
     let jobs: Vec<JobSpec> =
         (0..30).map(|i| spec(&format!("j{i:02}"), (i % 3 != 0).then(|| ["a", "b", "c", "d", "e"][i % 5]))).collect();
@@ -93,7 +91,7 @@ fn a_d1_ledger_moved_to_shards_keeps_every_job_its_history_and_its_keys_order() 
     use orderly::config::OnDead;
     use orderly::ledger::strict::{ClaimSpec, Intake};
     use orderly::ledger::{Lease, Record, Transition};
-    let d1 = support::Sqlite::memory();
+    let d1 = crate::support::Sqlite::memory();
     let source = Ledger::new(&d1);
     // Key "k": j0..j5 parked in order; j0 and j1 run and complete; j2 claimed, RUNNING; j6 unkeyed
     // and cancelled (DEAD, with a history line).
@@ -122,7 +120,7 @@ fn a_d1_ledger_moved_to_shards_keeps_every_job_its_history_and_its_keys_order() 
     block_on(source.enqueue(&spec("j6", None), T0, T0)).unwrap();
     block_on(source.cancel("j6", T0 + 40)).unwrap();
 
-    let (_, shards) = support::memory_shards(4);
+    let (_, shards) = crate::support::memory_shards(4);
     let target = Ledger::sharded(shards);
     // Twice, in pages of 3: a move run again replaces its copies.
     for _ in 0..2 {
@@ -158,7 +156,7 @@ fn one_shard_down_holds_only_its_own_jobs() {
     use orderly::config::OnDead;
     use orderly::ledger::strict::{ClaimSpec, Intake, Parked};
     use orderly::ledger::{Claimed, Lease};
-    let (_, shards) = support::memory_shards(4);
+    let (_, shards) = crate::support::memory_shards(4);
     let down = Route::key("down-key").shard(4);
     let up = (0..1000).map(|i| format!("up-{i}")).find(|k| Route::key(k).shard(4) != down).unwrap();
     let ledger = Ledger::sharded(shards);

@@ -1,15 +1,13 @@
 //! Enqueueing from Rust (`orderly::enqueue::Producer`) over the real ledger SQL: the same options,
 //! checks and limits as `POST /jobs`, because it runs the API's own submission.
 
-mod support;
-
 use futures::executor::block_on;
 use orderly::api::Submitted;
 use orderly::app::BuiltIn;
 use orderly::enqueue::{Enqueue, EnqueueError, Producer};
 use orderly::ledger::Status;
 use serde_json::json;
-use support::api::{ApiWorld, T0};
+use crate::support::api::{ApiWorld, T0};
 
 fn webhook(n: u32) -> serde_json::Value {
     json!({"type": "webhook", "url": "https://example.test/hook", "body": {"n": n}})
@@ -95,7 +93,7 @@ fn a_rust_producer_names_its_jobs_and_seals_sensitive_ones() {
         Err(EnqueueError::Refused(r)) => assert!(r.error.contains("PAYLOAD_KEY"), "{}", r.error),
         other => panic!("not refused: {other:?}"),
     }
-    let sealer = support::AesSealer::new(&format!("k1:{}", "A".repeat(43) + "="));
+    let sealer = crate::support::AesSealer::new(&format!("k1:{}", "A".repeat(43) + "="));
     let p = Producer::new(&w.ledger, &w.queue, &w.clock, &w.cfg, &BuiltIn, &new_id, Some(&sealer));
     let id = block_on(p.enqueue(webhook(4), &secret)).unwrap().id;
     let row = block_on(w.ledger.get(&id)).unwrap().unwrap();

@@ -2,8 +2,6 @@
 //! filters, per-minute activity, the audit trail in each job's history, priorities, and the
 //! OpenAPI document checked against the routes the API actually answers.
 
-mod support;
-
 use std::collections::BTreeSet;
 
 use futures::executor::block_on;
@@ -13,7 +11,7 @@ use orderly::ledger::history::{Run, RunOutcome};
 use orderly::ledger::{stmt, Lease, Record, Sql, Status, Transition};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
 use serde_json::{json, Value};
-use support::api::{ApiWorld, T0};
+use crate::support::api::{ApiWorld, T0};
 
 type World = ApiWorld;
 
@@ -289,7 +287,7 @@ fn bulk_redrive_reaches_redrivable_jobs_behind_ones_it_cannot_redrive() {
     // 300 DEAD jobs without a readable payload died first; 5 redrivable ones after them.
     let unreadable: Vec<_> = (0..300)
         .map(|i| {
-            let spec = support::unreadable_spec(&format!("bad-{i:03}"));
+            let spec = crate::support::unreadable_spec(&format!("bad-{i:03}"));
             stmt::record_dead(&spec, T0 + i, "payload is 300000 bytes as JSON, over the limit")
         })
         .collect();

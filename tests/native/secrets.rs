@@ -3,8 +3,6 @@
 //! the API shows "redacted", the handler gets the plain payload; without `PAYLOAD_KEY` sensitive
 //! and `fedify` jobs are refused, and a sealed job waits (retries) instead of running wrongly.
 
-mod support;
-
 use std::cell::RefCell;
 
 use base64::Engine;
@@ -16,8 +14,8 @@ use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::lock::MemoryKv;
 use orderly::seal::{is_sealed, Sealer};
 use serde_json::{json, Value};
-use support::api::{ApiWorld, T0};
-use support::AesSealer;
+use crate::support::api::{ApiWorld, T0};
+use crate::support::AesSealer;
 
 const SECRET: &str = "-----BEGIN PRIVATE KEY----- d=hunter2";
 

@@ -1,15 +1,13 @@
 //! The HTTP API and cron maintenance on the host: real SQLite ledger, a queue fake that keeps
 //! what it was sent (and can go down).
 
-mod support;
-
 use futures::executor::block_on;
 use orderly::api::{ApiRequest, ApiResponse, MAX_BODY_BYTES};
 use orderly::config::Config;
 use orderly::ledger::{stmt, JobSpec, Lease, Sql, Status};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
 use serde_json::{json, Value};
-use support::api::{ApiWorld, PRODUCER_TOKEN, T0, TOKEN};
+use crate::support::api::{ApiWorld, PRODUCER_TOKEN, T0, TOKEN};
 
 type World = ApiWorld;
 
@@ -390,7 +388,7 @@ fn a_failed_send_does_not_stop_the_rest_of_maintenance() {
 #[test]
 fn a_dead_job_without_a_readable_payload_is_not_redriven() {
     let w = World::new();
-    let unreadable = support::unreadable_spec("bytes");
+    let unreadable = crate::support::unreadable_spec("bytes");
     block_on(w.ledger.backend().query(stmt::record_dead(&unreadable, T0, "body is bytes"))).unwrap();
     let r = w.call("POST", "/jobs/bytes/redrive", None);
     assert_eq!(r.status, 409);

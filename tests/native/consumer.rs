@@ -1,8 +1,6 @@
 //! The batch algorithm end to end on the host: the real consumer over an in-memory KV that stores
 //! and expires, the ledger on real SQLite, and a scripted handler that records what ran.
 
-mod support;
-
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -16,7 +14,7 @@ use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{stmt, Job, JobSpec, Lease, Sql, Status};
 use orderly::lock::{owner_token, Kv, MemoryKv};
 use serde_json::{json, Value};
-use support::{MemoryQueue, Sqlite};
+use crate::support::{MemoryQueue, Sqlite};
 
 const T0: i64 = 1_700_000_000_000;
 

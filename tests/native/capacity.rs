@@ -5,15 +5,13 @@
 //! that reaches one queue's 5,000 messages a second. `npm run capacity` prints it; never a timed
 //! test (it asserts nothing about speed).
 
-mod support;
-
 use std::time::Instant;
 
 use futures::executor::block_on;
 use orderly::config::OnDead;
 use orderly::ledger::strict::{ClaimSpec, Intake};
 use orderly::ledger::{JobSpec, Lease, Ledger, Record, Transition};
-use support::Sqlite;
+use crate::support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
 /// Jobs already in the table.

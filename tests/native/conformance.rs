@@ -1,11 +1,9 @@
 //! The ledger's conformance suite (`orderly::ledger::conformance`) on real SQLite: the same cases
 //! `tests/e2e/conformance.test.mjs` runs on D1 under miniflare.
 
-mod support;
-
 use futures::executor::block_on;
 use orderly::ledger::{conformance, Ledger, Route};
-use support::Sqlite;
+use crate::support::Sqlite;
 
 #[test]
 fn the_ledger_conforms_on_sqlite() {
@@ -21,7 +19,7 @@ fn the_ledger_conforms_on_sqlite() {
 
 #[test]
 fn the_ledger_conforms_on_shard_objects() {
-    let (dbs, shards) = support::memory_shards(4);
+    let (dbs, shards) = crate::support::memory_shards(4);
     let ledger = Ledger::sharded(shards);
     for prefix in ["shards", "again"] {
         let report = block_on(conformance::exercise(&ledger, prefix));
@@ -45,10 +43,10 @@ fn the_ledger_conforms_on_shard_objects() {
 #[test]
 fn a_shard_refuses_another_count_or_schema_and_a_failed_batch_applies_nothing() {
     use orderly::ledger::object::{ObjectStmt, ShardAnswer, ShardRequest, SCHEMA};
-    let (dbs, shards) = support::memory_shards(2);
+    let (dbs, shards) = crate::support::memory_shards(2);
     let ledger = Ledger::sharded(shards);
     assert_eq!(block_on(ledger.counts()).unwrap().pending, 0, "both shards prepared");
-    let object = orderly::ledger::object::LedgerObject::new(support::ShardDb(dbs[1].clone()));
+    let object = orderly::ledger::object::LedgerObject::new(crate::support::ShardDb(dbs[1].clone()));
     let req = |schema, shards, stmts| ShardRequest { schema, shard: 1, shards, stmts };
     let count = ObjectStmt { sql: "SELECT count(*) AS n FROM job".into(), params: vec![] };
     assert!(matches!(object.serve(&req(SCHEMA, 2, vec![count.clone()])), ShardAnswer::Rows(_)));
