@@ -1,13 +1,13 @@
 //! The HTTP API and cron maintenance on the host: real SQLite ledger, a queue fake that keeps
 //! what it was sent (and can go down).
 
+use crate::support::api::{ApiWorld, PRODUCER_TOKEN, T0, TOKEN};
 use futures::executor::block_on;
 use orderly::api::{ApiRequest, ApiResponse, MAX_BODY_BYTES};
 use orderly::config::Config;
 use orderly::ledger::{stmt, JobSpec, Lease, Sql, Status};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
 use serde_json::{json, Value};
-use crate::support::api::{ApiWorld, PRODUCER_TOKEN, T0, TOKEN};
 
 type World = ApiWorld;
 

@@ -7,11 +7,11 @@
 
 use std::time::Instant;
 
+use crate::support::Sqlite;
 use futures::executor::block_on;
 use orderly::config::OnDead;
 use orderly::ledger::strict::{ClaimSpec, Intake};
 use orderly::ledger::{JobSpec, Lease, Ledger, Record, Transition};
-use crate::support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
 /// Jobs already in the table.

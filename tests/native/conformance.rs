@@ -1,9 +1,9 @@
 //! The ledger's conformance suite (`orderly::ledger::conformance`) on real SQLite: the same cases
 //! `tests/e2e/conformance.test.mjs` runs on D1 under miniflare.
 
+use crate::support::Sqlite;
 use futures::executor::block_on;
 use orderly::ledger::{conformance, Ledger, Route};
-use crate::support::Sqlite;
 
 #[test]
 fn the_ledger_conforms_on_sqlite() {

@@ -1,13 +1,13 @@
 //! Enqueueing from Rust (`orderly::enqueue::Producer`) over the real ledger SQL: the same options,
 //! checks and limits as `POST /jobs`, because it runs the API's own submission.
 
+use crate::support::api::{ApiWorld, T0};
 use futures::executor::block_on;
 use orderly::api::Submitted;
 use orderly::app::BuiltIn;
 use orderly::enqueue::{Enqueue, EnqueueError, Producer};
 use orderly::ledger::Status;
 use serde_json::json;
-use crate::support::api::{ApiWorld, T0};
 
 fn webhook(n: u32) -> serde_json::Value {
     json!({"type": "webhook", "url": "https://example.test/hook", "body": {"n": n}})

@@ -3,6 +3,8 @@
 //! (other keys run), its messages are acked and nothing polls it, maintenance leaves it alone,
 //! and a resume sends its jobs again so they run in order; nothing is lost.
 
+use crate::support::api::T0;
+use crate::support::consumer::ConsumerWorld as World;
 use futures::executor::block_on;
 use orderly::clock::Clock;
 use orderly::config::{Config, OnDead, OrderingMode};
@@ -11,8 +13,6 @@ use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{JobSpec, Ledger, Status};
 use orderly::maintenance::RESEND_GRACE_MS;
 use serde_json::{json, Value};
-use crate::support::api::T0;
-use crate::support::consumer::ConsumerWorld as World;
 
 /// A world in this mode whose dead jobs block their key.
 fn world(mode: OrderingMode) -> World {

@@ -2,10 +2,10 @@
 //! `migrations/`. For every transition, the loser's situation (wrong status, other owner, live
 //! lease) changes nothing, and a re-read of the row proves it.
 
+use crate::support::Sqlite;
 use futures::executor::block_on;
 use orderly::config::OrderingMode;
 use orderly::ledger::{history, stmt, Job, JobSpec, Lease, Ledger, ListFilter, Redrive, Sql, Status};
-use crate::support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
 const LEASE: i64 = 120_000;

@@ -4,11 +4,11 @@
 //! slot are sent, so another key's message is never behind the burst; every job still runs, in
 //! its ordering key's order, without maintenance. Lock mode sends every job, as before.
 
+use crate::support::api::T0;
+use crate::support::consumer::ConsumerWorld as World;
 use orderly::config::{Config, OrderingMode};
 use orderly::ledger::Status;
 use serde_json::{json, Value};
-use crate::support::api::T0;
-use crate::support::consumer::ConsumerWorld as World;
 
 /// A world in this mode with the limit key `host` at concurrency 2.
 fn world(mode: OrderingMode) -> World {

@@ -1,11 +1,11 @@
 //! Flow control's SQL (design §20) on real SQLite: permits, the line of parked jobs, the throttle,
 //! the breaker, pauses and run-time policies, each decided by the ledger's own statements.
 
+use crate::support::Sqlite;
 use futures::executor::block_on;
 use orderly::flow::{Breaker, Policy, Refusal, RunVerdict, Throttle};
 use orderly::ledger::limit::{Answer, Ask, Change, Permit, Release, Woken};
 use orderly::ledger::{Ledger, Route};
-use crate::support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
 const LEASE_MS: i64 = 120_000;

@@ -5,13 +5,13 @@
 //! claimed in their key's order, the blocked key stays blocked until skipped, DEAD jobs redrive,
 //! old history reads as before, and the purge finds the old DONE rows.
 
+use crate::support::Sqlite;
 use futures::executor::block_on;
 use orderly::config::OnDead;
 use orderly::ledger::history::{Kind, RunOutcome};
 use orderly::ledger::strict::Skip;
 use orderly::ledger::{stmt, Job, Lease, Ledger, Redrive, Sql, Status, Stmt};
 use rusqlite::types::Value as SqlValue;
-use crate::support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
 const LEASE_MS: i64 = 120_000;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::support::api::{ApiWorld, T0};
 use futures::executor::block_on;
 use orderly::api::{match_route, Matched, OPENAPI, ROUTES};
 use orderly::clock::Clock;
@@ -11,7 +12,6 @@ use orderly::ledger::history::{Run, RunOutcome};
 use orderly::ledger::{stmt, Lease, Record, Sql, Status, Transition};
 use orderly::maintenance::{self, RESEND_GRACE_MS};
 use serde_json::{json, Value};
-use crate::support::api::{ApiWorld, T0};
 
 type World = ApiWorld;
 

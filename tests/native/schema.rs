@@ -3,10 +3,10 @@
 //! it, and the ledger then works on it; a second run applies nothing; a half-migrated database
 //! gets only what it lacks.
 
+use crate::support::Sqlite;
 use futures::executor::block_on;
 use orderly::ledger::schema::{self, MIGRATIONS, SCHEMA};
 use orderly::ledger::{Sql, Stmt};
-use crate::support::Sqlite;
 
 fn empty() -> Sqlite {
     let path = std::env::temp_dir().join(format!("orderly-schema-{}-{}.sqlite", std::process::id(), rand_suffix()));

@@ -5,6 +5,8 @@
 
 use std::cell::RefCell;
 
+use crate::support::api::{ApiWorld, T0};
+use crate::support::AesSealer;
 use base64::Engine;
 use futures::executor::block_on;
 use orderly::clock::Clock;
@@ -14,8 +16,6 @@ use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::lock::MemoryKv;
 use orderly::seal::{is_sealed, Sealer};
 use serde_json::{json, Value};
-use crate::support::api::{ApiWorld, T0};
-use crate::support::AesSealer;
 
 const SECRET: &str = "-----BEGIN PRIVATE KEY----- d=hunter2";
 

@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use crate::support::{MemoryQueue, Sqlite};
 use futures::executor::block_on;
 use orderly::clock::{Clock, ManualClock};
 use orderly::config::{Config, OnDead, OrderingMode};
@@ -14,7 +15,6 @@ use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status};
 use orderly::lock::MemoryKv;
 use serde_json::{json, Value};
-use crate::support::{MemoryQueue, Sqlite};
 
 const T0: i64 = 1_700_000_000_000;
 

@@ -2,11 +2,11 @@
 //! the run rule (`claim_next.sql`) from every losing situation, chain steps, blocked keys and skip,
 //! the stalled-key scan, and real connections racing for one key (exactly one chains).
 
+use crate::support::Sqlite;
 use futures::executor::block_on;
 use orderly::config::{OnDead, OrderingMode};
 use orderly::ledger::strict::{ClaimSpec, Intake, Parked, Skip};
 use orderly::ledger::{stmt, Job, JobSpec, Lease, Ledger, Record, Route, Sql, Status, Stmt, Transition};
-use crate::support::Sqlite;
 
 const T0: i64 = 1_700_000_000_000;
 const LEASE_MS: i64 = 120_000;
