@@ -95,7 +95,6 @@ macro_rules! internal {
 internal!(
     api,
     app,
-    backoff,
     batch,
     clock,
     config,
@@ -112,6 +111,7 @@ internal!(
     maintenance,
     panics,
     producer,
+    retry,
     seal
 );
 

@@ -19,6 +19,17 @@ pub const MAX_DEADLINE_SECONDS: u32 = 30 * 24 * 3600;
 /// (which the ledger absorbs), never a second run.
 pub const RESEND_GRACE_MS: i64 = 15 * 60 * 1000;
 
+/// How long before its `next_run_at` a PENDING job may be claimed: none. A delay is what a remote
+/// server (`Retry-After`), a handler (a snooze) or the backoff asked for, and any delivery for a key
+/// (not only the job's own wake-up) can find its head, so an allowance would cut every such delay
+/// short by that much. A delivery that comes early (clock skew between isolates) finds the job not
+/// due and is put off until it is: a re-delivery, never a shortened delay.
+pub const EARLY_DELIVERY_ALLOWANCE_MS: i64 = 0;
+/// Key groups (and unkeyed messages) run at once; Workers allow six open connections.
+pub const GROUP_CONCURRENCY: usize = 6;
+/// A queue consumer invocation's wall-clock limit on Workers (15 minutes).
+pub const INVOCATION_WALL_MS: i64 = 15 * 60 * 1000;
+
 /// Most shards a ledger may have (`LEDGER_SHARDS`): an API list asks every shard, and the free plan
 /// allows 50 subrequests per invocation.
 pub const MAX_SHARDS: usize = 32;

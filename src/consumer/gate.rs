@@ -11,19 +11,20 @@
 //! park. In lock mode it is due at once, so any delivery may try it again. Should its wake-up be
 //! lost, the ledger's maintenance sends it again as it does any overdue job or stalled head.
 
-use super::{Consumer, RunEnd};
+use super::message::INFRA_RETRY_DELAY_SECONDS;
+use super::ports::Consumer;
 use crate::clock::Clock;
 use crate::error::InfraError;
 use crate::flow::{Refusal, RunVerdict};
 use crate::handlers::{Done, JobError, Runner};
 use crate::ledger::limit::{Ask, Permit, Release};
-use crate::ledger::{Job, Record, Sql};
+use crate::ledger::{Job, Sql, Transition};
 use crate::limits::delay_until;
 use crate::lock::Kv;
 use crate::producer::{self, QueueSender};
 
 /// Seconds a job refused for a limit key's outage waits.
-const DOWN_DELAY_SECONDS: u32 = super::INFRA_RETRY_DELAY_SECONDS;
+const DOWN_DELAY_SECONDS: u32 = INFRA_RETRY_DELAY_SECONDS;
 
 /// How long a throttle's grant stays good at least, whatever the interval: a start may follow its
 /// grant by this much, so a throttle faster than one start per this holds its rate over a window
@@ -116,7 +117,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// A claimed job its limit key refused: handed back (its attempt returned, counted as a
     /// deferral), due when it should be tried again; a parked one is due now (see the module).
-    pub(super) fn refused(&self, job: &Job, gate: Gate) -> super::Ran {
+    /// The transition to record, and how the job waits.
+    pub(super) fn refused(&self, job: &Job, gate: Gate) -> (Transition, Waits) {
         let now = self.clock.now_ms();
         let (waits, next_run_at) = match gate {
             Gate::Shut(why) if why.parks() => {
@@ -150,10 +152,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             Gate::Free | Gate::Held { .. } => unreachable!("only a refusal hands a job back"),
         };
         let mut defer = self.defer(job, now, next_run_at);
-        if let crate::ledger::Transition::Defer { parked, .. } = &mut defer {
+        if let Transition::Defer { parked, .. } = &mut defer {
             *parked = waits.parked;
         }
-        super::Ran { record: Record { transition: defer, run: None }, end: RunEnd::Limited(waits) }
+        (defer, waits)
     }
 
     /// After a permitted run: frees the permit, tells the breaker how the run went, and sends again

@@ -10,10 +10,11 @@ use std::collections::{HashMap, HashSet};
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
-use super::{
-    until, Consumer, Decoded, Incoming, Leases, Outcome, Read, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY,
-    INFRA_RETRY_DELAY_SECONDS, INVOCATION_WALL_MS,
-};
+use super::executor::RunEnd;
+use super::leases::Leases;
+use super::message::{resent, undecodable_spec, Decoded, Incoming, Outcome, Read, INFRA_RETRY_DELAY_SECONDS};
+use super::ports::Consumer;
+use crate::limits::{delay_until as until, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INVOCATION_WALL_MS};
 use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::error::InfraError;
@@ -180,7 +181,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             match d {
                 Err(reason) => {
                     let dead = Transition::RecordDead {
-                        spec: self.undecodable_spec(&msgs[i]),
+                        spec: undecodable_spec(&msgs[i], self.cfg),
                         at: now,
                         error: reason.to_string(),
                     };
@@ -422,7 +423,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 continue;
             }
             let (Outcome::Defer { delay_seconds }, Ok(d)) = (outcomes[i], &decoded[i]) else { continue };
-            if let Some(msg) = self.resent(&msgs[i], d, delay_seconds) {
+            if let Some(msg) = resent(&msgs[i], d, delay_seconds) {
                 sends.push((i, msg));
             }
         }

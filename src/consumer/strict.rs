@@ -21,10 +21,11 @@ use std::cell::Cell;
 
 use futures::stream::{self, StreamExt};
 
-use super::{
-    until, Decoded, Leases, Outcome, RunEnd, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INFRA_RETRY_DELAY_SECONDS,
-    INVOCATION_WALL_MS,
-};
+use super::executor::RunEnd;
+use super::leases::Leases;
+use super::message::{Decoded, Outcome, INFRA_RETRY_DELAY_SECONDS};
+use super::ports::Consumer;
+use crate::limits::{delay_until as until, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INVOCATION_WALL_MS};
 use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::config::OnDead;
@@ -128,7 +129,7 @@ impl Budget {
     }
 }
 
-impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> super::Consumer<'_, K, S, R, C, Q> {
+impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
     /// Strict mode for a batch's keyed messages: an outcome per member's batch position.
     pub(super) async fn run_strict(&self, members: Vec<Member>) -> Vec<(usize, Outcome)> {
         if members.is_empty() {

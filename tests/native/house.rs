@@ -120,6 +120,10 @@ fn functions(text: &str) -> Vec<(String, usize, usize)> {
         }
         let indent = line.len() - t.len();
         let name = t.split("fn ").nth(1).unwrap_or_default().split(['(', '<']).next().unwrap_or_default().to_string();
+        if t.ends_with('}') && t.matches('{').count() == t.matches('}').count() {
+            out.push((name, i + 1, 1)); // A function on one line: `fn f() {}`.
+            continue;
+        }
         let end = lines[i..]
             .iter()
             .position(|l| l.len() - l.trim_start().len() == indent && l.trim_start().starts_with('}'))
@@ -198,8 +202,11 @@ fn the_modules_import_one_way_only() {
 
 /// A cycle among the top-level modules' imports, as its path, if there is one.
 fn import_cycle(sources: &[(String, String)]) -> Option<Vec<String>> {
-    let graph = imports(sources);
-    // Depth-first search for a cycle, reporting its path.
+    cycle_in(&imports(sources))
+}
+
+/// A cycle in `graph`, as its path, if there is one (depth-first).
+fn cycle_in(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     fn visit(
         m: &str,
         graph: &BTreeMap<String, BTreeSet<String>>,
@@ -225,7 +232,86 @@ fn import_cycle(sources: &[(String, String)]) -> Option<Vec<String>> {
         None
     }
     let mut done = BTreeSet::new();
-    graph.keys().find_map(|m| visit(m, &graph, &mut Vec::new(), &mut done))
+    graph.keys().find_map(|m| visit(m, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_files_of_a_folder_call_down_only_never_back_up_to_their_parent() {
+    if let Some(cycle) = file_cycle(&sources()) {
+        panic!("import cycle between files: {}", cycle.join(" -> "));
+    }
+}
+
+/// A cycle among the files of a folder module (`src/consumer/`, `src/ledger/`, ...), if there is
+/// one: see [`file_imports`].
+fn file_cycle(sources: &[(String, String)]) -> Option<Vec<String>> {
+    cycle_in(&file_imports(sources))
+}
+
+/// Which files of its own folder each file of a folder module depends on. A parent (`mod.rs`)
+/// depends on each child it declares (`mod child;`): it calls down into them, often through
+/// methods the child adds, which no import shows. A child depends on a sibling it names
+/// (`super::sibling::x`, `crate::folder::sibling::x`), and on its parent when it names anything
+/// else there (`super::X`, `super::*`, `crate::folder::X`), re-exports included: so a child that
+/// uses anything of its parent's is a cycle, and shared types live in a leaf file of their own.
+fn file_imports(sources: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (file, text) in sources {
+        let Some((folder, name)) = file.strip_suffix(".rs").and_then(|f| f.rsplit_once('/')) else { continue };
+        if folder == "src" {
+            continue;
+        }
+        let sibling = |n: &str| sources.iter().any(|(f, _)| f == &format!("{folder}/{n}.rs")) && n != "mod";
+        let parent = format!("{folder}/mod.rs");
+        let deps = graph.entry(file.clone()).or_default();
+        let code: String = code_lines(text).map(|(_, l)| format!("{l}\n")).collect();
+        if name == "mod" {
+            for line in code.lines() {
+                let t = line.trim();
+                let decl = t.strip_prefix("pub ").or_else(|| t.strip_prefix("pub(crate) ")).unwrap_or(t);
+                if let Some(child) = decl.strip_prefix("mod ").and_then(|c| c.strip_suffix(';')) {
+                    if sibling(child) {
+                        deps.insert(format!("{folder}/{child}.rs"));
+                    }
+                }
+            }
+            continue;
+        }
+        let crate_path = format!("crate::{}::", folder.trim_start_matches("src/"));
+        for prefix in ["super::", crate_path.as_str()] {
+            for (i, _) in code.match_indices(prefix) {
+                for named in first_names(&code[i + prefix.len()..]) {
+                    deps.insert(if sibling(&named) { format!("{folder}/{named}.rs") } else { parent.clone() });
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// The first name of each path after `super::`: `a` of `a::b`, `a` and `B` of `{a::x, B}`, `*`.
+fn first_names(rest: &str) -> Vec<String> {
+    let name = |s: &str| -> String {
+        s.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '*').collect()
+    };
+    let Some(list) = rest.strip_prefix('{') else { return vec![name(rest)] };
+    let (mut depth, mut items, mut start) = (0, Vec::new(), 0);
+    for (i, c) in list.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&list[start..i]);
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.into_iter().map(name).filter(|n| !n.is_empty()).collect()
 }
 
 #[test]
@@ -240,6 +326,8 @@ fn each_check_finds_what_it_looks_for() {
     );
     let nested = "impl A {\n    pub async fn f(&self) {\n        if x {\n        }\n    }\n}\n";
     assert_eq!(functions(nested), vec![("f".to_string(), 2, 4)]);
+    let one_line = "fn quiet(_: &str) {}\n\nimpl A {\n    fn g() {\n    }\n}\n";
+    assert_eq!(functions(one_line), vec![("quiet".to_string(), 1, 1), ("g".to_string(), 4, 2)]);
     // SQL outside the ledger: seen in src/api/, not in src/ledger/, not in a comment.
     let sql = "fn f() {\n    let s = Stmt::bind(\"SELECT 1\", []);\n    // a Row in a comment\n}\n";
     assert_eq!(sql_outside_the_ledger(&file("src/api/x.rs", sql)).len(), 1);
@@ -259,4 +347,25 @@ fn each_check_finds_what_it_looks_for() {
     ];
     assert_eq!(import_cycle(&cycle), Some(vec!["a", "b", "c", "a"].into_iter().map(String::from).collect()));
     assert_eq!(import_cycle(&cycle[..2]), None, "without c's call back up");
+    // Cycles between the files of a folder: a child naming its parent, or siblings each other.
+    let src = |files: &[(&str, &str)]| files.iter().map(|(f, t)| (f.to_string(), t.to_string())).collect::<Vec<_>>();
+    let folder = src(&[
+        ("src/q/mod.rs", "mod low;\npub mod mode;\npub use low::Ports;\n"),
+        ("src/q/mode.rs", "use super::low::{self, Ports};\nuse crate::q::low::x;\n"),
+        ("src/q/low.rs", "pub struct Ports;\n"),
+    ]);
+    assert_eq!(first_names("{\n    a::{b, c}, D,\n};"), vec!["a", "D"]);
+    assert_eq!(file_cycle(&folder), None, "down only");
+    let up = |text: &str| {
+        let mut files = folder.clone();
+        files[2].1 = text.to_string();
+        file_cycle(&files)
+    };
+    let back = Some(vec!["src/q/low.rs", "src/q/mod.rs", "src/q/low.rs"].into_iter().map(String::from).collect());
+    assert_eq!(up("use super::{\n    Ports,\n};\n"), back, "a re-export of the parent's is the parent's");
+    assert_eq!(up("impl super::Thing {}\n"), back);
+    assert_eq!(up("fn f() { crate::q::helper() }\n"), back);
+    assert_eq!(up("// super::Ports in a comment\npub(super) fn f() {}\n"), None);
+    let sideways = Some(vec!["src/q/low.rs", "src/q/mode.rs", "src/q/low.rs"].into_iter().map(String::from).collect());
+    assert_eq!(up("use super::mode::Plan;\n"), sideways);
 }

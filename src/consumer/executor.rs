@@ -1,0 +1,335 @@
+//! Running one claimed job, for both modes (River's job executor): its deadline, its payload
+//! (opened when sealed), its limit key's gate, the handler under its timeout, and what the run
+//! leads to (the retry policy's decision, `crate::retry`) as the guarded [`Transition`] and the
+//! history line to record. The mode records it and decides what its key does next.
+
+use serde_json::Value;
+
+use super::gate::{Gate, Waits};
+use super::ports::Consumer;
+use crate::clock::Clock;
+use crate::error::InfraError;
+use crate::handlers::{bounded_result, Done, JobContext, JobError, Runner};
+use crate::ledger::history::{Run, RunOutcome};
+use crate::ledger::{Job, Record, Sql, Status, Transition};
+use crate::lock::Kv;
+use crate::log::Event;
+use crate::producer::{QueueSender, MAX_PAYLOAD_BYTES};
+use crate::retry::{decide_failure, FailureDecision};
+use crate::seal::is_sealed;
+
+/// How long a sealed job whose payload cannot be opened waits before it is tried again.
+pub const SEAL_WAIT_SECONDS: u32 = 300;
+
+/// A claimed job's handler run, as both modes record it.
+pub(super) struct Ran {
+    /// The transition, guarded by our lease (complete, or fail to PENDING or DEAD), with the
+    /// run's entry in the job's history (none for a success: the DONE row describes it).
+    pub(super) record: Record,
+    /// How it ended.
+    pub(super) end: RunEnd,
+}
+
+/// How a run ended, for the mode to decide what comes next.
+pub(super) enum RunEnd {
+    Done,
+    Dead,
+    Retry {
+        delay_seconds: u32,
+    },
+    /// The handler snoozed: like a retry for the key (held until then), but no attempt spent.
+    Snooze {
+        delay_seconds: u32,
+    },
+    /// Not run: its limit key refused it a start (design §20). Its key waits; no attempt spent.
+    Limited(Waits),
+}
+
+impl RunEnd {
+    /// Seconds until the job runs again, when it does (a retry or a snooze): its key waits.
+    pub(super) fn again_after(&self) -> Option<u32> {
+        match self {
+            RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => Some(*delay_seconds),
+            RunEnd::Limited(waits) => Some(waits.delay_seconds),
+            RunEnd::Done | RunEnd::Dead => None,
+        }
+    }
+}
+
+/// A run's transition, how it ends, its error and its HTTP status.
+type Finished = (Transition, RunEnd, Option<String>, Option<u16>);
+
+/// Why a sealed payload cannot be opened now: its job waits for the key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum Unopened {
+    #[error("the payload is sealed and PAYLOAD_KEY is not set")]
+    NoKey,
+    #[error("the sealed payload: {0}")]
+    Open(InfraError),
+}
+
+/// What is kept of a sealed job's error: its kind and HTTP status, never its text (a webhook's
+/// error names its URL, path and query included; a service handler's quotes its answer; either
+/// may carry what the job sealed). A snooze keeps its delay and its next payload.
+pub fn withheld(e: JobError) -> JobError {
+    let reason = match e.http_status() {
+        Some(s) => format!("HTTP {s} (details withheld: the job is sealed)"),
+        None => "the handler failed (details withheld: the job is sealed)".to_string(),
+    };
+    match e {
+        JobError::Retryable { retry_after, http_status, .. } => {
+            JobError::Retryable { reason, retry_after, http_status }
+        }
+        JobError::Permanent { http_status, .. } => JobError::Permanent { reason, http_status },
+        JobError::Snooze { seconds, http_status, payload, .. } => {
+            let reason = reason.replace("the handler failed", "the handler asked");
+            JobError::Snooze { seconds, reason, http_status, payload }
+        }
+    }
+}
+
+impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
+    /// Runs a job this invocation claimed and says what to record. The ledger row is the truth:
+    /// what runs is the row's payload, never the message's.
+    pub(super) async fn run_claimed(&self, job: &Job) -> Ran {
+        let started_at = self.clock.now_ms();
+        let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
+        let sealed = job.payload.as_deref().is_some_and(is_sealed);
+        if let Some(deadline) = job.deadline_at.filter(|&d| started_at >= d) {
+            // Not run at all: what it was for is past (design §20). DEAD like a permanent failure.
+            let why = format!("expired: not started by its deadline ({} s late)", (started_at - deadline) / 1000);
+            return self.ran(job, &self.owner, started_at, Err(JobError::permanent(why)), false).await;
+        }
+        let payload = match self.payload_of(job).await {
+            Ok(p) => p,
+            Err(why) => return self.wait_for_key(job, started_at, why),
+        };
+        let gate = self.gate(job).await;
+        if matches!(gate, Gate::Shut(_) | Gate::Down(_)) {
+            let (transition, waits) = self.refused(job, gate);
+            return Ran { record: Record { transition, run: None }, end: RunEnd::Limited(waits) };
+        }
+        let result = match payload.map(|v| serde_json::from_str::<Value>(&v).ok()) {
+            Some(Some(payload)) => {
+                let cx = JobContext {
+                    id: &job.id,
+                    attempt,
+                    payload: &payload,
+                    ordering_key: job.ordering_key.as_deref(),
+                    priority: job.priority,
+                    timeout_ms: self.timeout_ms(job),
+                };
+                self.timed(job, self.runner.run(&cx)).await
+            }
+            Some(None) | None => Err(JobError::permanent("the ledger row has no readable payload")),
+        };
+        if let Gate::Held { until } = gate {
+            self.release(job, until, &result).await;
+        }
+        self.ran(job, &self.owner, started_at, result, sealed).await
+    }
+
+    /// The job's own time limit for a run, ms, never past the configured run bound (design §20).
+    fn timeout_ms(&self, job: &Job) -> Option<u32> {
+        job.timeout_seconds.map(|t| t.min(self.cfg.webhook_timeout_seconds).saturating_mul(1000))
+    }
+
+    /// `run`, stopped when it outlasts the job's timeout: a retryable failure. The handler's
+    /// future is dropped at its next await (a Rust handler that never awaits cannot be stopped).
+    async fn timed(
+        &self,
+        job: &Job,
+        run: impl std::future::Future<Output = Result<Done, JobError>>,
+    ) -> Result<Done, JobError> {
+        let (Some(ms), Some(sleep)) = (self.timeout_ms(job), self.sleep) else { return run.await };
+        match futures::future::select(std::pin::pin!(run), sleep(i64::from(ms))).await {
+            futures::future::Either::Left((result, _)) => result,
+            futures::future::Either::Right(_) => {
+                Err(JobError::retry(format!("timed out after {} s (the job's timeout_seconds)", ms / 1000)))
+            }
+        }
+    }
+
+    /// What a run of `job` by `owner` (its lease owner) records: the guarded transition its
+    /// result leads to, and its history line.
+    pub(super) async fn ran(&self, job: &Job, owner: &str, started_at: i64, result: Result<Done, JobError>, sealed: bool) -> Ran {
+        let now = self.clock.now_ms();
+        let (transition, end, error, http_status) = match result {
+            Ok(done) => self.done(job, owner, now, done, sealed).await,
+            Err(e) => {
+                // A sealed job's error never reaches D1, the API or the logs in plain: a webhook's
+                // names its URL, a service handler's quotes its answer.
+                let e = if sealed { withheld(e) } else { e };
+                let (e, next_payload) = self.next_payload(job, sealed, e).await;
+                self.failed(job, owner, now, &e, next_payload)
+            }
+        };
+        let outcome = match end {
+            RunEnd::Done => RunOutcome::Done,
+            RunEnd::Dead => RunOutcome::Dead,
+            RunEnd::Retry { .. } => RunOutcome::Retry,
+            RunEnd::Snooze { .. } => RunOutcome::Snooze,
+            RunEnd::Limited(_) => unreachable!("a refused start is never a run"),
+        };
+        // A success is described by the job's DONE row (complete.sql), not by a history row:
+        // one row written less per job. (A success whose completion is refused, our lease lost,
+        // is still counted in the job's attempts; the reaper records the expired lease.)
+        let run = (outcome != RunOutcome::Done).then(|| Run {
+            job_id: job.id.clone(),
+            attempt: job.attempts,
+            started_at,
+            finished_at: now,
+            outcome,
+            error,
+            http_status,
+            actor: owner.to_string(),
+        });
+        Ran { record: Record { transition, run }, end }
+    }
+
+    /// A successful run's completion; a sealed job's result is sealed too (one that cannot be is
+    /// not kept).
+    async fn done(&self, job: &Job, owner: &str, now: i64, done: Done, sealed: bool) -> Finished {
+        let mut kept = done.result.as_ref().map(bounded_result);
+        if sealed {
+            if let (Some(text), Some(sealer)) = (kept.take(), self.sealer) {
+                kept = sealer.seal(&job.id, &text).await.ok();
+            }
+        }
+        let complete = Transition::Complete {
+            id: job.id.clone(),
+            route: job.route(),
+            owner: owner.to_string(),
+            at: now,
+            result: kept,
+            http_status: done.http_status,
+        };
+        (complete, RunEnd::Done, None, done.http_status)
+    }
+
+    /// A failed run's transition: DEAD, a retry after the backoff, or a snooze (with the next
+    /// run's payload, if the handler gave one).
+    fn failed(&self, job: &Job, owner: &str, now: i64, e: &JobError, next_payload: Option<String>) -> Finished {
+        match decide_failure(job.attempts, job.max_attempts, job.snoozes, e, self.cfg, (self.random)()) {
+            FailureDecision::Dead(why) => {
+                (self.log)(&Event::JobDead {
+                    job_id: &job.id,
+                    job_type: job.job_type.as_deref(),
+                    ordering_key: job.ordering_key.as_deref(),
+                    attempts: job.attempts,
+                    error: &why,
+                });
+                let dead = self.fail(job, owner, now, Status::Dead, now, &why);
+                (dead, RunEnd::Dead, Some(why), e.http_status())
+            }
+            FailureDecision::Retry { delay_ms } => {
+                let at = now + delay_ms;
+                // Queues' delays are whole seconds: rounded up, so the message never comes
+                // before its job is due.
+                let delay_seconds = crate::limits::delay_until(now, Some(at));
+                let why = e.to_string();
+                let fail = self.fail(job, owner, now, Status::Pending, at, &why);
+                (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
+            }
+            FailureDecision::Snooze { delay_seconds } => {
+                // Handed back like a job never run: PENDING, its attempt returned.
+                let at = now + i64::from(delay_seconds) * 1000;
+                let snooze = self.snooze(job, owner, now, at, next_payload);
+                (snooze, RunEnd::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
+            }
+        }
+    }
+
+    /// A sealed job whose payload cannot be opened (no `PAYLOAD_KEY`, its key rotated away): not
+    /// run and not failed. It waits [`SEAL_WAIT_SECONDS`] without spending an attempt or a snooze,
+    /// its key held (a job of its key must not overtake it), and says why in its history and the
+    /// log: fixing `PAYLOAD_KEY` lets it run. Spending attempts on it would end it DEAD, and under
+    /// `ON_DEAD = "skip"` its key would move past a job that was never run.
+    fn wait_for_key(&self, job: &Job, started_at: i64, why: Unopened) -> Ran {
+        let now = self.clock.now_ms();
+        let error = format!("{why}; waiting for PAYLOAD_KEY to open it, its key held, no attempt spent");
+        self.outage(format!("job {} not run: {error}", job.id));
+        let run = Run {
+            job_id: job.id.clone(),
+            attempt: job.attempts,
+            started_at,
+            finished_at: now,
+            outcome: RunOutcome::Snooze,
+            error: Some(error),
+            http_status: None,
+            actor: self.owner.clone(),
+        };
+        let delay_seconds = SEAL_WAIT_SECONDS;
+        let defer = self.defer(job, now, now + i64::from(delay_seconds) * 1000);
+        Ran { record: Record { transition: defer, run: Some(run) }, end: RunEnd::Snooze { delay_seconds } }
+    }
+
+    /// A snooze's replacement payload as it is stored (sealed when the job is), or the error that
+    /// makes the run a retryable failure instead: a replacement must keep the job's `type` and
+    /// fit [`MAX_PAYLOAD_BYTES`], and a sealed job's must be sealed.
+    async fn next_payload(&self, job: &Job, sealed: bool, e: JobError) -> (JobError, Option<String>) {
+        let JobError::Snooze { payload: Some(next), http_status, .. } = &e else { return (e, None) };
+        let refuse = |why: String| JobError::Retryable {
+            reason: format!("the snooze's replacement payload is refused: {why}"),
+            retry_after: None,
+            http_status: *http_status,
+        };
+        let next_type = next.get("type").and_then(Value::as_str);
+        if next_type != job.job_type.as_deref() {
+            return (refuse(format!("its type {next_type:?} is not the job's {:?}", job.job_type)), None);
+        }
+        let text = next.to_string();
+        if text.len() > MAX_PAYLOAD_BYTES {
+            return (refuse(format!("{} bytes as JSON, over {MAX_PAYLOAD_BYTES}", text.len())), None);
+        }
+        if !sealed {
+            return (e, Some(text));
+        }
+        let Some(sealer) = self.sealer else {
+            return (refuse("it cannot be sealed: PAYLOAD_KEY is not set".into()), None);
+        };
+        match sealer.seal(&job.id, &text).await {
+            Ok(kept) => (e, Some(kept)),
+            Err(err) => (refuse(format!("it cannot be sealed: {err}")), None),
+        }
+    }
+
+    /// The job's payload as JSON text: a sealed one opened with `PAYLOAD_KEY`. `None`: the row has
+    /// none. Why a sealed payload cannot be opened (no `PAYLOAD_KEY`, a key rotated away) is the
+    /// error: the job waits for the key ([`Self::wait_for_key`]).
+    async fn payload_of(&self, job: &Job) -> Result<Option<String>, Unopened> {
+        let Some(text) = job.payload.as_deref() else { return Ok(None) };
+        if !is_sealed(text) {
+            return Ok(Some(text.to_string()));
+        }
+        let Some(sealer) = self.sealer else { return Err(Unopened::NoKey) };
+        sealer.open(&job.id, text).await.map(Some).map_err(Unopened::Open)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_jobs_error_keeps_its_kind_and_status_not_its_text() {
+        let e = JobError::Retryable {
+            reason: "https://h.test/hook/s3cret?token=t: HTTP 503".into(),
+            retry_after: Some(9),
+            http_status: Some(503),
+        };
+        assert_eq!(
+            withheld(e),
+            JobError::Retryable {
+                reason: "HTTP 503 (details withheld: the job is sealed)".into(),
+                retry_after: Some(9),
+                http_status: Some(503)
+            }
+        );
+        let e = withheld(JobError::permanent("service APP: private key -----BEGIN"));
+        assert_eq!(e.to_string(), "the handler failed (details withheld: the job is sealed)");
+        let e = withheld(JobError::snooze_with(5, "said the key", serde_json::json!({"type": "t"})));
+        assert!(matches!(&e, JobError::Snooze { seconds: 5, payload: Some(_), .. }), "{e:?}");
+        assert!(!e.to_string().contains("key"), "{e}");
+    }
+}
