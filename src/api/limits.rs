@@ -14,7 +14,8 @@
 
 use serde_json::{json, Value};
 
-use super::{query_pairs, Api, ApiResponse, MAX_PAGE};
+use super::http::{query_pairs, ApiResponse, MAX_PAGE};
+use super::ports::Api;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::InfraError;

@@ -10,21 +10,25 @@
 //! and read a job's state and the counts ([`PRODUCER_ROUTES`]); the shell carries no data and asks for the token itself, because
 //! a browser cannot attach a bearer token to a page load. Errors are `{"error": ...}` JSON.
 
+mod http;
 mod keys;
 mod limits;
+mod ports;
 mod submission;
+
+pub use http::{ApiRequest, ApiResponse, MAX_PAGE};
+use http::{percent_decode, query_pairs};
+pub use ports::Api;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::app::JobTypes;
 use crate::clock::Clock;
-use crate::config::{Config, ConfigError};
-use crate::ledger::{Cancel, Job, Ledger, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
+use crate::config::Config;
+use crate::ledger::{Cancel, Job, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
 use crate::producer::{self, QueueSender};
-use crate::seal::Sealer;
 #[cfg(any(test, feature = "testing"))]
 pub use submission::BadInput;
 use submission::{parse_dead_filter, parse_job, Parsed};
@@ -53,8 +57,6 @@ fn dashboard_csp() -> String {
         hash("style")
     )
 }
-/// Largest page.
-pub const MAX_PAGE: u32 = 200;
 
 const DASHBOARD: &str = include_str!("../dashboard.html");
 /// The API described in OpenAPI 3.1, served at `GET /openapi.json`.
@@ -149,57 +151,6 @@ pub fn match_route(method: &str, path: &str) -> Matched {
     }
 }
 
-/// A request, as the edge read it.
-#[derive(Debug, Clone, Default)]
-pub struct ApiRequest {
-    /// "GET", "POST", ...
-    pub method: String,
-    /// URL path, percent-encoded as received.
-    pub path: String,
-    /// Query string without `?`.
-    pub query: String,
-    /// The `Authorization` header.
-    pub authorization: Option<String>,
-    /// Body bytes.
-    pub body: Vec<u8>,
-}
-
-/// A response.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiResponse {
-    /// Status code.
-    pub status: u16,
-    /// Content type.
-    pub content_type: &'static str,
-    /// Body text.
-    pub body: String,
-    /// Headers beyond content type (the edge adds `cache-control` and `nosniff` to every answer).
-    pub headers: Vec<(&'static str, String)>,
-}
-
-impl ApiResponse {
-    /// A JSON answer.
-    pub fn json(status: u16, v: Value) -> Self {
-        ApiResponse { status, content_type: "application/json", body: v.to_string(), headers: Vec::new() }
-    }
-    /// `{"error": msg}`.
-    pub fn error(status: u16, msg: impl Into<String>) -> Self {
-        Self::json(status, json!({ "error": msg.into() }))
-    }
-    /// An error answer with a JSON body already built.
-    pub fn json_error(status: u16, body: Value) -> Self {
-        Self::json(status, body)
-    }
-    /// 413 for a body over `limit` bytes.
-    pub fn too_large(limit: usize) -> Self {
-        Self::error(413, format!("body is larger than {limit} bytes"))
-    }
-    /// The body parsed as JSON (for tests and callers that inspect responses).
-    pub fn json_body(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or(Value::Null)
-    }
-}
-
 /// One submitted job as recorded: its id, its status, and whether it duplicates a job the
 /// ledger already had (same id, or the active holder of its dedupe key: then that job's).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -244,28 +195,6 @@ impl Submission {
     fn refused(status: u16, index: Option<usize>, error: impl Into<String>) -> Self {
         Submission::Refused(Refusal { status, index, error: error.into() })
     }
-}
-
-/// The API's ports and settings for one request.
-pub struct Api<'a, S: Sql, Q, C> {
-    /// The ledger.
-    pub ledger: &'a Ledger<S>,
-    /// Where jobs are sent.
-    pub queue: &'a Q,
-    /// Time.
-    pub clock: &'a C,
-    /// Checked vars, or why they are bad.
-    pub cfg: Result<&'a Config, &'a ConfigError>,
-    /// `ADMIN_TOKEN`, if configured.
-    pub admin_token: Option<&'a str>,
-    /// `PRODUCER_TOKEN`, if configured: submit and read only.
-    pub producer_token: Option<&'a str>,
-    /// New job ids.
-    pub new_id: &'a dyn Fn() -> String,
-    /// The job types there are handlers for: a submitted payload must fit one.
-    pub types: &'a dyn JobTypes,
-    /// Seals sensitive payloads (`PAYLOAD_KEY`); `None`: sensitive jobs are refused.
-    pub sealer: Option<&'a dyn Sealer>,
 }
 
 /// How a parsed job is recorded: due after its delay; in strict mode, a job due now under a
@@ -735,36 +664,6 @@ fn decode_cursor(c: &str) -> Option<(i64, String)> {
     Some((at.parse().ok()?, id.to_string()))
 }
 
-/// A query string's `name=value` pairs, decoded as HTML forms and `URLSearchParams` write them
-/// (`+` is a space, then `%XX` escapes).
-pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    let decode = |s: &str| percent_decode(&s.replace('+', " "));
-    query.split('&').filter(|p| !p.is_empty()).map(move |p| {
-        let (k, v) = p.split_once('=').unwrap_or((p, ""));
-        (decode(k), decode(v))
-    })
-}
-
-/// Decodes `%XX` escapes (a path segment's: `+` stays a plus).
-pub fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -775,24 +674,6 @@ mod tests {
         assert!(!constant_time_eq("s3cret", "s3cre"));
         assert!(!constant_time_eq("s3cret", "S3cret"));
         assert!(!constant_time_eq("", "x"));
-    }
-
-    #[test]
-    fn percent_escapes_are_decoded() {
-        assert_eq!(percent_decode("a%2Fb%20c"), "a/b c");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
-        assert_eq!(percent_decode("%4"), "%4");
-    }
-
-    #[test]
-    fn query_values_are_read_as_forms_write_them() {
-        let pairs: Vec<(String, String)> = query_pairs("ordering_key=a+b%2Bc&&x%3Dy=1%202&flag").collect();
-        assert_eq!(
-            pairs,
-            vec![("ordering_key".into(), "a b+c".into()), ("x=y".into(), "1 2".into()), ("flag".into(), String::new())]
-        );
-        assert_eq!(percent_decode("a+b"), "a+b", "a path keeps its plus");
     }
 
     #[test]

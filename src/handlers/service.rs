@@ -16,7 +16,7 @@
 use serde_json::{json, Value};
 
 use super::webhook::{retry_after_seconds, sign};
-use super::{Done, HttpClient, HttpRequest, HttpResponse, JobContext, JobError, SendError, Services, MAX_RESULT_BYTES};
+use super::contract::{Done, HttpClient, HttpRequest, HttpResponse, JobContext, JobError, SendError, Services, MAX_RESULT_BYTES};
 use crate::clock::Clock;
 use crate::config::MAX_DELAY_SECONDS;
 use crate::producer::MAX_PAYLOAD_BYTES;

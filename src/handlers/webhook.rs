@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 
 use url::{Host, Url};
 
-use super::{Done, HttpClient, HttpRequest, HttpResponse, JobContext, JobError, JobHandler, SendError, Services};
+use super::contract::{Done, HttpClient, HttpRequest, HttpResponse, JobContext, JobError, JobHandler, SendError, Services};
 use crate::clock::Clock;
 use crate::config::{Config, ConfigError, MAX_DELAY_SECONDS};
 
@@ -166,7 +166,7 @@ pub fn request(payload: &Value, allow_private: bool) -> Result<HttpRequest, JobE
         headers,
         body,
         via: None,
-        read_limit: super::RESPONSE_START_BYTES,
+        read_limit: super::contract::RESPONSE_START_BYTES,
     })
 }
 

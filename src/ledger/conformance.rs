@@ -8,7 +8,9 @@
 use super::history::{Run, RunOutcome};
 use super::strict::{ClaimSpec, Intake, Parked};
 use super::transition::{Record, Transition};
-use super::{Cancel, Claimed, JobSpec, Lease, Ledger, Redrive, Sql, Status};
+use super::job::{Cancel, Claimed, JobSpec, Lease, Redrive, Status};
+use super::shards::Ledger;
+use super::store::Sql;
 use crate::config::OnDead;
 use crate::error::InfraError;
 
@@ -174,8 +176,8 @@ async fn dedupe_clash<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
 
 async fn enqueue_duplicate<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     let a = spec(n.id("enqueue", "a"), Some(n.id("enqueue", "k")), None);
-    let first = l.enqueue_all(&[super::Submit::due(&a, T0)], T0).await.map_err(infra)?;
-    let again = l.enqueue_all(&[super::Submit::due(&a, T0)], T0 + 1).await.map_err(infra)?;
+    let first = l.enqueue_all(&[super::job::Submit::due(&a, T0)], T0).await.map_err(infra)?;
+    let again = l.enqueue_all(&[super::job::Submit::due(&a, T0)], T0 + 1).await.map_err(infra)?;
     check(
         first.first().is_some_and(|(_, new)| *new) && again.first().is_some_and(|(j, new)| !new && j.id == a.id),
         || format!("first {first:?}, again {again:?}"),
@@ -185,7 +187,7 @@ async fn enqueue_duplicate<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
 
 async fn cancel_and_redrive<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
     let a = spec(n.id("cancel", "a"), None, None);
-    l.enqueue_all(&[super::Submit::due(&a, T0)], T0).await.map_err(infra)?;
+    l.enqueue_all(&[super::job::Submit::due(&a, T0)], T0).await.map_err(infra)?;
     let refused = l.redrive(&a.id, T0 + 1).await.map_err(infra)?;
     check(matches!(refused, Redrive::Refused(_)), || format!("redrive of a PENDING job: {refused:?}"))?;
     let cancelled = l.cancel(&a.id, T0 + 2).await.map_err(infra)?;

@@ -11,7 +11,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{int_of, stmt, Counts, Row, Shard, Sql, Status};
+use super::job::{int_of, Status};
+use super::store::Row;
 use crate::error::InfraError;
 
 /// Events kept per job (the ring's size; the schema's CHECK allows up to 20).
@@ -155,7 +156,7 @@ impl Event {
 /// The successful run a DONE job's row describes (complete.sql writes no history row for it), as
 /// the event after `events`. `None` when the job is not DONE, or finished before migration 0007
 /// (no `ran_by`: its success is a history row of its own), or `events` already ends with it.
-pub fn success_of(job: &super::Job, events: &[Event]) -> Option<Event> {
+pub fn success_of(job: &super::job::Job, events: &[Event]) -> Option<Event> {
     let (Status::Done, Some(actor), Some(at)) = (job.status, job.ran_by.as_ref(), job.finished_at) else {
         return None;
     };
@@ -178,7 +179,7 @@ pub fn success_of(job: &super::Job, events: &[Event]) -> Option<Event> {
 
 /// Adds the successful run `job`'s row describes to its `events` (see [`success_of`]), keeping
 /// the last [`HISTORY_KEEP`] as the ring does.
-pub fn with_success(job: &super::Job, events: &mut Vec<Event>) {
+pub fn with_success(job: &super::job::Job, events: &mut Vec<Event>) {
     if let Some(done) = success_of(job, events) {
         if events.len() >= HISTORY_KEEP as usize {
             events.remove(0);
@@ -257,23 +258,6 @@ pub fn activity(now: i64, now_open: i64, runs: &[Row], jobs: &[Row]) -> Vec<Minu
         open = open - created[i] + finished[i];
     }
     minutes
-}
-
-impl<S: Sql> Shard<S> {
-    /// The activity of the last hour, in one round trip.
-    pub async fn activity(&self, now: i64) -> Result<Vec<Minute>, InfraError> {
-        let since = (now.div_euclid(60_000) - (ACTIVITY_MINUTES - 1)) * 60_000;
-        let out = self.sql.batch(vec![stmt::activity_runs(since), stmt::activity_jobs(since), stmt::counts()]).await?;
-        let at = |i: usize| out.get(i).map(Vec::as_slice).unwrap_or_default();
-        let counts = Counts::from_rows(at(2));
-        Ok(activity(now, counts.pending + counts.running, at(0), at(1)))
-    }
-
-    /// Audits an operator's skip of `job_id`, DEAD as of `at` (the skip applied in an earlier round
-    /// trip). Best effort: the skip stands without its line.
-    pub async fn audit_skip(&self, job_id: &str, at: i64) {
-        let _ = self.sql.query(stmt::action_applied(job_id, at, Kind::Skip, Status::Dead)).await;
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::store::{Param, Row, Sql, Stmt};
-use super::{int_of, Route, Shard};
+use super::job::int_of;
+use super::route::Route;
+use super::shard::Shard;
 use crate::error::InfraError;
 use crate::flow::{Policy, Refusal, RunVerdict, MAX_COOLDOWN_MS, WOKEN_HOLD_SECONDS};
 

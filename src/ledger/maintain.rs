@@ -6,7 +6,10 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 use super::history::Run;
-use super::{stmt, Job, Shard, Sql};
+use super::stmt;
+use super::job::Job;
+use super::shard::Shard;
+use super::store::Sql;
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 

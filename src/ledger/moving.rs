@@ -7,7 +7,11 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{stmt, Counts, Job, Ledger, Route, Row, Sql};
+use super::stmt;
+use super::job::{Counts, Job};
+use super::shards::Ledger;
+use super::route::Route;
+use super::store::{Row, Sql};
 use crate::error::InfraError;
 
 /// One page of a move.
@@ -52,7 +56,7 @@ impl<S: Sql> Ledger<S> {
         let routes: std::collections::HashMap<String, Route> =
             Job::all(&jobs)?.into_iter().map(|j| (j.id.clone(), j.route())).collect();
         // A job's rows and its history go to its shard in one batch: both or neither.
-        let mut per_shard: std::collections::BTreeMap<usize, Vec<super::Stmt>> = Default::default();
+        let mut per_shard: std::collections::BTreeMap<usize, Vec<super::store::Stmt>> = Default::default();
         for row in &jobs {
             let Some(r) = text(row, "id").and_then(|id| routes.get(&id).copied()) else { continue };
             per_shard.entry(r.shard(to.shards.len())).or_default().push(stmt::import_job(row));

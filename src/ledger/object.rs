@@ -139,7 +139,7 @@ pub struct Place {
 }
 
 fn int(v: Option<&Value>) -> Option<u32> {
-    v.and_then(super::int_of).and_then(|i| u32::try_from(i).ok())
+    v.and_then(super::job::int_of).and_then(|i| u32::try_from(i).ok())
 }
 
 /// A shard's object: its store and, once read, its place (the object alone writes its storage, so

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 
 use super::history::{Kind, Run, RunOutcome};
 use super::*;
+use crate::config::{OnDead, OrderingMode};
 
 /// The parameter names a file declares, in order; checks they are `?1..?n` and that its body uses
 /// exactly those.
@@ -93,7 +94,7 @@ fn every_statement() -> Vec<Stmt> {
         stmt::skip("k", 1),
         stmt::stalled_heads(1, OnDead::Block, 10),
         stmt::mark_resent("a", 1, 2),
-        stmt::enqueue(&super::Submit { spec: &spec, due_at: 2, parks_until: Some(3) }, 1),
+        stmt::enqueue(&super::job::Submit { spec: &spec, due_at: 2, parks_until: Some(3) }, 1),
         stmt::existing("a", Some("d")),
         stmt::counts(),
         stmt::list_filtered(&filter, Some((1, "a")), 10),

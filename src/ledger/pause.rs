@@ -5,7 +5,10 @@
 //! row and reads the key's PENDING jobs, whose messages the caller sends again. Must not: send
 //! messages (the API does).
 
-use super::{int_of, stmt, Job, Row, Shard, Sql};
+use super::stmt;
+use super::job::{int_of, Job};
+use super::store::{Row, Sql};
+use super::shard::Shard;
 use crate::config::OrderingMode;
 use crate::error::InfraError;
 

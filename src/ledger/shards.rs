@@ -16,10 +16,11 @@ use super::history::{Event, Minute};
 use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
-use super::{
-    Cancel, Claimed, Counts, DeadFilter, DeadMatches, Job, JobSpec, Lease, ListFilter, Record, RecordedDead, Redrive,
-    Route, Sent, Shard, Sql, Submit,
-};
+use super::job::{Cancel, Claimed, Counts, DeadFilter, DeadMatches, Job, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
+use super::transition::{Record, RecordedDead};
+use super::route::Route;
+use super::shard::Shard;
+use super::store::Sql;
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 use crate::flow::Policy;

@@ -6,7 +6,9 @@
 use serde_json::Value;
 
 use super::history::{Kind, Run, API_ACTOR, HISTORY_KEEP};
-use super::{DeadFilter, JobSpec, Lease, ListFilter, Param, Row, Status, Stmt, MAX_PRIORITY};
+use super::job::{DeadFilter, JobSpec, Lease, ListFilter, Status};
+use super::store::{Param, Row, Stmt};
+use crate::limits::MAX_PRIORITY;
 use crate::config::{OnDead, OrderingMode};
 
 macro_rules! sql {
@@ -217,7 +219,7 @@ pub fn mark_resent(id: &str, next_run_at_read: i64, now: i64) -> Stmt {
     with(sql!("mark_resent"), [("id", id.into()), ("next_run_at", next_run_at_read.into()), ("now", now.into())])
 }
 /// Records an API-submitted job PENDING.
-pub fn enqueue(s: &super::Submit<'_>, now: i64) -> Stmt {
+pub fn enqueue(s: &super::job::Submit<'_>, now: i64) -> Stmt {
     let job = s.spec;
     let mut st =
         spec_then(sql!("enqueue"), job, [("now", now.into()), ("next_run_at", s.due_at.into()), priority(job)]);
@@ -406,7 +408,7 @@ pub const EVENT_COLUMNS: [&str; 11] =
 fn column(row: &Row, name: &str) -> Param {
     match row.get(name) {
         Some(Value::String(s)) => Param::Text(s.clone()),
-        Some(v) => super::int_of(v).map_or(Param::Null, Param::Int),
+        Some(v) => super::job::int_of(v).map_or(Param::Null, Param::Int),
         None => Param::Null,
     }
 }

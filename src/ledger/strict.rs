@@ -4,7 +4,11 @@
 //! (parked, claimed, recorded, the key's head), never raw rows. Must not: run handlers or decide
 //! acks (the consumer's `strict` module does).
 
-use super::{int_of, stmt, Job, JobSpec, Lease, Record, Row, Shard, Sql};
+use super::stmt;
+use super::job::{int_of, Job, JobSpec, Lease};
+use super::transition::Record;
+use super::store::{Row, Sql};
+use super::shard::Shard;
 use crate::config::OnDead;
 use crate::error::InfraError;
 

@@ -1,6 +1,6 @@
 //! What can happen to a job's row: every change the consumer and maintenance make, as values.
 //! The consumer decides a [`Transition`] (River's executor builds its `JobSetStateIfRunning`
-//! params the same way) and hands it, with the run's history line, to [`Ledger::record_all`](super::Ledger::record_all),
+//! params the same way) and hands it, with the run's history line, to [`Ledger::record_all`](super::shards::Ledger::record_all),
 //! which applies a batch of them in one round trip. A guarded transition (by the lease owner)
 //! that changes nothing means the lease was lost: the caller must not act on it.
 //!
@@ -10,7 +10,11 @@
 //! ```
 
 use super::history::{Run, RunOutcome};
-use super::{stmt, Job, JobSpec, Route, Shard, Sql, Status, Stmt};
+use super::stmt;
+use super::job::{Job, JobSpec, Status};
+use super::route::Route;
+use super::shard::Shard;
+use super::store::{Sql, Stmt};
 use crate::error::InfraError;
 
 /// One change to one job's row.
@@ -177,7 +181,7 @@ impl Record {
     }
 }
 
-/// A job recorded DEAD, as [`Ledger::record_dead_all`](super::Ledger::record_dead_all) found it.
+/// A job recorded DEAD, as [`Ledger::record_dead_all`](super::shards::Ledger::record_dead_all) found it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedDead {
     /// Whether this call made it DEAD.

@@ -264,7 +264,7 @@ fn file_imports(sources: &[(String, String)]) -> BTreeMap<String, BTreeSet<Strin
         let sibling = |n: &str| sources.iter().any(|(f, _)| f == &format!("{folder}/{n}.rs")) && n != "mod";
         let parent = format!("{folder}/mod.rs");
         let deps = graph.entry(file.clone()).or_default();
-        let code: String = code_lines(text).map(|(_, l)| format!("{l}\n")).collect();
+        let code = code_lines(text).map(|(_, l)| l).collect::<Vec<_>>().join("\n");
         if name == "mod" {
             for line in code.lines() {
                 let t = line.trim();

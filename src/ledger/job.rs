@@ -1,0 +1,421 @@
+//! The ledger's own types, a leaf every other ledger file builds on: a job's [`Status`], its row
+//! ([`Job`]), what a submission asks for ([`JobSpec`], [`Submit`]), leases, counts, list filters,
+//! and what each operation found ([`Claimed`], [`Cancel`], [`Redrive`], ...).
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::route::Route;
+use super::store::Row;
+use crate::error::InfraError;
+use crate::limits::DEFAULT_PRIORITY;
+
+/// A job's state, held in the table by a CHECK constraint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Status {
+    /// Waiting for a (re)delivery.
+    #[serde(rename = "PENDING")]
+    Pending,
+    /// Claimed under a lease.
+    #[serde(rename = "RUNNING")]
+    Running,
+    /// Succeeded.
+    #[serde(rename = "DONE")]
+    Done,
+    /// Will not run again unless redriven.
+    #[serde(rename = "DEAD")]
+    Dead,
+}
+
+impl Status {
+    /// Every status, in display order.
+    pub const ALL: [Status; 4] = [Status::Pending, Status::Running, Status::Done, Status::Dead];
+
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "PENDING",
+            Status::Running => "RUNNING",
+            Status::Done => "DONE",
+            Status::Dead => "DEAD",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// DONE or DEAD.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Status::Done | Status::Dead)
+    }
+}
+
+/// A ledger row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    /// Job id.
+    pub id: String,
+    /// Payload `type`.
+    #[serde(rename = "type")]
+    pub job_type: Option<String>,
+    /// State.
+    pub status: Status,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Dedupe key.
+    pub dedupe_key: Option<String>,
+    /// Limit key: whose flow-control policy holds its starts back (design §20).
+    pub limit_key: Option<String>,
+    /// No attempt starts at or after this (ms); one due later ends DEAD, "expired" (design §20).
+    pub deadline_at: Option<i64>,
+    /// A run taking longer is stopped and fails, retryable (design §20).
+    pub timeout_seconds: Option<u32>,
+    /// Payload as JSON text (parsed when shown).
+    #[serde(serialize_with = "payload_as_json")]
+    pub payload: Option<String>,
+    /// Handler runs started.
+    pub attempts: i64,
+    /// Runs allowed before DEAD.
+    pub max_attempts: i64,
+    /// Deliveries put off without running (key busy).
+    pub deferrals: i64,
+    /// Runs that snoozed (no attempt spent); past `MAX_SNOOZES` the job is DEAD.
+    pub snoozes: i64,
+    /// Invocation holding the lease.
+    pub lease_owner: Option<String>,
+    /// Lease expiry, ms.
+    pub lease_until: Option<i64>,
+    /// Earliest next run, ms.
+    pub next_run_at: i64,
+    /// Last failure, and for redriven jobs the history.
+    pub last_error: Option<String>,
+    /// ms.
+    pub created_at: i64,
+    /// ms.
+    pub updated_at: i64,
+    /// ms, when DONE or DEAD.
+    pub finished_at: Option<i64>,
+    /// Place in its key's order (strict mode); `None` when unkeyed or not yet sequenced.
+    pub seq: Option<i64>,
+    /// ms, when an operator let its key move past this DEAD job.
+    pub skipped_at: Option<i64>,
+    /// 0 most urgent .. 9 (design §12).
+    pub priority: u8,
+    /// What the successful run returned (JSON text, bounded; parsed when shown).
+    #[serde(serialize_with = "payload_as_json")]
+    pub result: Option<String>,
+    /// ms, when its last run started (shown in its history).
+    #[serde(skip)]
+    pub started_at: Option<i64>,
+    /// DONE: the invocation whose run finished it (its history's last run, from the row).
+    #[serde(skip)]
+    pub ran_by: Option<String>,
+    /// DONE: the HTTP status that run got, if any.
+    #[serde(skip)]
+    pub http_status: Option<i64>,
+    /// Strict mode: parked for its limit key's line, due only at its wake-up or its recheck
+    /// (design §20.3, §20.12).
+    #[serde(skip)]
+    pub parked: bool,
+}
+
+// serde's `serialize_with` hands over the field as it is: `&Option<String>`.
+#[allow(clippy::ref_option)]
+fn payload_as_json<S: serde::Serializer>(p: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    // A sealed payload or result is never shown, not even sealed.
+    if p.as_deref().is_some_and(crate::seal::is_sealed) {
+        return s.serialize_str(crate::seal::REDACTED);
+    }
+    match p.as_deref().map(serde_json::from_str::<Value>) {
+        Some(Ok(v)) => v.serialize(s),
+        Some(Err(_)) => p.serialize(s),
+        None => s.serialize_none(),
+    }
+}
+
+/// An integer column: D1 hands numbers over as JS numbers, so a whole f64 counts too.
+pub(crate) fn int_of(v: &Value) -> Option<i64> {
+    v.as_i64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+}
+
+impl Job {
+    /// Reads a row. A row that does not fit is an infrastructure error (schema drift), not a panic.
+    pub fn from_row(row: &Row) -> Result<Job, InfraError> {
+        let text = |c: &str| row.get(c).and_then(Value::as_str).map(str::to_string);
+        let int = |c: &str| row.get(c).and_then(int_of);
+        let need_int = |c: &str| int(c).ok_or_else(|| InfraError::new("D1", format!("job row lacks integer {c}")));
+        let status = text("status")
+            .and_then(|s| Status::parse(&s))
+            .ok_or_else(|| InfraError::new("D1", "job row has no valid status"))?;
+        Ok(Job {
+            id: text("id").ok_or_else(|| InfraError::new("D1", "job row lacks id"))?,
+            job_type: text("type"),
+            status,
+            ordering_key: text("ordering_key"),
+            dedupe_key: text("dedupe_key"),
+            // Before migration 0009 there is no such column: no limit.
+            limit_key: text("limit_key"),
+            // Before migration 0011 there are no such columns: neither.
+            deadline_at: int("deadline_at"),
+            timeout_seconds: int("timeout_seconds").and_then(|t| u32::try_from(t).ok()),
+            payload: text("payload"),
+            attempts: need_int("attempts")?,
+            max_attempts: need_int("max_attempts")?,
+            deferrals: need_int("deferrals")?,
+            // Before migration 0008 there is no such column: no snoozes counted.
+            snoozes: int("snoozes").unwrap_or(0),
+            lease_owner: text("lease_owner"),
+            lease_until: int("lease_until"),
+            next_run_at: need_int("next_run_at")?,
+            last_error: text("last_error"),
+            created_at: need_int("created_at")?,
+            updated_at: need_int("updated_at")?,
+            finished_at: int("finished_at"),
+            seq: int("seq"),
+            skipped_at: int("skipped_at"),
+            priority: int("priority").and_then(|p| u8::try_from(p).ok()).unwrap_or(DEFAULT_PRIORITY),
+            result: text("result"),
+            started_at: int("started_at"),
+            ran_by: text("ran_by"),
+            http_status: int("http_status"),
+            // Before migration 0014 there is no such column: nothing parked.
+            parked: int("parked") == Some(1),
+        })
+    }
+
+    /// The first row as a job, if any.
+    pub fn first(rows: &[Row]) -> Result<Option<Job>, InfraError> {
+        rows.first().map(Job::from_row).transpose()
+    }
+
+    /// Every row as a job.
+    pub fn all(rows: &[Row]) -> Result<Vec<Job>, InfraError> {
+        rows.iter().map(Job::from_row).collect()
+    }
+
+    /// Where the job lives (which shard of a sharded ledger).
+    pub fn route(&self) -> Route {
+        Route::of(self.ordering_key.as_deref(), self.dedupe_key.as_deref(), &self.id)
+    }
+
+    /// What the row says the job is (for statements that take a spec).
+    pub fn spec(&self) -> JobSpec {
+        JobSpec {
+            id: self.id.clone(),
+            job_type: self.job_type.clone(),
+            ordering_key: self.ordering_key.clone(),
+            dedupe_key: self.dedupe_key.clone(),
+            limit_key: self.limit_key.clone(),
+            deadline_at: self.deadline_at,
+            timeout_seconds: self.timeout_seconds,
+            payload: self.payload.clone(),
+            max_attempts: u32::try_from(self.max_attempts).unwrap_or(1),
+            priority: self.priority,
+        }
+    }
+}
+
+
+/// A job submitted through the API, as it is to be recorded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Submit<'a> {
+    /// The job.
+    pub spec: &'a JobSpec,
+    /// When it is due, ms.
+    pub due_at: i64,
+    /// Strict mode, a limit key with a concurrency, due now (design §20.12): recorded parked,
+    /// due at this recheck time, if no open job of its ordering key comes before it (the
+    /// recorded row's `parked` says whether it was); it then waits in its limit key's line.
+    pub parks_until: Option<i64>,
+}
+
+#[cfg(any(test, feature = "testing"))]
+impl<'a> Submit<'a> {
+    /// A job due at `due_at`, sent as ever.
+    pub fn due(spec: &'a JobSpec, due_at: i64) -> Self {
+        Submit { spec, due_at, parks_until: None }
+    }
+}
+
+/// What a job is, as known from its message or API request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// Job id.
+    pub id: String,
+    /// Payload `type`, if any.
+    pub job_type: Option<String>,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Dedupe key.
+    pub dedupe_key: Option<String>,
+    /// Limit key (design §20).
+    pub limit_key: Option<String>,
+    /// No attempt starts at or after this (ms).
+    pub deadline_at: Option<i64>,
+    /// A run's time limit.
+    pub timeout_seconds: Option<u32>,
+    /// Payload as JSON text; `None` when the body was not JSON.
+    pub payload: Option<String>,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// 0 most urgent .. 9.
+    pub priority: u8,
+}
+
+impl JobSpec {
+    /// Where the job lives (which shard of a sharded ledger).
+    pub fn route(&self) -> Route {
+        Route::of(self.ordering_key.as_deref(), self.dedupe_key.as_deref(), &self.id)
+    }
+}
+
+/// The times a claim binds: now, the lease's end, and how early a PENDING job may be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// ms.
+    pub now: i64,
+    /// ms; the lease's end.
+    pub until: i64,
+    /// ms; PENDING jobs due before this qualify (Queues' delays are not exact).
+    pub due_before: i64,
+}
+
+/// Counts by status, always all four.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// PENDING jobs.
+    #[serde(rename = "PENDING")]
+    pub pending: i64,
+    /// RUNNING jobs.
+    #[serde(rename = "RUNNING")]
+    pub running: i64,
+    /// DONE jobs.
+    #[serde(rename = "DONE")]
+    pub done: i64,
+    /// DEAD jobs.
+    #[serde(rename = "DEAD")]
+    pub dead: i64,
+}
+
+impl Counts {
+    /// Both counts together (of two shards).
+    pub fn plus(self, other: Counts) -> Counts {
+        Counts {
+            pending: self.pending + other.pending,
+            running: self.running + other.running,
+            done: self.done + other.done,
+            dead: self.dead + other.dead,
+        }
+    }
+
+    /// Reads `counts.sql`'s rows; a status without a row is zero.
+    pub fn from_rows(rows: &[Row]) -> Counts {
+        let mut c = Counts::default();
+        for row in rows {
+            let n = row.get("n").and_then(int_of).unwrap_or(0);
+            match row.get("status").and_then(Value::as_str).and_then(Status::parse) {
+                Some(Status::Pending) => c.pending = n,
+                Some(Status::Running) => c.running = n,
+                Some(Status::Done) => c.done = n,
+                Some(Status::Dead) => c.dead = n,
+                None => {}
+            }
+        }
+        c
+    }
+}
+
+/// Which jobs a list shows; `None` is any.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListFilter<'a> {
+    /// Status.
+    pub status: Option<Status>,
+    /// Payload type.
+    pub job_type: Option<&'a str>,
+    /// Ordering key.
+    pub ordering_key: Option<&'a str>,
+    /// Priority.
+    pub priority: Option<u8>,
+}
+
+/// Which DEAD jobs an operator's bulk redrive takes; `None` is any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadFilter {
+    /// Payload type.
+    pub job_type: Option<String>,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Text the job's error contains.
+    pub error: Option<String>,
+    /// Died at or after, ms.
+    pub from: Option<i64>,
+    /// Died before, ms.
+    pub to: Option<i64>,
+}
+
+/// A claim's verdict on one delivered job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claimed {
+    /// Ours: RUNNING under our lease (its row).
+    Won(Box<Job>),
+    /// DONE or DEAD already: a duplicate delivery.
+    Finished,
+    /// RUNNING under another live lease, until then (ms).
+    Running(Option<i64>),
+    /// PENDING, not due until then (ms).
+    NotDue(i64),
+    /// Not recorded: its dedupe key is active in another job.
+    Clash,
+    /// Its ordering key is paused (design §20.11): recorded PENDING and due, not claimed; the
+    /// key's resume sends it again.
+    Paused,
+    /// Not reached: its shard failed (the other shards' jobs were claimed). Try again later.
+    Unavailable(InfraError),
+}
+
+/// A delivered job and when its message was sent (ms): a new job's `created_at`.
+pub type Sent<'a> = (&'a JobSpec, i64);
+
+/// The DEAD jobs a filter matches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadMatches {
+    /// How many match.
+    pub matched: i64,
+    /// How many of them can be redriven now (a readable payload, no clash of dedupe keys).
+    pub redrivable: i64,
+    /// The first redrivable ones, oldest death first.
+    pub ids: Vec<String>,
+}
+
+/// One shard's [`DeadMatches`], each id with when it died.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct DeadFound {
+    pub matched: i64,
+    pub redrivable: i64,
+    /// (finished_at, id), oldest death first.
+    pub ids: Vec<(i64, String)>,
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cancel {
+    /// Now DEAD "cancelled".
+    Cancelled(Job),
+    /// No such job.
+    NotFound,
+    /// Not PENDING (its row given): it runs, or has finished.
+    Refused(Job),
+}
+
+/// What a redrive did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Redrive {
+    /// Now PENDING; re-send it.
+    Redriven(Job),
+    /// No such job.
+    NotFound,
+    /// Not DEAD (its status given), or its dedupe key is active in another job.
+    Refused(Job),
+}

@@ -1,0 +1,229 @@
+//! One database of the ledger (D1, or one Durable Object's SQLite) as [`Shard`]: its reads and
+//! the transitions that need no more than a statement or two. The other operations on a shard
+//! live with what they own (`transition.rs`, `strict.rs`, `limit.rs`, `pause.rs`, `maintain.rs`);
+//! `shards.rs`'s `Ledger` routes each call to its shard and merges what many answer.
+
+use serde_json::Value;
+
+use super::history::{self, Kind, Minute, ACTIVITY_MINUTES};
+use super::job::{int_of, Cancel, Claimed, Counts, DeadFilter, DeadFound, Job, Lease, ListFilter, Redrive, Sent, Status, Submit};
+use super::stmt;
+use super::store::Sql;
+use crate::config::{OnDead, OrderingMode};
+use crate::error::InfraError;
+
+/// One database of the ledger (D1, one SQLite Durable Object, or SQLite in tests): every read and
+/// write of a job's row is a method here (or in `strict.rs`, `transition.rs`, `history.rs`,
+/// `maintain.rs`), taking typed values and answering verdicts or rows. [`Ledger`] routes to these.
+pub(crate) struct Shard<S> {
+    pub(super) sql: S,
+}
+
+impl<S: Sql> Shard<S> {
+    /// One job.
+    pub async fn get(&self, id: &str) -> Result<Option<Job>, InfraError> {
+        Job::first(&self.sql.query(stmt::get(id)).await?)
+    }
+
+    /// One job with its history (oldest event first), in one round trip.
+    pub async fn get_with_history(&self, id: &str) -> Result<Option<(Job, Vec<history::Event>)>, InfraError> {
+        let out = self.sql.batch(vec![stmt::get(id), stmt::events(id)]).await?;
+        let Some(job) = Job::first(out.first().map(Vec::as_slice).unwrap_or_default())? else {
+            return Ok(None);
+        };
+        let mut events = history::Event::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
+        history::with_success(&job, &mut events);
+        Ok(Some((job, events)))
+    }
+
+    /// Jobs by id, in one round trip: `None` for each id without a row.
+    pub async fn get_all(&self, ids: &[&str]) -> Result<Vec<Option<Job>>, InfraError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = self.sql.batch(ids.iter().map(|id| stmt::get(id)).collect()).await?;
+        out.iter().map(|rows| Job::first(rows)).collect()
+    }
+
+    /// Claims each delivered job for `owner` (lock mode, and strict mode's unkeyed jobs), in one
+    /// round trip: a new job is inserted RUNNING, a due PENDING one (or one whose lease expired
+    /// with attempts left) becomes RUNNING; each refusal says why, from the row read after it.
+    pub async fn claim_all(&self, jobs: &[Sent<'_>], owner: &str, lease: Lease) -> Result<Vec<Claimed>, InfraError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmts = Vec::with_capacity(jobs.len() * 2);
+        for &(job, sent_at) in jobs {
+            stmts.push(stmt::claim_sent(job, sent_at, owner, lease));
+            stmts.push(stmt::get(&job.id));
+        }
+        let out = self.sql.batch(stmts).await?;
+        out.chunks(2)
+            .map(|pair| {
+                let first = |i: usize| Job::first(pair.get(i).map(Vec::as_slice).unwrap_or_default());
+                Ok(match (first(0)?, first(1)?) {
+                    // claim.sql inserts a paused key's new job PENDING.
+                    (Some(j), _) if j.status == Status::Pending => Claimed::Paused,
+                    (Some(won), _) => Claimed::Won(Box::new(won)),
+                    (None, Some(j)) if j.status.is_finished() => Claimed::Finished,
+                    (None, Some(j)) if j.status == Status::Running => Claimed::Running(j.lease_until),
+                    // Due, yet not claimed in the same transaction: only a pause holds it.
+                    (None, Some(j)) if j.next_run_at <= lease.due_before => Claimed::Paused,
+                    (None, Some(j)) => Claimed::NotDue(j.next_run_at),
+                    (None, None) => Claimed::Clash,
+                })
+            })
+            .collect()
+    }
+
+    /// Counts by status, zeros included.
+    pub async fn counts(&self) -> Result<Counts, InfraError> {
+        Ok(Counts::from_rows(&self.sql.query(stmt::counts()).await?))
+    }
+
+    /// A page of jobs, newest first; the cursor for the next page when there may be more.
+    pub async fn list(
+        &self,
+        filter: &ListFilter<'_>,
+        cursor: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<(Vec<Job>, Option<(i64, String)>), InfraError> {
+        let query = if filter.job_type.is_none() && filter.ordering_key.is_none() && filter.priority.is_none() {
+            stmt::list(filter.status, cursor, limit)
+        } else {
+            stmt::list_filtered(filter, cursor, limit)
+        };
+        let rows = self.sql.query(query).await?;
+        let jobs = Job::all(&rows)?;
+        let next = if jobs.len() as u32 == limit { jobs.last().map(|j| (j.created_at, j.id.clone())) } else { None };
+        Ok((jobs, next))
+    }
+
+    #[cfg(any(test, feature = "testing"))]
+    /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
+    pub async fn enqueue(&self, job: &super::job::JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
+        let mut out = self.enqueue_all(&[&Submit::due(job, next_run_at)], now).await?;
+        out.pop().ok_or_else(|| InfraError::new("D1", "enqueue returned no result"))
+    }
+
+    /// Records many API jobs PENDING in one round trip, in order (one statement each): for each,
+    /// `(job, inserted)`; when not inserted, the job it duplicates (same id, or the active holder of
+    /// its dedupe key), read in a second round trip only when there are duplicates.
+    pub async fn enqueue_all(&self, jobs: &[&Submit<'_>], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
+        let out = self.sql.batch(jobs.iter().map(|s| stmt::enqueue(s, now)).collect()).await?;
+        let inserted: Vec<Option<Job>> = out.iter().map(|rows| Job::first(rows)).collect::<Result<_, _>>()?;
+        let missing: Vec<usize> = (0..jobs.len()).filter(|&i| inserted.get(i).is_none_or(Option::is_none)).collect();
+        let existing = if missing.is_empty() {
+            Vec::new()
+        } else {
+            let reads =
+                missing.iter().map(|&i| stmt::existing(&jobs[i].spec.id, jobs[i].spec.dedupe_key.as_deref())).collect();
+            self.sql.batch(reads).await?
+        };
+        let mut existing = missing.iter().zip(existing).collect::<std::collections::HashMap<_, _>>();
+        inserted
+            .into_iter()
+            .enumerate()
+            .map(|(i, job)| match job {
+                Some(j) => Ok((j, true)),
+                None => Job::first(existing.remove(&i).as_deref().unwrap_or_default())?
+                    .map(|j| (j, false))
+                    .ok_or_else(|| InfraError::new("D1", "enqueue wrote nothing and found no conflicting job")),
+            })
+            .collect()
+    }
+
+    /// DEAD -> PENDING, or why not; audited in the job's history.
+    pub async fn redrive(&self, id: &str, now: i64) -> Result<Redrive, InfraError> {
+        Ok(self.redrive_all(&[id], now).await?.pop().unwrap_or(Redrive::NotFound))
+    }
+
+    /// Redrives many jobs in one round trip, in order; each audited.
+    pub async fn redrive_all(&self, ids: &[&str], now: i64) -> Result<Vec<Redrive>, InfraError> {
+        let mut stmts = Vec::with_capacity(ids.len() * 3);
+        for id in ids {
+            stmts.push(stmt::redrive(id, now));
+            stmts.push(stmt::action(id, now, history::Kind::Redrive, Status::Pending));
+            stmts.push(stmt::get(id));
+        }
+        let out = self.sql.batch(stmts).await?;
+        out.chunks(3)
+            .map(|c| {
+                let first = |i: usize| Job::first(c.get(i).map(Vec::as_slice).unwrap_or_default());
+                Ok(match (first(0)?, first(2)?) {
+                    (Some(j), _) => Redrive::Redriven(j),
+                    (None, Some(j)) => Redrive::Refused(j),
+                    (None, None) => Redrive::NotFound,
+                })
+            })
+            .collect()
+    }
+
+    /// DEAD jobs matching `filter`: how many, how many can be redriven, and the first `limit` of
+    /// those (oldest death first), each with when it died (to merge shards by).
+    pub async fn dead_matching(&self, filter: &DeadFilter, limit: u32) -> Result<DeadFound, InfraError> {
+        let rows = self.sql.query(stmt::dead_matching(filter, limit)).await?;
+        let count = |c: &str| rows.first().and_then(|r| r.get(c)).and_then(int_of).unwrap_or(0);
+        let ids = rows
+            .iter()
+            .filter(|r| r.get("redrivable_row").and_then(int_of) == Some(1))
+            .filter_map(|r| {
+                let id = r.get("id").and_then(Value::as_str)?;
+                Some((r.get("finished_at").and_then(int_of).unwrap_or(0), id.to_string()))
+            })
+            .collect();
+        Ok(DeadFound { matched: count("matched"), redrivable: count("redrivable"), ids })
+    }
+
+    /// The job to wake once `key`'s holder is gone (cancelled): in strict mode the key's head; in
+    /// lock mode its oldest PENDING job if it was put off behind the holder (made due now).
+    /// `None` when there is no PENDING job to wake.
+    pub async fn key_to_wake(
+        &self,
+        key: &str,
+        mode: OrderingMode,
+        on_dead: OnDead,
+        now: i64,
+    ) -> Result<Option<Job>, InfraError> {
+        let read = match mode {
+            OrderingMode::Strict => stmt::head(key, on_dead),
+            OrderingMode::Lock => stmt::wake_waiting(key, now),
+        };
+        Ok(Job::first(&self.sql.query(read).await?)?.filter(|j| j.status == Status::Pending))
+    }
+
+    /// PENDING -> DEAD "cancelled", or why not; audited in the job's history.
+    pub async fn cancel(&self, id: &str, now: i64) -> Result<Cancel, InfraError> {
+        let out = self
+            .sql
+            .batch(vec![
+                stmt::cancel(id, now),
+                stmt::action(id, now, history::Kind::Cancel, Status::Dead),
+                stmt::get(id),
+            ])
+            .await?;
+        let first = |i: usize| Job::first(out.get(i).map(Vec::as_slice).unwrap_or_default());
+        Ok(match (first(0)?, first(2)?) {
+            (Some(j), _) => Cancel::Cancelled(j),
+            (None, Some(j)) => Cancel::Refused(j),
+            (None, None) => Cancel::NotFound,
+        })
+    }
+}
+
+impl<S: Sql> Shard<S> {
+    /// The activity of the last hour, in one round trip.
+    pub async fn activity(&self, now: i64) -> Result<Vec<Minute>, InfraError> {
+        let since = (now.div_euclid(60_000) - (ACTIVITY_MINUTES - 1)) * 60_000;
+        let out = self.sql.batch(vec![stmt::activity_runs(since), stmt::activity_jobs(since), stmt::counts()]).await?;
+        let at = |i: usize| out.get(i).map(Vec::as_slice).unwrap_or_default();
+        let counts = Counts::from_rows(at(2));
+        Ok(history::activity(now, counts.pending + counts.running, at(0), at(1)))
+    }
+
+    /// Audits an operator's skip of `job_id`, DEAD as of `at` (the skip applied in an earlier round
+    /// trip). Best effort: the skip stands without its line.
+    pub async fn audit_skip(&self, job_id: &str, at: i64) {
+        let _ = self.sql.query(stmt::action_applied(job_id, at, Kind::Skip, Status::Dead)).await;
+    }
+}
