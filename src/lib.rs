@@ -45,29 +45,38 @@
 //! # Layout
 //! Imports go one way (checked by `tests/native/house.rs`): the entry points over the API, the consumer
 //! and maintenance, over the ledger, the lock and the handlers, over the envelope, the
-//! configuration and `limits.rs`.
+//! configuration and `limits.rs`. Inside a folder too, files call down only: a `mod.rs` over the
+//! files it declares, which never name their parent; what several of them share is a leaf file.
 //! - `app.rs`: your job types, typed handlers by name ([`Handlers`], [`Job`], [`Cx`]);
 //!   `entry.rs`: `App`, the Workers entry points, one start-up for all (wasm only).
-//!   `enqueue.rs`: enqueueing from Rust.
+//!   `enqueue.rs`: enqueueing from Rust. `testkit.rs`: running a handler in a unit test.
 //! - `envelope.rs`: what a message body means (Fedify's envelope, raw bodies, `__orderly_job__`).
 //! - `batch.rs`: grouping a batch by ordering key, in send order.
-//! - `consumer/`: the batch algorithm; an ack/retry/defer outcome per message. `locked.rs` is
-//!   lock mode (design §3), `strict.rs` strict mode (design §3b), `mod.rs` what both share.
+//! - `consumer/`, a message's path, top down: `mod.rs` decodes, seals, records dead letters and
+//!   dispatches by mode; `locked.rs` (lock mode, design §3) and `strict.rs` (strict mode, design
+//!   §3b) plan, claim, record and settle; `executor.rs` runs one claimed job; `gate.rs` asks its
+//!   limit key (design §20); `leases.rs`, `message.rs` and `ports.rs` are the leaves.
+//! - `retry.rs`: the retry policy, what a failed run leads to and its backoff. `flow.rs`: limit
+//!   key policies, pure.
 //! - `lock.rs`: the KV ordering lock, and an in-memory KV with real expiry.
-//! - `ledger/`: the one owner of SQL (design §18). Job states and rows; `transition.rs`, what can
-//!   happen to a row ([`ledger::Transition`], applied by `Ledger::record_all`); strict mode's
-//!   operations (`strict.rs`; its run rule is `ledger/sql/claim_next.sql`); `maintain.rs`, lease
-//!   renewal and the cron's scans; `stmt.rs`, the statements, each bound by the names its SQL
-//!   file declares; the D1 backend; the conformance suite every backend passes. Past one
-//!   database (design §19): `shards.rs`, the `Ledger` over its shards (each job's work routed by
-//!   `route.rs`, lists and counts merged); `object.rs`, a SQLite Durable Object shard's logic;
-//!   `durable.rs`, its Workers edge and `ledger_object!`; `moving.rs`, a D1 ledger moved to shards.
-//! - `handlers/`: the built-in `webhook` job type and the service handler contract (design §13b).
-//! - `api/` (+ `dashboard.html`): the operator HTTP API; `api/submission.rs` reads what a request
-//!   asks for. `producer.rs`: sending to the queue.
-//! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge. `backoff.rs`,
+//! - `ledger/`: the one owner of SQL (design §18). `job.rs`, its types (a leaf); `shard.rs`, one
+//!   database's reads; `transition.rs`, what can happen to a row ([`ledger::Transition`], applied
+//!   by `Ledger::record_all`); strict mode's operations (`strict.rs`; its run rule is
+//!   `ledger/sql/claim_next.sql`); limit keys (`limit.rs`), paused keys (`pause.rs`);
+//!   `maintain.rs`, lease renewal and the cron's scans; `history.rs`, each job's events;
+//!   `stmt.rs`, the statements, each bound by the names its SQL file declares; the D1 backend;
+//!   the conformance suite every backend passes. Past one database (design §19): `shards.rs`,
+//!   the `Ledger` over its shards (each job's work routed by `route.rs`, lists and counts
+//!   merged); `object.rs`, a SQLite Durable Object shard's logic; `durable.rs`, its Workers edge
+//!   and `ledger_object!`; `moving.rs`, a D1 ledger moved to shards.
+//! - `handlers/`: the handler contract (`contract.rs`), the built-in `webhook` job type and
+//!   service handlers (design §13b).
+//! - `api/` (+ `dashboard.html`): the operator HTTP API; `mod.rs` routes and authorizes,
+//!   `submission.rs` reads what a request asks for, `keys.rs` and `limits.rs` serve paused keys
+//!   and limit keys; `http.rs` and `ports.rs` are the leaves. `producer.rs`: sending to the queue.
+//! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge.
 //!   `config.rs`, `clock.rs`, `limits.rs` (shared limits and grace periods). `log.rs`: the
-//!   structured log lines.
+//!   structured log lines. `seal.rs`: secrets at rest. `panics.rs`: a Rust handler's panic.
 //! - `edge.rs`: `worker` adapters for the ports above (wasm only).
 //!
 //! Everything but `edge.rs`, `entry.rs`, `ledger/d1.rs` and `ledger/durable.rs` builds and is

@@ -13,8 +13,9 @@ use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 
 /// One database of the ledger (D1, one SQLite Durable Object, or SQLite in tests): every read and
-/// write of a job's row is a method here (or in `strict.rs`, `transition.rs`, `history.rs`,
-/// `maintain.rs`), taking typed values and answering verdicts or rows. [`Ledger`] routes to these.
+/// write of a job's row is a method here (or in `strict.rs`, `transition.rs`, `limit.rs`,
+/// `pause.rs`, `maintain.rs`), taking typed values and answering verdicts or rows. `Ledger`
+/// (`shards.rs`) routes to these.
 pub(crate) struct Shard<S> {
     pub(super) sql: S,
 }
