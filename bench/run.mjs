@@ -35,10 +35,10 @@
 //   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane
 //   (`shards-api`: strict mode, POST /jobs, the ledger on four Durable Object shards)
 import { Miniflare } from "miniflare";
-import { copyFileSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { migrate, MODULES_RULES, WORKER_GZIP_BUDGET, workerSize } from "../tests/e2e/harness.mjs";
+import { migrate, MODULES_RULES, WORKER_GZIP_BUDGET, workerSize, writeAtomically } from "../tests/e2e/harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
@@ -429,11 +429,11 @@ export async function measure(consumer, name, concurrency) {
 
 const fmt = (x, d = 2) => (Number.isInteger(x) ? String(x) : x.toFixed(d));
 
-/** Puts the benchmark's consumers next to the build output. */
+/** Puts the benchmark's consumers next to the build output (whole files: see `writeAtomically`). */
 export function install() {
   for (const f of ["orderly-entry.mjs:bench-orderly.mjs", "fedify-consumer.mjs:bench-fedify.mjs", "floor-consumer.mjs:bench-floor.mjs", "counting.mjs:counting.mjs"]) {
     const [from, to] = f.split(":");
-    copyFileSync(join(root, "bench", from), join(root, "build", to));
+    writeAtomically(join(root, "build", to), readFileSync(join(root, "bench", from)));
   }
 }
 

@@ -4,9 +4,10 @@
 // glob that matches nothing prints `# tests 0` and exits 0, so a renamed folder would turn a
 // whole suite green with nothing run.) Its own test: tests/tools/node-tests.test.mjs.
 //
-// Usage: node scripts/node-tests.mjs [--timeout ms] [--name-pattern re] pattern ...
+// Usage: node scripts/node-tests.mjs [--timeout ms] [--name-pattern re] [--exclude name] pattern ...
 //   pattern: a file, or files with `*` in the last part; --name-pattern: only the tests whose name
-//   matches (a file none of whose tests match fails). Each failed test is named on stderr as
+//   matches (a file none of whose tests match fails); --exclude: leave out the file of that name
+//   (npm test runs it on its own), which must be one the patterns match. Each failed test is named on stderr as
 //   `node-tests: failed: <name>` (the mutation runner reads these).
 import { readdirSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
@@ -20,6 +21,7 @@ const option = (name) => {
 };
 const timeout = Number(option("--timeout") ?? Infinity);
 const namePattern = option("--name-pattern");
+const exclude = option("--exclude");
 
 /** The files `pattern` names (`*` matches any run of characters in the file name). */
 function expand(pattern) {
@@ -42,8 +44,19 @@ for (const p of args) {
   files.push(...found);
 }
 if (args.length === 0) problems.push("no test files named");
+if (exclude !== undefined) {
+  // An exclusion that matches nothing would hide a renamed file's absence: an error too.
+  const at = files.findIndex((f) => basename(f) === exclude);
+  if (at < 0) problems.push(`--exclude ${exclude} matches no file the patterns name`);
+  else files.splice(at, 1);
+}
 
 const ran = new Map(files.map((f) => [f, 0]));
+// Seconds spent in each file's top-level tests, so the slow files are named (npm test's time).
+const spent = new Map();
+const spend = (d) => {
+  if (d.nesting === 0 && d.name !== d.file) spent.set(d.file, (spent.get(d.file) ?? 0) + (d.details?.duration_ms ?? 0) / 1000);
+};
 let failed = 0;
 const failedNames = [];
 // Skipped tests, shown apart, and the files where a test was skipped with its reason.
@@ -55,6 +68,7 @@ if (files.length > 0) {
   // path, even for a file with no test in it).
   const counted = (d) => d.details?.type !== "suite" && d.name !== d.file;
   stream.on("test:pass", (d) => {
+    spend(d);
     if (!counted(d)) return;
     const skip = d.skip ?? d.todo;
     if (skip === undefined) ran.set(d.file, (ran.get(d.file) ?? 0) + 1);
@@ -68,6 +82,7 @@ if (files.length > 0) {
   stream.on("test:fail", (d) => {
     // A suite fails with its failing test, counted on its own; a file that fails to load
     // fails as the file's own entry.
+    spend(d);
     if (d.details?.type === "suite") return;
     failed++;
     if (counted(d)) ran.set(d.file, (ran.get(d.file) ?? 0) + 1);
@@ -78,6 +93,8 @@ if (files.length > 0) {
 for (const [file, n] of ran) if (n === 0 && !explained.has(file)) problems.push(`no test ran in ${file}`);
 const total = [...ran.values()].reduce((a, b) => a + b, 0);
 console.log(`\n${files.length} file(s), ${total} test(s), ${failed} failed, ${skipped} skipped`);
+const slowest = [...spent].sort((a, b) => b[1] - a[1]).filter(([, s]) => s >= 1);
+if (slowest.length > 1) console.log(`time per file: ${slowest.map(([f, s]) => `${basename(f)} ${Math.round(s)} s`).join(", ")}`);
 for (const name of failedNames) console.error(`node-tests: failed: ${name}`);
 for (const p of problems) console.error(`node-tests: ${p}`);
 process.exit(failed > 0 || problems.length > 0 ? 1 : 0);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: the native suite (cargo test: pure core, ledger on real SQLite, consumer, API)
-# and the end-to-end suite (the built worker under miniflare with Queues, KV and D1), twice: with
-# the D1 ledger, then with the ledger on four SQLite Durable Object shards (LEDGER = "do"; suites
-# that start their own worker or fixture keep D1).
+# and the end-to-end suite (the built worker under miniflare with Queues, KV and D1), twice at
+# once: with the D1 ledger, and with the ledger on four SQLite Durable Object shards
+# (LEDGER = "do"; suites that start their own worker or fixture choose their own ledger and run
+# once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -27,11 +28,29 @@ bash scripts/build.sh
 echo "== the checkers' own tests (the mutation runner, the test file runner, the mutation table)"
 node scripts/node-tests.mjs "tests/tools/*.test.mjs"
 
-echo "== end-to-end tests (miniflare)"
-# scripts/node-tests.mjs fails a pattern that matches no file and a file in which no test ran. A
-# test may take up to 10 minutes: install.test.mjs builds two Rust workers from the packed crate (a
-# loaded 2-core machine took over 3 minutes); a test that hangs still fails.
-node scripts/node-tests.mjs --timeout 600000 "tests/e2e/*.test.mjs"
+echo "== end-to-end tests (miniflare), on D1 and on four Durable Object shards, the two passes at once"
+# scripts/node-tests.mjs fails a pattern that matches no file and a file in which no test ran. Each
+# pass runs one file at a time; side by side they take the time of one (they mostly wait on
+# miniflare's queues). A test whose workers choose their own ledger runs in the D1 pass only
+# (`ONCE` in tests/e2e/harness.mjs). A test may take up to 10 minutes; a test that hangs still fails.
+mkdir -p target/e2e
+e2e() { node scripts/node-tests.mjs --timeout 600000 --exclude install.test.mjs "tests/e2e/*.test.mjs"; }
+e2e > target/e2e/d1.log 2>&1 &
+on_d1=$!
+ORDERLY_E2E_LEDGER=do e2e > target/e2e/do.log 2>&1 &
+on_do=$!
+failed=0
+wait "$on_d1" || failed=1
+wait "$on_do" || failed=1
+echo "-- on D1 (target/e2e/d1.log)"
+cat target/e2e/d1.log
+echo "-- on four Durable Object shards (target/e2e/do.log)"
+cat target/e2e/do.log
+if [ "$failed" != 0 ]; then
+  echo "end-to-end tests failed: see the pass above whose last lines name node-tests: failures"
+  exit 1
+fi
 
-echo "== end-to-end tests again, the ledger on four Durable Object shards"
-ORDERLY_E2E_LEDGER=do node scripts/node-tests.mjs --timeout 600000 "tests/e2e/*.test.mjs"
+echo "== the packages installed from their packed files, alone (it compiles two Rust workers from the packed crate)"
+# A loaded 2-core machine took over 3 minutes; alone, it slows no timed test.
+node scripts/node-tests.mjs --timeout 600000 tests/e2e/install.test.mjs

@@ -5,10 +5,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { start, webhook, waitFor, bundleWorker, TOKEN, MODULES_RULES } from "./harness.mjs";
+import { start, webhook, waitFor, bundleWorker, TOKEN, MODULES_RULES, writeAtomically } from "./harness.mjs";
 import { OrderlyClient, UnavailableError, TooLargeError, OrderlyError } from "../../client/index.js";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -18,13 +18,13 @@ test("the producer example type-checks against the client's types, and misuse do
   tsc(root);
   const dir = join(root, "build/typecheck");
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, "misuse.js"), `// @ts-check
+  writeAtomically(join(dir, "misuse.js"), `// @ts-check
 import { OrderlyClient } from "../../client/index.js";
 const c = new OrderlyClient({ token: "t" });
 c.enqueue({ type: "webhook" }, { priority: "urgent" });
 c.enqueue([{}]).then((jobs) => jobs.id);
 `);
-  writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({
+  writeAtomically(join(dir, "tsconfig.json"), JSON.stringify({
     compilerOptions: { allowJs: true, checkJs: true, noEmit: true, strict: true, target: "ES2022", module: "ES2022", moduleResolution: "bundler", lib: ["ES2022", "DOM"] },
     include: ["misuse.js"],
   }));

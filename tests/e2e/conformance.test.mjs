@@ -2,11 +2,11 @@
 // tests/native/conformance.rs runs on SQLite, through the fixture worker tests/e2e/panicking-worker
 // (`GET /__conformance`), on the D1 database the migrations built, and on four SQLite-backed
 // Durable Object shards (LEDGER = "do"), each preparing its own schema on first use.
-import { test } from "node:test";
 import assert from "node:assert/strict";
-import { start } from "./harness.mjs";
+import { test } from "node:test";
+import { start, ONCE } from "./harness.mjs";
 
-test("the ledger conforms on D1", async () => {
+test("the ledger conforms on D1", ONCE, async () => {
   const w = await start({ buildDir: "tests/e2e/panicking-worker/build" });
   try {
     for (const prefix of ["d1", "again"]) {
@@ -21,7 +21,7 @@ test("the ledger conforms on D1", async () => {
   }
 });
 
-test("the ledger conforms on four Durable Object shards", async () => {
+test("the ledger conforms on four Durable Object shards", ONCE, async () => {
   const w = await start({ buildDir: "tests/e2e/panicking-worker/build", ledger: { shards: 4, className: "ConformanceLedger" } });
   try {
     for (const prefix of ["do", "again"]) {

@@ -3,18 +3,18 @@
 // statements (and the two of the isolate's schema check, its first) (a success writes no history row: its DONE row describes it), one queue message (a write, a read, a delete) and no KV operation. Each statement's
 // billed rows are taken from D1 itself, run alone on a fresh ledger; the benchmark's figure for
 // the job must be their sum, so a counter that drops or double-counts anything is seen.
-import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { test } from "node:test";
 import { Miniflare } from "miniflare";
-import { migrate } from "./harness.mjs";
+import { migrate, ONCE } from "./harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const sql = (name) => readFileSync(join(root, "src/ledger/sql", `${name}.sql`), "utf8");
 
-test("the benchmark counts one job's D1 rows, statements and queue operations as worked out by hand", async () => {
+test("the benchmark counts one job's D1 rows, statements and queue operations as worked out by hand", ONCE, async () => {
   // By hand: the job's life, statement by statement, as lock mode and the purge run them.
   const mf = new Miniflare({ modules: true, script: "export default { fetch() { return new Response('') } }", d1Databases: ["DB"], cf: false });
   let byHand = { written: 0, read: 0, statements: 0 };

@@ -8,11 +8,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Miniflare } from "miniflare";
-import { start, waitFor, migrate, bundleWorker, MODULES_RULES } from "./harness.mjs";
+import { start, waitFor, migrate, bundleWorker, MODULES_RULES, writeAtomically } from "./harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const TOKEN = "test-admin-token";
@@ -113,13 +113,13 @@ test("a Fedify app's deliveries run through orderly in each inbox's order, once 
 test("OrderlyMessageQueue type-checks as Fedify's own MessageQueue", () => {
   const dir = join(root, "build/typecheck-fedify");
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, "use.ts"), `
+  writeAtomically(join(dir, "use.ts"), `
 import type { MessageQueue } from "@fedify/fedify";
 import { OrderlyMessageQueue } from "../../client/fedify.js";
 const queue: MessageQueue = new OrderlyMessageQueue({ token: "t", service: { fetch: (r: Request) => fetch(r) } });
 export default queue;
 `);
-  writeFileSync(join(dir, "misuse.ts"), `
+  writeAtomically(join(dir, "misuse.ts"), `
 import { OrderlyMessageQueue } from "../../client/fedify.js";
 new OrderlyMessageQueue({ tokn: "t" });
 `);
@@ -127,10 +127,12 @@ new OrderlyMessageQueue({ tokn: "t" });
     compilerOptions: { noEmit: true, strict: true, target: "ES2022", module: "ES2022", moduleResolution: "bundler", lib: ["ES2022", "DOM"], skipLibCheck: true, allowJs: false },
     include: [file],
   });
+  // One config per file, so the D1 and Durable Object passes, which run at once, write the same.
   const tsc = (file) => {
-    writeFileSync(join(dir, "tsconfig.json"), tsconfig(file));
+    const config = join(dir, `tsconfig.${file}.json`);
+    writeAtomically(config, tsconfig(file));
     try {
-      execFileSync(join(root, "node_modules/.bin/tsc"), ["-p", dir], { cwd: root, encoding: "utf8" });
+      execFileSync(join(root, "node_modules/.bin/tsc"), ["-p", config], { cwd: root, encoding: "utf8" });
       return "";
     } catch (e) {
       return String(e.stdout);

@@ -3,8 +3,8 @@
 import { Miniflare } from "miniflare";
 import { build } from "esbuild";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { join, dirname } from "node:path";
+import { mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { basename, join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 
@@ -82,17 +82,29 @@ export const SCHEMA = readdirSync(join(root, "migrations")).filter((f) => f.ends
 
 /**
  * The npm package as `npm pack` makes it, unpacked where a bundler finds it by name
- * (build/npm/node_modules/orderly-queues); build/npm is a package of its own, so nothing there
- * resolves `orderly-queues` to the repository's own files.
+ * (build/npm-d1/node_modules/orderly-queues); build/npm-d1 is a package of its own, so nothing
+ * there resolves `orderly-queues` to the repository's own files. One per pass (`-d1`, `-do`): the
+ * two passes run at once, and each unpacks its own.
  */
 export function packedPackage() {
-  const dir = join(root, "build/npm");
+  const dir = join(root, `build/npm-${process.env.ORDERLY_E2E_LEDGER === "do" ? "do" : "d1"}`);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(join(dir, "node_modules/orderly-queues"), { recursive: true });
   writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "packed-package-user", private: true }));
   const tgz = execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], { cwd: root, encoding: "utf8" }).trim().split("\n").pop();
   execFileSync("tar", ["xzf", join(dir, tgz), "-C", join(dir, "node_modules/orderly-queues"), "--strip-components=1"]);
   return dir;
+}
+
+/**
+ * Writes `data` to `path` whole or not at all (a file beside it, renamed over it): `npm test` runs
+ * the D1 and Durable Object passes at once, and both write the same bundles and fixtures, so a
+ * reader must never see one half written.
+ */
+export function writeAtomically(path, data) {
+  const part = `${path}.${process.pid}.part`;
+  writeFileSync(part, data);
+  renameSync(part, path);
 }
 
 /**
@@ -110,10 +122,11 @@ export async function bundleWorker(entry, outfile) {
   };
   const out = await build({
     entryPoints: [entry], bundle: true, format: "esm", platform: "browser", conditions: ["workerd", "worker", "browser"],
-    external: ["node:*", "cloudflare:*"], outfile, logLevel: "warning", metafile: true, plugins: [fromPackage],
+    external: ["node:*", "cloudflare:*"], outfile, logLevel: "warning", metafile: true, plugins: [fromPackage], write: false,
   });
+  for (const f of out.outputFiles) writeAtomically(f.path, f.contents);
   // Paths are relative to the working directory, through a linked build/ too (a mutation run's copy).
-  const inPackage = "build/npm/node_modules/orderly-queues/";
+  const inPackage = `build/${basename(packed)}/node_modules/orderly-queues/`;
   return Object.keys(out.metafile.inputs).filter((f) => f.includes(inPackage)).map((f) => f.split(inPackage)[1]);
 }
 
@@ -151,6 +164,13 @@ export async function migrate(db, { upTo = Infinity } = {}) {
     await db.batch([...stmts.map((s) => db.prepare(s)), db.prepare("INSERT INTO d1_migrations (name) VALUES (?1)").bind(file)]);
   }
 }
+
+/**
+ * The options of a test whose workers choose their own ledger (or none), `test(name, ONCE, fn)`:
+ * the pass's ledger changes nothing in it, so it runs once, in the D1 pass, and is skipped with
+ * this reason in the Durable Object pass (`npm test` runs the two passes at once).
+ */
+export const ONCE = { skip: process.env.ORDERLY_E2E_LEDGER === "do" && "chooses its own ledger: run once, in the D1 pass" };
 
 /**
  * The ledger of a test that does not choose: D1, or with ORDERLY_E2E_LEDGER=do four Durable Object

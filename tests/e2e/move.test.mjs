@@ -4,18 +4,18 @@
 // more: a move run again is the same move) and comparing the counts; then the same worker on the
 // shards (LEDGER = "do") goes on where D1 left off: the blocked key's jobs run in order after a
 // skip, a redriven job runs, a new job of a key takes the next place in its order.
-import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { start, webhook, waitFor, TOKEN } from "./harness.mjs";
+import { test } from "node:test";
+import { start, webhook, waitFor, TOKEN, ONCE } from "./harness.mjs";
 import { moveLedger } from "../../scripts/move-ledger.mjs";
 
 const BLOCK = { ORDERING_MODE: "strict", ON_DEAD: "block" };
 const objects = { LEDGER_OBJECT: { className: "OrderlyLedger", useSQLite: true } };
 
-test("a D1 ledger moved to four shards goes on where it left off", async () => {
+test("a D1 ledger moved to four shards goes on where it left off", ONCE, async () => {
   const dir = mkdtempSync(join(tmpdir(), "orderly-move-"));
   let w = await start({ ledger: null, vars: BLOCK, workerOptions: { durableObjects: objects, durableObjectsPersist: join(dir, "do") } });
   let ids;

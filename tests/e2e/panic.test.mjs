@@ -2,14 +2,14 @@
 // is reset, but the job is not left RUNNING until its lease expires and then DEAD "lease expired"
 // with no word of the panic. The panic is recorded as the job's failed attempt, with its message.
 // Run on the fixture worker tests/e2e/panicking-worker (one job type, `panicky`).
-import { test } from "node:test";
 import assert from "node:assert/strict";
-import { start, waitFor } from "./harness.mjs";
+import { test } from "node:test";
+import { start, waitFor, ONCE } from "./harness.mjs";
 
 const fixture = { buildDir: "tests/e2e/panicking-worker/build" };
 
 for (const mode of ["lock", "strict"]) {
-  test(`${mode} mode: a handler's panic is its job's failed attempt, retried, and says it panicked`, async () => {
+  test(`${mode} mode: a handler's panic is its job's failed attempt, retried, and says it panicked`, ONCE, async () => {
     // LEASE_SECONDS far beyond the test's wait: only the recorded panic can bring the job back.
     const w = await start({ ...fixture, vars: { ORDERING_MODE: mode, LEASE_SECONDS: "600" } });
     try {

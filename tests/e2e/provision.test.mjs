@@ -1,13 +1,14 @@
 // `npm run provision` against a stub wrangler (tests/e2e/stub/wrangler) that keeps an account's
 // resources and answers like wrangler 4: it creates what is missing, finds what exists, writes the
 // ids into wrangler.toml, and is idempotent.
-import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { test } from "node:test";
+import { ONCE } from "./harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -25,7 +26,7 @@ function setup(account = {}) {
   return { run, account: account_, toml };
 }
 
-test("provision creates the queues, KV namespace and D1 database and writes their ids", () => {
+test("provision creates the queues, KV namespace and D1 database and writes their ids", ONCE, () => {
   const p = setup();
   const r = p.run();
   assert.equal(r.status, 0, r.stderr);
@@ -52,7 +53,7 @@ test("provision creates the queues, KV namespace and D1 database and writes thei
   assert.equal(creates.length, 5, `three queues, one namespace, one database: ${creates}`);
 });
 
-test("provision finds resources the account already has", () => {
+test("provision finds resources the account already has", ONCE, () => {
   const p = setup({ queues: ["orderly-jobs"], kv: [{ id: "a".repeat(32), title: "ORDERING_KV" }], d1: [{ uuid: "11111111-2222-3333-4444-555555555555", name: "orderly" }] });
   const r = p.run();
   assert.equal(r.status, 0, r.stderr);
@@ -61,7 +62,7 @@ test("provision finds resources the account already has", () => {
   assert.deepEqual(p.account().calls.filter((c) => c.includes("create")), ["queues create orderly-jobs-urgent", "queues create orderly-dlq"]);
 });
 
-test("provision stops with the reason when wrangler is not logged in, leaving wrangler.toml alone", () => {
+test("provision stops with the reason when wrangler is not logged in, leaving wrangler.toml alone", ONCE, () => {
   const p = setup({ loggedOut: true });
   const before = p.toml();
   const r = p.run();
@@ -71,14 +72,14 @@ test("provision stops with the reason when wrangler is not logged in, leaving wr
   assert.equal(p.toml(), before);
 });
 
-test("provision reads JSON after wrangler's [WARNING] lines", () => {
+test("provision reads JSON after wrangler's [WARNING] lines", ONCE, () => {
   const p = setup({ warn: true, kv: [{ id: "b".repeat(32), title: "ORDERING_KV" }], d1: [{ uuid: "11111111-2222-3333-4444-555555555555", name: "orderly" }] });
   const r = p.run();
   assert.equal(r.status, 0, r.stderr);
   assert.match(p.toml(), /id = "b{32}"/);
 });
 
-test("provision writes no id it did not check, and nothing at all when one is bad", () => {
+test("provision writes no id it did not check, and nothing at all when one is bad", ONCE, () => {
   const hostile = [
     { kv: [{ id: 'x"\n[vars]\nADMIN_TOKEN = "pwned', title: "ORDERING_KV" }] },
     { kv: [{ id: "c".repeat(32), title: "ORDERING_KV" }], d1: [{ uuid: "$` and $&-not-a-uuid", name: "orderly" }] },

@@ -2,15 +2,15 @@
 // own (`archive`: fetch a page, keep it in R2), run under miniflare with real Queues, KV, D1 and
 // R2: its jobs run in key order, a failure retries, a rate limit snoozes without spending an
 // attempt, and its jobs are in orderly's API (and so on the dashboard).
-import { test } from "node:test";
 import assert from "node:assert/strict";
-import { start, waitFor, TARGET } from "./harness.mjs";
+import { test } from "node:test";
+import { start, waitFor, TARGET, ONCE } from "./harness.mjs";
 
 const example = { buildDir: "examples/rust-handler/build", workerOptions: { r2Buckets: ["ARCHIVE"] } };
 const archive = (path, key) => ({ type: "archive", url: `${TARGET}${path}`, key });
 
 for (const mode of ["strict", "lock"]) {
-  test(`${mode} mode: the example's own job type runs in order, retries, snoozes and keeps history`, async () => {
+  test(`${mode} mode: the example's own job type runs in order, retries, snoozes and keeps history`, ONCE, async () => {
     const w = await start({ ...example, vars: { ORDERING_MODE: mode } });
     try {
       const r = await w.api("POST", "/jobs", { jobs: [
@@ -48,7 +48,7 @@ for (const mode of ["strict", "lock"]) {
   });
 }
 
-test("the example refuses a payload its type cannot read, naming the field, and lists its types", async () => {
+test("the example refuses a payload its type cannot read, naming the field, and lists its types", ONCE, async () => {
   const w = await start(example);
   try {
     const bad = await w.api("POST", "/jobs", { payload: { type: "archive", url: `${TARGET}/ok/x` } });
@@ -67,7 +67,7 @@ test("the example refuses a payload its type cannot read, naming the field, and 
   }
 });
 
-test("the example's cron enqueues archive jobs from Rust, which run and land in R2", async () => {
+test("the example's cron enqueues archive jobs from Rust, which run and land in R2", ONCE, async () => {
   const w = await start({ ...example, vars: { ARCHIVE_URLS: `${TARGET}/ok/daily, ${TARGET}/echo/news` } });
   try {
     await w.worker.scheduled({ cron: "* * * * *" });

@@ -3,18 +3,18 @@
 // `POST /admin/migrate` applies what the database lacks, recorded where `wrangler d1 migrations
 // apply` records it; a job sent meanwhile waits and is not lost. The D1 ledger only (shards
 // migrate themselves: the DO run of the suite covers them everywhere else).
-import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { start, waitFor, webhook, SCHEMA } from "./harness.mjs";
+import { test } from "node:test";
+import { start, waitFor, webhook, SCHEMA, ONCE } from "./harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const FILES = readdirSync(join(root, "migrations")).filter((f) => f.endsWith(".sql")).sort();
 const listed = async (w) => (await w.db.prepare("SELECT name FROM d1_migrations ORDER BY id").all()).results.map((r) => r.name);
 
-test("an unmigrated D1 ledger is refused, naming the fix; POST /admin/migrate applies it all and the waiting job runs", async () => {
+test("an unmigrated D1 ledger is refused, naming the fix; POST /admin/migrate applies it all and the waiting job runs", ONCE, async () => {
   const w = await start({ ledger: null, migrations: 0 });
   try {
     const refused = await w.api("GET", "/jobs");
@@ -49,7 +49,7 @@ test("an unmigrated D1 ledger is refused, naming the fix; POST /admin/migrate ap
   }
 });
 
-test("a D1 ledger an older release migrated is refused naming what it lacks; the migration adds only that", async () => {
+test("a D1 ledger an older release migrated is refused naming what it lacks; the migration adds only that", ONCE, async () => {
   const w = await start({ ledger: null, migrations: FILES.length - 2 });
   try {
     const refused = await w.api("GET", "/jobs/counts");
@@ -65,7 +65,7 @@ test("a D1 ledger an older release migrated is refused naming what it lacks; the
   }
 });
 
-test("a D1 ledger a newer release migrated is refused, and not migrated back", async () => {
+test("a D1 ledger a newer release migrated is refused, and not migrated back", ONCE, async () => {
   const w = await start({ ledger: null });
   try {
     await w.db.prepare("INSERT INTO d1_migrations (name) VALUES ('9999_from_the_future.sql')").run();
@@ -80,7 +80,7 @@ test("a D1 ledger a newer release migrated is refused, and not migrated back", a
   }
 });
 
-test("with the ledger on Durable Object shards there is nothing to migrate by hand", async () => {
+test("with the ledger on Durable Object shards there is nothing to migrate by hand", ONCE, async () => {
   const w = await start({ ledger: { shards: 2 } });
   try {
     const r = await w.api("POST", "/admin/migrate", {});

@@ -1,6 +1,6 @@
 // The test command's file runner (scripts/node-tests.mjs) reports what it exists to report: a
-// pattern that matches nothing, a file in which no test ran, and a failing test each fail the
-// run; a file with tests passes and is counted.
+// pattern that matches nothing, a file in which no test ran, a failing test and an exclusion that
+// excludes nothing each fail the run; a file with tests passes and is counted.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { dirname, join } from "node:path";
@@ -57,6 +57,15 @@ test("a name pattern runs only the tests it matches, and one that matches none i
   const none = runner("--name-pattern", "no test is named this", `${fixtures}/two.fixture.mjs`);
   assert.equal(none.status, 1, none.out);
   assert.match(none.out, /no test ran in .*two\.fixture\.mjs/);
+});
+
+test("an excluded file is not run, and an exclusion that matches no file fails the run", () => {
+  const r = runner("--exclude", "red.fixture.mjs", `${fixtures}/two.fixture.mjs`, `${fixtures}/red.fixture.mjs`);
+  assert.equal(r.status, 0, r.out);
+  assert.match(r.out, /1 file\(s\), 2 test\(s\), 0 failed/);
+  const stale = runner("--exclude", "gone.fixture.mjs", `${fixtures}/two.fixture.mjs`);
+  assert.equal(stale.status, 1, stale.out);
+  assert.match(stale.out, /--exclude gone\.fixture\.mjs matches no file/);
 });
 
 test("each failed test is named for the mutation runner", () => {
