@@ -331,19 +331,17 @@ impl App {
                 Err(answer) => return respond(answer),
             }
         }
-        if api_req.path == MIGRATE_PATH && cfg_error.is_none() {
-            if api.caller(api_req.authorization.as_deref()) != Some(crate::api::Caller::Admin) {
-                return respond(ApiResponse::error(403, "migrating the ledger needs ADMIN_TOKEN"));
+        // The ledger's administration needs the worker's bindings: answered here, routed and
+        // authorized by the API like every route (the gate lets only ADMIN_TOKEN through).
+        match crate::api::Route::parse(&api_req.method, &api_req.path) {
+            Ok((crate::api::Route::Migrate { apply }, _)) if cfg_error.is_none() => {
+                respond(migrate_ledger(&s, apply).await)
             }
-            return respond(migrate_ledger(&s, &api_req).await);
-        }
-        if api_req.path == MOVE_PATH && cfg_error.is_none() {
-            if api.caller(api_req.authorization.as_deref()) != Some(crate::api::Caller::Admin) {
-                return respond(ApiResponse::error(403, "moving the ledger needs ADMIN_TOKEN"));
+            Ok((crate::api::Route::MoveLedger { copy }, _)) if cfg_error.is_none() => {
+                respond(move_ledger(&s, &env, &api_req, copy).await)
             }
-            return respond(move_ledger(&s, &env, &api_req).await);
+            _ => respond(api.route(&api_req).await),
         }
-        respond(api.route(&api_req).await)
     }
 
     /// The cron's maintenance.
@@ -357,12 +355,9 @@ impl App {
     }
 }
 
-/// Where an operator brings the ledger's schema to this release's (design §21).
-const MIGRATE_PATH: &str = "/admin/migrate";
-
-/// `POST /admin/migrate` applies the migrations a D1 ledger lacks (`GET` says where it stands).
-/// Durable Object shards migrate themselves on their first request: nothing to do for them.
-async fn migrate_ledger(s: &Started, req: &ApiRequest) -> ApiResponse {
+/// `POST /admin/migrate` applies the migrations a D1 ledger lacks (`GET` says where it stands;
+/// design §21). Durable Object shards migrate themselves on their first request: nothing to do.
+async fn migrate_ledger(s: &Started, apply: bool) -> ApiResponse {
     use crate::ledger::schema::{Standing, SCHEMA};
     let Some(EdgeSql::D1(d1)) = s.shards.first() else {
         return ApiResponse::json(
@@ -371,14 +366,14 @@ async fn migrate_ledger(s: &Started, req: &ApiRequest) -> ApiResponse {
                     "note": "each ledger shard applies the migrations it lacks on its first request" }),
         );
     };
-    let answer = match req.method.as_str() {
-        "POST" => d1.migrate().await.map(|m| json!({ "ledger": "d1", "schema": m.schema, "applied": m.applied })),
-        "GET" => d1.applied().await.map(|applied| {
+    let answer = if apply {
+        d1.migrate().await.map(|m| json!({ "ledger": "d1", "schema": m.schema, "applied": m.applied }))
+    } else {
+        d1.applied().await.map(|applied| {
             let standing = Standing::of(&applied);
             json!({ "ledger": "d1", "schema": SCHEMA, "current": standing == Standing::Current,
                     "problem": standing.refusal(), "migrations": applied })
-        }),
-        _ => return ApiResponse::error(405, "POST migrates, GET says where the schema stands"),
+        })
     };
     match answer {
         Ok(body) => ApiResponse::json(200, body),
@@ -386,13 +381,11 @@ async fn migrate_ledger(s: &Started, req: &ApiRequest) -> ApiResponse {
     }
 }
 
-/// Where an operator moves a D1 ledger to shards (design §19.7, `scripts/move-ledger.mjs`).
-const MOVE_PATH: &str = "/ledger/move";
-
 /// `POST /ledger/move` `{"shards": N, "after": id, "limit": n}` copies the next page of the D1
 /// ledger's jobs to the N shards of `LEDGER_OBJECT`; `GET /ledger/move?shards=N` compares the
-/// counts. Only while `LEDGER` is still "d1", with delivery paused.
-async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest) -> ApiResponse {
+/// counts (design §19.7, `scripts/move-ledger.mjs`). Only while `LEDGER` is still "d1", with
+/// delivery paused.
+async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest, copy: bool) -> ApiResponse {
     #[derive(serde::Deserialize)]
     struct Page {
         shards: u32,
@@ -404,16 +397,16 @@ async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest) -> ApiResponse {
     if s.cfg.ledger != LedgerBackend::D1 {
         return ApiResponse::error(409, "LEDGER is already \"do\": a ledger is moved while it is still on D1");
     }
-    let page = match req.method.as_str() {
-        "POST" => match serde_json::from_slice::<Page>(&req.body) {
+    let page = if copy {
+        match serde_json::from_slice::<Page>(&req.body) {
             Ok(page) => page,
             Err(e) => return ApiResponse::error(400, format!("bad move request: {e}")),
-        },
-        "GET" => match url::form_urlencoded::parse(req.query.as_bytes()).find(|(k, _)| k == "shards") {
+        }
+    } else {
+        match url::form_urlencoded::parse(req.query.as_bytes()).find(|(k, _)| k == "shards") {
             Some((_, v)) => Page { shards: v.parse().unwrap_or(0), after: String::new(), limit: None },
             None => return ApiResponse::error(400, "give ?shards=N"),
-        },
-        _ => return ApiResponse::error(405, "POST copies a page, GET verifies"),
+        }
     };
     if !(1..=crate::limits::MAX_SHARDS as u32).contains(&page.shards) {
         return ApiResponse::error(400, "shards must be 1..32, the LEDGER_SHARDS you will set");
@@ -423,11 +416,10 @@ async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest) -> ApiResponse {
         Err(e) => return ApiResponse::error(500, e.to_string()),
     };
     let target = Ledger::sharded(shards.iter().collect());
-    let answer = match req.method.as_str() {
-        "POST" => {
-            s.ledger().copy_to(&target, &page.after, page.limit.unwrap_or(100).clamp(1, 200)).await.map(|c| json!(c))
-        }
-        _ => s.ledger().verify_copy(&target).await.map(|v| json!(v)),
+    let answer = if copy {
+        s.ledger().copy_to(&target, &page.after, page.limit.unwrap_or(100).clamp(1, 200)).await.map(|c| json!(c))
+    } else {
+        s.ledger().verify_copy(&target).await.map(|v| json!(v))
     };
     match answer {
         Ok(body) => ApiResponse::json(200, body),

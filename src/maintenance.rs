@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::clock::Clock;
 use crate::config::{Config, OrderingMode};
 use crate::error::InfraError;
-use crate::ledger::{Job, Ledger, Record, Sql, Status, Transition};
+use crate::ledger::{JobRow, Ledger, Record, Sql, Status, Transition};
 use crate::producer::{self, QueueSender};
 
 pub use crate::limits::RESEND_GRACE_MS;
@@ -77,7 +77,7 @@ fn report_error(errors: &mut Vec<String>, step: &str, e: InfraError) {
 
 async fn reap<S: Sql, Q: QueueSender>(ledger: &Ledger<S>, queue: &Q, now: i64) -> Result<(usize, usize), InfraError> {
     let reaped = ledger.reap(now, STEP_LIMIT).await?;
-    let pending: Vec<Job> = reaped.iter().filter(|j| j.status == Status::Pending).cloned().collect();
+    let pending: Vec<JobRow> = reaped.iter().filter(|j| j.status == Status::Pending).cloned().collect();
     send_jobs(ledger, queue, &pending, now).await?;
     // Each reaped lease was a run that never reported: it goes in the job's history (after the
     // re-send, so a failure here delays nothing).
@@ -91,7 +91,7 @@ async fn resend<S: Sql, Q: QueueSender>(
     ledger: &Ledger<S>,
     queue: &Q,
     now: i64,
-    found: Result<Vec<Job>, InfraError>,
+    found: Result<Vec<JobRow>, InfraError>,
 ) -> Result<usize, InfraError> {
     let won = ledger.take_for_resend(&found?, now).await?;
     send_jobs(ledger, queue, &won, now).await?;
@@ -103,7 +103,7 @@ async fn resend<S: Sql, Q: QueueSender>(
 async fn send_jobs<S: Sql, Q: QueueSender>(
     ledger: &Ledger<S>,
     queue: &Q,
-    jobs: &[Job],
+    jobs: &[JobRow],
     now: i64,
 ) -> Result<(), InfraError> {
     let mut sendable = Vec::with_capacity(jobs.len());

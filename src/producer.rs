@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::envelope::{Envelope, JobMeta};
 use crate::error::InfraError;
-use crate::ledger::{Job, DEFAULT_PRIORITY};
+use crate::ledger::{JobRow, DEFAULT_PRIORITY};
 
 /// Most messages in one `sendBatch`.
 pub const MAX_BATCH_MESSAGES: usize = 100;
@@ -185,12 +185,12 @@ pub async fn wake<S: crate::ledger::Sql, Q: QueueSender>(
 
 /// The message that (re)delivers a ledger job. `None` for a row with no readable payload (only
 /// undecodable bodies have none, and those are DEAD for good).
-pub fn message_for(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
+pub fn message_for(job: &JobRow, delay_seconds: u32) -> Option<OutMessage> {
     Some(OutMessage::of(&envelope_for(job)?, delay_seconds))
 }
 
 /// The envelope of a ledger job's message.
-fn envelope_for(job: &Job) -> Option<Envelope> {
+fn envelope_for(job: &JobRow) -> Option<Envelope> {
     let text = job.payload.as_deref()?;
     let payload: Value = if crate::seal::is_sealed(text) {
         sealed_stub(job.job_type.as_deref())
@@ -217,7 +217,7 @@ fn envelope_for(job: &Job) -> Option<Envelope> {
 
 /// [`message_for`] a job taken out of its limit key's line: its delivery makes it due if it is
 /// still parked (strict mode parks a job not due, design §20.10).
-pub fn woken_message(job: &Job, delay_seconds: u32) -> Option<OutMessage> {
+pub fn woken_message(job: &JobRow, delay_seconds: u32) -> Option<OutMessage> {
     let mut env = envelope_for(job)?;
     env.meta.woken = true;
     Some(OutMessage::of(&env, delay_seconds))

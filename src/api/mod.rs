@@ -14,11 +14,15 @@ mod http;
 mod keys;
 mod limits;
 mod ports;
+mod route;
 mod submission;
 
 pub use http::{ApiRequest, ApiResponse, MAX_PAGE};
-use http::{percent_decode, query_pairs};
+use http::query_pairs;
 pub use ports::Api;
+#[cfg(any(test, feature = "testing"))]
+pub use route::routes;
+pub use route::{NotRouted, Route};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
@@ -27,7 +31,7 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::ledger::{Cancel, Job, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
+use crate::ledger::{Cancel, JobRow, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
 use crate::producer::{self, QueueSender};
 #[cfg(any(test, feature = "testing"))]
 pub use submission::BadInput;
@@ -62,93 +66,13 @@ const DASHBOARD: &str = include_str!("../dashboard.html");
 /// The API described in OpenAPI 3.1, served at `GET /openapi.json`.
 pub const OPENAPI: &str = include_str!("../openapi.json");
 
-/// Every route: method and path pattern (`{name}` is one path segment). The router matches only
-/// these, in order (a literal segment before a `{name}` one), and `openapi.json` documents each.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/"),
-    ("GET", "/openapi.json"),
-    ("POST", "/jobs"),
-    ("GET", "/jobs"),
-    ("GET", "/jobs/counts"),
-    ("GET", "/jobs/activity"),
-    ("POST", "/jobs/redrive"),
-    ("GET", "/jobs/{id}"),
-    ("POST", "/jobs/{id}/redrive"),
-    ("POST", "/jobs/{id}/cancel"),
-    ("GET", "/keys"),
-    ("PUT", "/keys/{key}"),
-    ("POST", "/keys/{key}/skip"),
-    ("GET", "/limits"),
-    ("GET", "/limits/{key}"),
-    ("PUT", "/limits/{key}"),
-];
-
-/// The routes `PRODUCER_TOKEN` opens: submit jobs, read one job's state (never its payload,
-/// result, errors or history) and the counts (Fedify's `getDepth`). Cancel, redrive, skip, lists
-/// and the charts need `ADMIN_TOKEN`.
-pub const PRODUCER_ROUTES: &[(&str, &str)] = &[("POST", "/jobs"), ("GET", "/jobs/{id}"), ("GET", "/jobs/counts")];
-
 /// Who a request's bearer token says it comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caller {
     /// `ADMIN_TOKEN`: every route.
     Admin,
-    /// `PRODUCER_TOKEN`: [`PRODUCER_ROUTES`] only.
+    /// `PRODUCER_TOKEN`: the routes [`Route::producer_may`] names.
     Producer,
-}
-
-/// What a path matched.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Matched {
-    /// A route: its pattern and its `{name}` segments, percent-decoded, in order.
-    Route(&'static str, Vec<String>),
-    /// The path exists with other methods.
-    WrongMethod,
-    /// No such path.
-    NotFound,
-}
-
-/// Matches a request against [`ROUTES`].
-pub fn match_route(method: &str, path: &str) -> Matched {
-    // Empty segments inside a path stay (`/jobs//redrive` names the job "", never the bulk route).
-    let split = |p: &'static str| -> Vec<&'static str> {
-        let p = p.trim_matches('/');
-        if p.is_empty() {
-            Vec::new()
-        } else {
-            p.split('/').collect()
-        }
-    };
-    let trimmed = path.trim_matches('/');
-    let segments: Vec<&str> = if trimmed.is_empty() { Vec::new() } else { trimmed.split('/').collect() };
-    let mut path_exists = false;
-    for (m, pattern) in ROUTES {
-        let parts = split(pattern);
-        if parts.len() != segments.len() {
-            continue;
-        }
-        let mut params = Vec::new();
-        let fits = parts.iter().zip(&segments).all(|(p, s)| {
-            if p.starts_with('{') {
-                params.push(percent_decode(s));
-                true
-            } else {
-                p == s
-            }
-        });
-        if !fits {
-            continue;
-        }
-        if *m == method {
-            return Matched::Route(pattern, params);
-        }
-        path_exists = true;
-    }
-    if path_exists {
-        Matched::WrongMethod
-    } else {
-        Matched::NotFound
-    }
 }
 
 /// One submitted job as recorded: its id, its status, and whether it duplicates a job the
@@ -216,29 +140,36 @@ pub fn constant_time_eq(a: &str, b: &str) -> bool {
     x.iter().zip(y.iter()).fold(0u8, |acc, (p, q)| acc | (p ^ q)) == 0
 }
 
+/// The answer to a route anyone may ask for: the dashboard page, or the OpenAPI document.
+fn public_answer(route: &Route) -> ApiResponse {
+    if *route == Route::OpenApi {
+        return ApiResponse {
+            status: 200,
+            content_type: "application/json",
+            body: OPENAPI.to_string(),
+            headers: vec![("access-control-allow-origin", "*".into())],
+        };
+    }
+    ApiResponse {
+        status: 200,
+        content_type: "text/html; charset=utf-8",
+        body: DASHBOARD.to_string(),
+        headers: vec![("content-security-policy", dashboard_csp()), ("x-frame-options", "DENY".into())],
+    }
+}
+
 impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     /// What to answer before the body is read: the dashboard page, or a refusal (no token
     /// configured, a token too short, a missing or wrong bearer token). `None`: read the body and
     /// call [`Api::handle`].
     pub fn gate(&self, method: &str, path: &str, authorization: Option<&str>) -> Option<ApiResponse> {
-        match (method, path) {
-            ("GET", "/" | "/index.html") => {
-                return Some(ApiResponse {
-                    status: 200,
-                    content_type: "text/html; charset=utf-8",
-                    body: DASHBOARD.to_string(),
-                    headers: vec![("content-security-policy", dashboard_csp()), ("x-frame-options", "DENY".into())],
-                })
-            }
-            ("GET", "/openapi.json") => {
-                return Some(ApiResponse {
-                    status: 200,
-                    content_type: "application/json",
-                    body: OPENAPI.to_string(),
-                    headers: vec![("access-control-allow-origin", "*".into())],
-                })
-            }
-            _ => {}
+        let public = match Route::parse(method, path) {
+            Ok((route @ (Route::Dashboard | Route::OpenApi), _)) => Some(route),
+            _ if (method, path) == ("GET", "/index.html") => Some(Route::Dashboard),
+            _ => None,
+        };
+        if let Some(route) = public {
+            return Some(public_answer(&route));
         }
         let Some(token) = self.admin_token.map(str::trim).filter(|t| !t.is_empty()) else {
             return Some(ApiResponse::error(
@@ -264,9 +195,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         match self.caller(authorization) {
             None => Some(ApiResponse::error(401, "missing or wrong bearer token")),
             Some(Caller::Admin) => None,
-            Some(Caller::Producer) => match match_route(method, path) {
-                Matched::Route(pattern, _) if PRODUCER_ROUTES.contains(&(method, pattern)) => None,
-                Matched::Route(..) => Some(ApiResponse::error(
+            Some(Caller::Producer) => match Route::parse(method, path) {
+                Ok((route, _)) if route.producer_may() => None,
+                Ok(_) => Some(ApiResponse::error(
                     403,
                     "PRODUCER_TOKEN may only submit jobs (POST /jobs) and read their state (GET /jobs/{id}, \
                      GET /jobs/counts); this needs ADMIN_TOKEN",
@@ -311,36 +242,38 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Ok(c) => c,
             Err(e) => return ApiResponse::error(500, format!("configuration error: {e}")),
         };
-        let (pattern, params) = match match_route(&req.method, &req.path) {
-            Matched::Route(pattern, params) => (pattern, params),
-            Matched::WrongMethod => return ApiResponse::error(405, "method not allowed"),
-            Matched::NotFound => return ApiResponse::error(404, format!("no route {} {}", req.method, req.path)),
+        let route = match Route::parse(&req.method, &req.path) {
+            Ok((route, _)) => route,
+            Err(NotRouted::WrongMethod) => return ApiResponse::error(405, "method not allowed"),
+            Err(NotRouted::NotFound) => return ApiResponse::error(404, format!("no route {} {}", req.method, req.path)),
         };
-        let param = params.first().map(String::as_str).unwrap_or_default();
-        let result = match pattern {
-            "/jobs" if req.method == "POST" => self.submit(cfg, &req.body).await,
-            "/jobs" => self.list(&req.query).await,
-            "/jobs/counts" => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
-            "/jobs/activity" => self
+        let result = match route {
+            Route::Dashboard | Route::OpenApi => Ok(public_answer(&route)),
+            Route::Submit => self.submit(cfg, &req.body).await,
+            Route::List => self.list(&req.query).await,
+            Route::Counts => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
+            Route::Activity => self
                 .ledger
                 .activity(self.clock.now_ms())
                 .await
                 .map(|minutes| ApiResponse::json(200, json!({ "minutes": minutes }))),
-            "/jobs/redrive" => self.redrive_matching(cfg, &req.body).await,
-            "/jobs/{id}" if self.caller(req.authorization.as_deref()) == Some(Caller::Producer) => {
-                self.state(param).await
+            Route::RedriveMatching => self.redrive_matching(cfg, &req.body).await,
+            Route::Job(id) if self.caller(req.authorization.as_deref()) == Some(Caller::Producer) => {
+                self.state(&id).await
             }
-            "/jobs/{id}" => self.get(param).await,
-            "/jobs/{id}/redrive" => self.redrive(param).await,
-            "/jobs/{id}/cancel" => self.cancel(cfg, param).await,
-            "/keys" => self.keys(cfg, &req.query).await,
-            "/keys/{key}" => self.change_key(cfg, param, &req.body).await,
-            "/keys/{key}/skip" => self.skip(cfg, param).await,
-            "/limits" => self.limits(cfg, &req.query).await,
-            "/limits/{key}" if req.method == "PUT" => self.change_limit(cfg, param, &req.body).await,
-            "/limits/{key}" => self.limit(cfg, param).await,
-            // The public routes are answered by the gate.
-            other => Ok(ApiResponse::error(404, format!("no handler for {other}"))),
+            Route::Job(id) => self.get(&id).await,
+            Route::Redrive(id) => self.redrive(&id).await,
+            Route::Cancel(id) => self.cancel(cfg, &id).await,
+            Route::Keys => self.keys(cfg, &req.query).await,
+            Route::ChangeKey(key) => self.change_key(cfg, &key, &req.body).await,
+            Route::SkipKey(key) => self.skip(cfg, &key).await,
+            Route::Limits => self.limits(cfg, &req.query).await,
+            Route::Limit(key) => self.limit(cfg, &key).await,
+            Route::ChangeLimit(key) => self.change_limit(cfg, &key, &req.body).await,
+            // The worker's edge answers these before it calls the API: they need its bindings.
+            Route::Migrate { .. } | Route::MoveLedger { .. } => {
+                Ok(ApiResponse::error(501, "the ledger's administration is answered by the worker, not the API"))
+            }
         };
         result.unwrap_or_else(|e| ApiResponse::error(503, format!("{e}; try again")))
     }
@@ -434,12 +367,12 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     /// at once, and sends the jobs handed a slot (design §20.12). Should a line not answer, its
     /// jobs are sent as wake-ups, to ask for their start on delivery as any job does: nothing
     /// waits unsent.
-    async fn line_up(&self, cfg: &Config, lined: &[Job], now: i64) -> Result<(), crate::error::InfraError> {
+    async fn line_up(&self, cfg: &Config, lined: &[JobRow], now: i64) -> Result<(), crate::error::InfraError> {
         let mut keys: Vec<&str> = lined.iter().filter_map(|j| j.limit_key.as_deref()).collect();
         keys.sort_unstable();
         keys.dedup();
         let lines = keys.into_iter().map(|key| async move {
-            let jobs: Vec<&Job> = lined.iter().filter(|j| j.limit_key.as_deref() == Some(key)).collect();
+            let jobs: Vec<&JobRow> = lined.iter().filter(|j| j.limit_key.as_deref() == Some(key)).collect();
             let ids: Vec<(&str, crate::ledger::Route)> = jobs.iter().map(|j| (j.id.as_str(), j.route())).collect();
             let answer = self.ledger.line(key, &ids, &cfg.limits.for_key(key), now).await;
             (jobs, answer)

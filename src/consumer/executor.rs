@@ -11,7 +11,7 @@ use crate::clock::Clock;
 use crate::error::InfraError;
 use crate::handlers::{bounded_result, Done, JobContext, JobError, Runner};
 use crate::ledger::history::{Run, RunOutcome};
-use crate::ledger::{Job, Record, Sql, Status, Transition};
+use crate::ledger::{JobRow, Record, Sql, Status, Transition};
 use crate::lock::Kv;
 use crate::log::Event;
 use crate::producer::{QueueSender, MAX_PAYLOAD_BYTES};
@@ -91,7 +91,7 @@ pub fn withheld(e: JobError) -> JobError {
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
     /// Runs a job this invocation claimed and says what to record. The ledger row is the truth:
     /// what runs is the row's payload, never the message's.
-    pub(super) async fn run_claimed(&self, job: &Job) -> Ran {
+    pub(super) async fn run_claimed(&self, job: &JobRow) -> Ran {
         let started_at = self.clock.now_ms();
         let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
         let sealed = job.payload.as_deref().is_some_and(is_sealed);
@@ -130,7 +130,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     }
 
     /// The job's own time limit for a run, ms, never past the configured run bound (design §20).
-    fn timeout_ms(&self, job: &Job) -> Option<u32> {
+    fn timeout_ms(&self, job: &JobRow) -> Option<u32> {
         job.timeout_seconds.map(|t| t.min(self.cfg.webhook_timeout_seconds).saturating_mul(1000))
     }
 
@@ -138,7 +138,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// future is dropped at its next await (a Rust handler that never awaits cannot be stopped).
     async fn timed(
         &self,
-        job: &Job,
+        job: &JobRow,
         run: impl std::future::Future<Output = Result<Done, JobError>>,
     ) -> Result<Done, JobError> {
         let (Some(ms), Some(sleep)) = (self.timeout_ms(job), self.sleep) else { return run.await };
@@ -152,7 +152,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// What a run of `job` by `owner` (its lease owner) records: the guarded transition its
     /// result leads to, and its history line.
-    pub(super) async fn ran(&self, job: &Job, owner: &str, started_at: i64, result: Result<Done, JobError>, sealed: bool) -> Ran {
+    pub(super) async fn ran(&self, job: &JobRow, owner: &str, started_at: i64, result: Result<Done, JobError>, sealed: bool) -> Ran {
         let now = self.clock.now_ms();
         let (transition, end, error, http_status) = match result {
             Ok(done) => self.done(job, owner, now, done, sealed).await,
@@ -189,7 +189,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// A successful run's completion; a sealed job's result is sealed too (one that cannot be is
     /// not kept).
-    async fn done(&self, job: &Job, owner: &str, now: i64, done: Done, sealed: bool) -> Finished {
+    async fn done(&self, job: &JobRow, owner: &str, now: i64, done: Done, sealed: bool) -> Finished {
         let mut kept = done.result.as_ref().map(bounded_result);
         if sealed {
             if let (Some(text), Some(sealer)) = (kept.take(), self.sealer) {
@@ -209,7 +209,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// A failed run's transition: DEAD, a retry after the backoff, or a snooze (with the next
     /// run's payload, if the handler gave one).
-    fn failed(&self, job: &Job, owner: &str, now: i64, e: &JobError, next_payload: Option<String>) -> Finished {
+    fn failed(&self, job: &JobRow, owner: &str, now: i64, e: &JobError, next_payload: Option<String>) -> Finished {
         match decide_failure(job.attempts, job.max_attempts, job.snoozes, e, self.cfg, (self.random)()) {
             FailureDecision::Dead(why) => {
                 (self.log)(&Event::JobDead {
@@ -245,7 +245,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// its key held (a job of its key must not overtake it), and says why in its history and the
     /// log: fixing `PAYLOAD_KEY` lets it run. Spending attempts on it would end it DEAD, and under
     /// `ON_DEAD = "skip"` its key would move past a job that was never run.
-    fn wait_for_key(&self, job: &Job, started_at: i64, why: Unopened) -> Ran {
+    fn wait_for_key(&self, job: &JobRow, started_at: i64, why: Unopened) -> Ran {
         let now = self.clock.now_ms();
         let error = format!("{why}; waiting for PAYLOAD_KEY to open it, its key held, no attempt spent");
         self.outage(format!("job {} not run: {error}", job.id));
@@ -267,7 +267,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// A snooze's replacement payload as it is stored (sealed when the job is), or the error that
     /// makes the run a retryable failure instead: a replacement must keep the job's `type` and
     /// fit [`MAX_PAYLOAD_BYTES`], and a sealed job's must be sealed.
-    async fn next_payload(&self, job: &Job, sealed: bool, e: JobError) -> (JobError, Option<String>) {
+    async fn next_payload(&self, job: &JobRow, sealed: bool, e: JobError) -> (JobError, Option<String>) {
         let JobError::Snooze { payload: Some(next), http_status, .. } = &e else { return (e, None) };
         let refuse = |why: String| JobError::Retryable {
             reason: format!("the snooze's replacement payload is refused: {why}"),
@@ -297,7 +297,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// The job's payload as JSON text: a sealed one opened with `PAYLOAD_KEY`. `None`: the row has
     /// none. Why a sealed payload cannot be opened (no `PAYLOAD_KEY`, a key rotated away) is the
     /// error: the job waits for the key ([`Self::wait_for_key`]).
-    async fn payload_of(&self, job: &Job) -> Result<Option<String>, Unopened> {
+    async fn payload_of(&self, job: &JobRow) -> Result<Option<String>, Unopened> {
         let Some(text) = job.payload.as_deref() else { return Ok(None) };
         if !is_sealed(text) {
             return Ok(Some(text.to_string()));

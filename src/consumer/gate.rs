@@ -18,7 +18,7 @@ use crate::error::InfraError;
 use crate::flow::{Refusal, RunVerdict};
 use crate::handlers::{Done, JobError, Runner};
 use crate::ledger::limit::{Ask, Permit, Release};
-use crate::ledger::{Job, Sql, Transition};
+use crate::ledger::{JobRow, Sql, Transition};
 use crate::limits::delay_until;
 use crate::lock::Kv;
 use crate::producer::{self, QueueSender};
@@ -68,7 +68,7 @@ pub(super) struct Waits {
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
     /// Asks `job`'s limit key, if it has one, for a permit to start now.
-    pub(super) async fn gate(&self, job: &Job) -> Gate {
+    pub(super) async fn gate(&self, job: &JobRow) -> Gate {
         let Some(limit_key) = job.limit_key.as_deref() else { return Gate::Free };
         let now = self.clock.now_ms();
         let ask = Ask {
@@ -118,7 +118,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// A claimed job its limit key refused: handed back (its attempt returned, counted as a
     /// deferral), due when it should be tried again; a parked one is due now (see the module).
     /// The transition to record, and how the job waits.
-    pub(super) fn refused(&self, job: &Job, gate: Gate) -> (Transition, Waits) {
+    pub(super) fn refused(&self, job: &JobRow, gate: Gate) -> (Transition, Waits) {
         let now = self.clock.now_ms();
         let (waits, next_run_at) = match gate {
             Gate::Shut(why) if why.parks() => {
@@ -161,7 +161,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// After a permitted run: frees the permit, tells the breaker how the run went, and sends again
     /// the job woken to take the slot. Best effort: a permit not freed lapses with the job's lease,
     /// a wake-up not sent leaves its job to maintenance.
-    pub(super) async fn release(&self, job: &Job, until: i64, result: &Result<Done, JobError>) {
+    pub(super) async fn release(&self, job: &JobRow, until: i64, result: &Result<Done, JobError>) {
         let Some(limit_key) = job.limit_key.as_deref() else { return };
         let verdict = match result {
             Ok(_) => RunVerdict::Succeeded,

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use super::ports::Consumer;
 use crate::clock::Clock;
 use crate::handlers::Runner;
-use crate::ledger::{Job, Route, Sql};
+use crate::ledger::{JobRow, Route, Sql};
 use crate::lock::Kv;
 use crate::producer::QueueSender;
 
@@ -31,7 +31,7 @@ pub(super) struct Leases {
 
 impl Leases {
     /// The leases of the jobs claimed so far, taken at `now`.
-    pub(super) fn new<'a>(now: i64, jobs: impl IntoIterator<Item = &'a Job>) -> Leases {
+    pub(super) fn new<'a>(now: i64, jobs: impl IntoIterator<Item = &'a JobRow>) -> Leases {
         let ids = jobs.into_iter().map(|j| (j.id.clone(), j.route())).collect();
         let at = Cell::new(now);
         Leases { renewed_at: at.clone(), confirmed_at: at, ids: RefCell::new(ids), held: RefCell::new(None) }
@@ -45,7 +45,7 @@ impl Leases {
     }
 
     /// Jobs claimed since the last renewal are ours too.
-    pub(super) fn claimed<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) {
+    pub(super) fn claimed<'a>(&self, jobs: impl IntoIterator<Item = &'a JobRow>) {
         let jobs: Vec<(String, Route)> = jobs.into_iter().map(|j| (j.id.clone(), j.route())).collect();
         if let Some(held) = self.held.borrow_mut().as_mut() {
             held.extend(jobs.iter().map(|j| j.0.clone()));
@@ -85,7 +85,7 @@ mod tests {
     fn a_lease_no_renewal_confirmed_for_longer_than_a_run_may_take_is_taken_for_lost() {
         // The simulation over shards once found a group run a job while another group's renewal,
         // which would have found its lease lost, was still in flight.
-        let leases = Leases::new(1_000, std::iter::empty::<&Job>());
+        let leases = Leases::new(1_000, std::iter::empty::<&JobRow>());
         assert!(!leases.lost("a", 6_000, 5_000), "confirmed by the claim, within a run's time");
         assert!(leases.lost("a", 6_001, 5_000), "no renewal answered since: it may not cover a run");
         // A renewal answers: the leases it found are confirmed from then on, the others lost.
@@ -93,7 +93,7 @@ mod tests {
         leases.confirmed_at.set(6_001);
         assert!(!leases.lost("a", 6_002, 5_000));
         assert!(leases.lost("b", 6_002, 5_000), "a job the renewal did not find");
-        leases.claimed(std::iter::empty::<&Job>());
+        leases.claimed(std::iter::empty::<&JobRow>());
         assert!(leases.lost("a", 11_002, 5_000), "unconfirmed again past a run's time");
     }
 }

@@ -19,7 +19,7 @@ use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::error::InfraError;
 use crate::handlers::Runner;
-use crate::ledger::{Claimed, Job, JobSpec, Lease, Record, Route, Sent, Sql, Status, Transition};
+use crate::ledger::{Claimed, JobRow, JobSpec, Lease, Record, Route, Sent, Sql, Status, Transition};
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::{self, OutMessage, QueueSender};
 
@@ -37,7 +37,7 @@ pub const RESEND_WAITING_AFTER_MS: i64 = 60_000;
 
 /// The claim's verdict on one message.
 enum Claim {
-    Won(Box<Job>),
+    Won(Box<JobRow>),
     /// DONE or DEAD already: a duplicate delivery.
     Finished,
     /// Cannot run now (another live lease, or not yet due): defer this long.
@@ -206,7 +206,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// lock whose holder is finished is taken over, so no job waits on it until Queues'
     /// delivery attempts run out). A group whose lock named one of its jobs runs that job first.
     /// Returns each group's lock and, per held group, its holder.
-    async fn lock_groups(&self, plan: &mut Plan<'_>) -> (Vec<GroupLock>, HashMap<usize, Job>) {
+    async fn lock_groups(&self, plan: &mut Plan<'_>) -> (Vec<GroupLock>, HashMap<usize, JobRow>) {
         let locks: Vec<GroupLock> = join_all(plan.groups.iter().map(|g| async {
             let Some(key) = g.key else { return GroupLock::Unkeyed };
             let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
@@ -246,7 +246,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         &self,
         plan: &mut Plan<'_>,
         locks: &[GroupLock],
-        holders: &HashMap<usize, Job>,
+        holders: &HashMap<usize, JobRow>,
         now: i64,
     ) -> Result<HashMap<usize, Claim>, InfraError> {
         let mut positions = Vec::new();
@@ -446,7 +446,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         &self,
         plan: &Plan<'_>,
         mut locks: Vec<GroupLock>,
-    ) -> (Vec<GroupLock>, HashMap<usize, Job>) {
+    ) -> (Vec<GroupLock>, HashMap<usize, JobRow>) {
         let groups = &plan.groups;
         // A holder is a job of the held key: it lives in the key's shard.
         let held: Vec<(usize, (&str, Route))> = locks
@@ -471,7 +471,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 return (locks, holders);
             }
         };
-        let finished: Vec<(usize, Job)> =
+        let finished: Vec<(usize, JobRow)> =
             held.iter().zip(rows).filter_map(|((gi, _), j)| j.map(|j| (*gi, j))).collect();
         for (gi, holder) in finished {
             if !holder.status.is_finished() {
@@ -492,7 +492,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// A holder parked in its limit key's line (design §20) is due, but runs only once a slot
     /// frees: the longer it has waited, the longer the jobs behind it wait between looks (its
     /// time parked so far, up to [`PARKED_POLL_MAX_SECONDS`]), so a long wait costs few deliveries.
-    fn held_delay(&self, now: i64, holder: Option<&Job>) -> u32 {
+    fn held_delay(&self, now: i64, holder: Option<&JobRow>) -> u32 {
         let base = self.cfg.lock_retry_delay_seconds;
         match holder {
             Some(j) if j.status == Status::Pending && j.limit_key.is_some() && j.next_run_at <= now => {
@@ -557,7 +557,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     async fn run_won(
         &self,
         i: usize,
-        job: &Job,
+        job: &JobRow,
         g: &mut GroupRun,
         leases: &Leases,
         held: &RefCell<Vec<(HeldLock, i64)>>,

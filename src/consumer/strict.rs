@@ -31,7 +31,7 @@ use crate::clock::Clock;
 use crate::config::OnDead;
 use crate::handlers::Runner;
 use crate::ledger::strict::{ClaimSpec, Intake, KeyIntake, KeyState, Parked};
-use crate::ledger::{Job, JobSpec, Lease, Record, Sql, Status, Transition};
+use crate::ledger::{JobRow, JobSpec, Lease, Record, Sql, Status, Transition};
 use crate::lock::Kv;
 use crate::producer::{self, OutMessage, QueueSender};
 
@@ -69,7 +69,7 @@ pub(super) struct Member {
 /// Why a chain stopped with work left for later.
 enum Stop {
     /// A retryable failure (or a snooze) holds the key until this job runs again.
-    Retry(Box<Job>, u32),
+    Retry(Box<JobRow>, u32),
     /// A DEAD head under `ON_DEAD = block`: an operator decides.
     Blocked,
     /// The invocation's run or time budget is spent.
@@ -84,9 +84,9 @@ enum Stop {
 #[derive(Clone)]
 enum Start {
     /// With these jobs, claimed while parking.
-    Claimed(Vec<Job>),
+    Claimed(Vec<JobRow>),
     /// By claiming when a slot frees; the key's head as parking saw it.
-    Later(Box<Job>),
+    Later(Box<JobRow>),
 }
 
 /// What parking a batch's keyed messages said (see `Consumer::intook`).
@@ -257,7 +257,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     }
                 }
             }
-            let due = |h: &Job| h.status == Status::Pending && h.next_run_at <= now + EARLY_DELIVERY_ALLOWANCE_MS;
+            let due = |h: &JobRow| h.status == Status::Pending && h.next_run_at <= now + EARLY_DELIVERY_ALLOWANCE_MS;
             out.chains[gi] = match (key.claim, verdict.state.claimed, verdict.state.head) {
                 (1.., claimed, _) if !claimed.is_empty() => Some((key.key, Start::Claimed(claimed))),
                 // Not claimed yet, and nothing runs it: claim it when a slot frees.
@@ -291,7 +291,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// A parked message is done with, unless its job is the key's head and not yet due: then it
     /// is the key's wake-up, and comes back when the job is due.
-    fn settle_parked(&self, job: &Job, key: &KeyState, now: i64) -> Outcome {
+    fn settle_parked(&self, job: &JobRow, key: &KeyState, now: i64) -> Outcome {
         match &key.head {
             Some(h)
                 if h.id == job.id
@@ -375,10 +375,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     async fn claim_later(
         &self,
         key: &str,
-        head: &Job,
+        head: &JobRow,
         budget: &Budget,
         leases: &Leases,
-    ) -> Result<Vec<Job>, Option<OutMessage>> {
+    ) -> Result<Vec<JobRow>, Option<OutMessage>> {
         let now = self.clock.now_ms();
         let first = if head.limit_key.is_some() { 1 } else { FIRST_CHUNK };
         let took = if now < budget.deadline_ms { budget.take(first) } else { 0 };
@@ -407,7 +407,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     async fn run_chunk(
         &self,
         key: &str,
-        claimed: Vec<Job>,
+        claimed: Vec<JobRow>,
         budget: &Budget,
         leases: &Leases,
     ) -> (Vec<Record>, Option<String>, Option<Stop>) {

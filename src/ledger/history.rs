@@ -156,7 +156,7 @@ impl Event {
 /// The successful run a DONE job's row describes (complete.sql writes no history row for it), as
 /// the event after `events`. `None` when the job is not DONE, or finished before migration 0007
 /// (no `ran_by`: its success is a history row of its own), or `events` already ends with it.
-pub fn success_of(job: &super::job::Job, events: &[Event]) -> Option<Event> {
+pub fn success_of(job: &super::job::JobRow, events: &[Event]) -> Option<Event> {
     let (Status::Done, Some(actor), Some(at)) = (job.status, job.ran_by.as_ref(), job.finished_at) else {
         return None;
     };
@@ -179,7 +179,7 @@ pub fn success_of(job: &super::job::Job, events: &[Event]) -> Option<Event> {
 
 /// Adds the successful run `job`'s row describes to its `events` (see [`success_of`]), keeping
 /// the last [`HISTORY_KEEP`] as the ring does.
-pub fn with_success(job: &super::job::Job, events: &mut Vec<Event>) {
+pub fn with_success(job: &super::job::JobRow, events: &mut Vec<Event>) {
     if let Some(done) = success_of(job, events) {
         if events.len() >= HISTORY_KEEP as usize {
             events.remove(0);

@@ -1,5 +1,5 @@
 //! The ledger's own types, a leaf every other ledger file builds on: a job's [`Status`], its row
-//! ([`Job`]), what a submission asks for ([`JobSpec`], [`Submit`]), leases, counts, list filters,
+//! ([`JobRow`]), what a submission asks for ([`JobSpec`], [`Submit`]), leases, counts, list filters,
 //! and what each operation found ([`Claimed`], [`Cancel`], [`Redrive`], ...).
 
 use serde::Serialize;
@@ -54,7 +54,7 @@ impl Status {
 
 /// A ledger row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Job {
+pub struct JobRow {
     /// Job id.
     pub id: String,
     /// Payload `type`.
@@ -140,16 +140,16 @@ pub(crate) fn int_of(v: &Value) -> Option<i64> {
     v.as_i64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
 }
 
-impl Job {
+impl JobRow {
     /// Reads a row. A row that does not fit is an infrastructure error (schema drift), not a panic.
-    pub fn from_row(row: &Row) -> Result<Job, InfraError> {
+    pub fn from_row(row: &Row) -> Result<JobRow, InfraError> {
         let text = |c: &str| row.get(c).and_then(Value::as_str).map(str::to_string);
         let int = |c: &str| row.get(c).and_then(int_of);
         let need_int = |c: &str| int(c).ok_or_else(|| InfraError::new("D1", format!("job row lacks integer {c}")));
         let status = text("status")
             .and_then(|s| Status::parse(&s))
             .ok_or_else(|| InfraError::new("D1", "job row has no valid status"))?;
-        Ok(Job {
+        Ok(JobRow {
             id: text("id").ok_or_else(|| InfraError::new("D1", "job row lacks id"))?,
             job_type: text("type"),
             status,
@@ -186,13 +186,13 @@ impl Job {
     }
 
     /// The first row as a job, if any.
-    pub fn first(rows: &[Row]) -> Result<Option<Job>, InfraError> {
-        rows.first().map(Job::from_row).transpose()
+    pub fn first(rows: &[Row]) -> Result<Option<JobRow>, InfraError> {
+        rows.first().map(JobRow::from_row).transpose()
     }
 
     /// Every row as a job.
-    pub fn all(rows: &[Row]) -> Result<Vec<Job>, InfraError> {
-        rows.iter().map(Job::from_row).collect()
+    pub fn all(rows: &[Row]) -> Result<Vec<JobRow>, InfraError> {
+        rows.iter().map(JobRow::from_row).collect()
     }
 
     /// Where the job lives (which shard of a sharded ledger).
@@ -359,7 +359,7 @@ pub struct DeadFilter {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claimed {
     /// Ours: RUNNING under our lease (its row).
-    Won(Box<Job>),
+    Won(Box<JobRow>),
     /// DONE or DEAD already: a duplicate delivery.
     Finished,
     /// RUNNING under another live lease, until then (ms).
@@ -402,20 +402,20 @@ pub(crate) struct DeadFound {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cancel {
     /// Now DEAD "cancelled".
-    Cancelled(Job),
+    Cancelled(JobRow),
     /// No such job.
     NotFound,
     /// Not PENDING (its row given): it runs, or has finished.
-    Refused(Job),
+    Refused(JobRow),
 }
 
 /// What a redrive did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Redrive {
     /// Now PENDING; re-send it.
-    Redriven(Job),
+    Redriven(JobRow),
     /// No such job.
     NotFound,
     /// Not DEAD (its status given), or its dedupe key is active in another job.
-    Refused(Job),
+    Refused(JobRow),
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::history::Run;
 use super::stmt;
-use super::job::Job;
+use super::job::JobRow;
 use super::shard::Shard;
 use super::store::Sql;
 use crate::config::{OnDead, OrderingMode};
@@ -31,12 +31,12 @@ impl<S: Sql> Shard<S> {
 
     /// Expired leases back to PENDING (or DEAD when out of attempts), at most `limit`: their rows.
     /// Each expired lease was a run that never reported; [`Self::record_reaped`] writes its line.
-    pub async fn reap(&self, now: i64, limit: u32) -> Result<Vec<Job>, InfraError> {
-        Job::all(&self.sql.query(stmt::reap(now, limit)).await?)
+    pub async fn reap(&self, now: i64, limit: u32) -> Result<Vec<JobRow>, InfraError> {
+        JobRow::all(&self.sql.query(stmt::reap(now, limit)).await?)
     }
 
     /// The history lines of reaped runs.
-    pub async fn record_reaped(&self, reaped: &[&Job], now: i64) -> Result<(), InfraError> {
+    pub async fn record_reaped(&self, reaped: &[&JobRow], now: i64) -> Result<(), InfraError> {
         let runs: Vec<Run> =
             reaped.iter().map(|j| Run::ended(j, now, now, j.last_error.clone(), MAINTENANCE_ACTOR)).collect();
         self.record_runs(&runs).await
@@ -44,24 +44,24 @@ impl<S: Sql> Shard<S> {
 
     /// PENDING jobs due before `due_before` (their message was probably lost); in strict mode only
     /// those outside a key's sequence.
-    pub async fn overdue(&self, due_before: i64, limit: u32, mode: OrderingMode) -> Result<Vec<Job>, InfraError> {
-        Job::all(&self.sql.query(stmt::overdue(due_before, limit, mode)).await?)
+    pub async fn overdue(&self, due_before: i64, limit: u32, mode: OrderingMode) -> Result<Vec<JobRow>, InfraError> {
+        JobRow::all(&self.sql.query(stmt::overdue(due_before, limit, mode)).await?)
     }
 
     /// Strict mode: the due heads of keys nothing runs.
-    pub async fn stalled_heads(&self, due_before: i64, on_dead: OnDead, limit: u32) -> Result<Vec<Job>, InfraError> {
-        Job::all(&self.sql.query(stmt::stalled_heads(due_before, on_dead, limit)).await?)
+    pub async fn stalled_heads(&self, due_before: i64, on_dead: OnDead, limit: u32) -> Result<Vec<JobRow>, InfraError> {
+        JobRow::all(&self.sql.query(stmt::stalled_heads(due_before, on_dead, limit)).await?)
     }
 
     /// Takes each found PENDING job for re-sending, if unchanged since it was read (so two
     /// overlapping runs never both send it): the jobs taken.
-    pub async fn take_for_resend(&self, found: &[&Job], now: i64) -> Result<Vec<Job>, InfraError> {
+    pub async fn take_for_resend(&self, found: &[&JobRow], now: i64) -> Result<Vec<JobRow>, InfraError> {
         if found.is_empty() {
             return Ok(Vec::new());
         }
         let taken =
             self.sql.batch(found.iter().map(|j| stmt::mark_resent(&j.id, j.next_run_at, now)).collect()).await?;
-        Ok(taken.iter().filter_map(|rows| Job::first(rows).ok().flatten()).collect())
+        Ok(taken.iter().filter_map(|rows| JobRow::first(rows).ok().flatten()).collect())
     }
 
     /// Deletes at most `limit` DONE rows finished before `before`, with their history: how many.

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::stmt;
-use super::job::{Counts, Job};
+use super::job::{Counts, JobRow};
 use super::shards::Ledger;
 use super::route::Route;
 use super::store::{Row, Sql};
@@ -54,7 +54,7 @@ impl<S: Sql> Ledger<S> {
         let events = from.sql.query(stmt::export_events(after, &last)).await?;
         // Each row read as a job first: a row that does not fit the schema stops the move.
         let routes: std::collections::HashMap<String, Route> =
-            Job::all(&jobs)?.into_iter().map(|j| (j.id.clone(), j.route())).collect();
+            JobRow::all(&jobs)?.into_iter().map(|j| (j.id.clone(), j.route())).collect();
         // A job's rows and its history go to its shard in one batch: both or neither.
         let mut per_shard: std::collections::BTreeMap<usize, Vec<super::store::Stmt>> = Default::default();
         for row in &jobs {

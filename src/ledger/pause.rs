@@ -6,7 +6,7 @@
 //! messages (the API does).
 
 use super::stmt;
-use super::job::{int_of, Job};
+use super::job::{int_of, JobRow};
 use super::store::{Row, Sql};
 use super::shard::Shard;
 use crate::config::OrderingMode;
@@ -31,7 +31,7 @@ pub struct Resumed {
     /// The PENDING jobs whose messages go again, oldest first: in strict mode the key's first one
     /// (whoever runs it chains to the rest), in lock mode each of them, up to the limit asked for
     /// (maintenance sends the rest, as overdue jobs).
-    pub wake: Vec<Job>,
+    pub wake: Vec<JobRow>,
 }
 
 fn pause_of(row: &Row) -> Option<KeyPause> {
@@ -53,7 +53,7 @@ impl<S: Sql> Shard<S> {
     pub async fn resume_key(&self, key: &str, mode: OrderingMode, limit: u32) -> Result<Resumed, InfraError> {
         let out = self.sql.batch(vec![stmt::key_resume(key), stmt::key_waiting(key, limit)]).await?;
         let ended = out.first().and_then(|rows| rows.first()).and_then(pause_of);
-        let mut wake = Job::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
+        let mut wake = JobRow::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
         if mode == OrderingMode::Strict {
             // A strict key needs one message: its runner chains through the rest in seq order.
             wake.retain(|j| j.seq.is_some());

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::history::{self, Kind, Minute, ACTIVITY_MINUTES};
-use super::job::{int_of, Cancel, Claimed, Counts, DeadFilter, DeadFound, Job, Lease, ListFilter, Redrive, Sent, Status, Submit};
+use super::job::{int_of, Cancel, Claimed, Counts, DeadFilter, DeadFound, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::stmt;
 use super::store::Sql;
 use crate::config::{OnDead, OrderingMode};
@@ -22,14 +22,14 @@ pub(crate) struct Shard<S> {
 
 impl<S: Sql> Shard<S> {
     /// One job.
-    pub async fn get(&self, id: &str) -> Result<Option<Job>, InfraError> {
-        Job::first(&self.sql.query(stmt::get(id)).await?)
+    pub async fn get(&self, id: &str) -> Result<Option<JobRow>, InfraError> {
+        JobRow::first(&self.sql.query(stmt::get(id)).await?)
     }
 
     /// One job with its history (oldest event first), in one round trip.
-    pub async fn get_with_history(&self, id: &str) -> Result<Option<(Job, Vec<history::Event>)>, InfraError> {
+    pub async fn get_with_history(&self, id: &str) -> Result<Option<(JobRow, Vec<history::Event>)>, InfraError> {
         let out = self.sql.batch(vec![stmt::get(id), stmt::events(id)]).await?;
-        let Some(job) = Job::first(out.first().map(Vec::as_slice).unwrap_or_default())? else {
+        let Some(job) = JobRow::first(out.first().map(Vec::as_slice).unwrap_or_default())? else {
             return Ok(None);
         };
         let mut events = history::Event::all(out.get(1).map(Vec::as_slice).unwrap_or_default())?;
@@ -38,12 +38,12 @@ impl<S: Sql> Shard<S> {
     }
 
     /// Jobs by id, in one round trip: `None` for each id without a row.
-    pub async fn get_all(&self, ids: &[&str]) -> Result<Vec<Option<Job>>, InfraError> {
+    pub async fn get_all(&self, ids: &[&str]) -> Result<Vec<Option<JobRow>>, InfraError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let out = self.sql.batch(ids.iter().map(|id| stmt::get(id)).collect()).await?;
-        out.iter().map(|rows| Job::first(rows)).collect()
+        out.iter().map(|rows| JobRow::first(rows)).collect()
     }
 
     /// Claims each delivered job for `owner` (lock mode, and strict mode's unkeyed jobs), in one
@@ -61,7 +61,7 @@ impl<S: Sql> Shard<S> {
         let out = self.sql.batch(stmts).await?;
         out.chunks(2)
             .map(|pair| {
-                let first = |i: usize| Job::first(pair.get(i).map(Vec::as_slice).unwrap_or_default());
+                let first = |i: usize| JobRow::first(pair.get(i).map(Vec::as_slice).unwrap_or_default());
                 Ok(match (first(0)?, first(1)?) {
                     // claim.sql inserts a paused key's new job PENDING.
                     (Some(j), _) if j.status == Status::Pending => Claimed::Paused,
@@ -88,21 +88,21 @@ impl<S: Sql> Shard<S> {
         filter: &ListFilter<'_>,
         cursor: Option<(i64, &str)>,
         limit: u32,
-    ) -> Result<(Vec<Job>, Option<(i64, String)>), InfraError> {
+    ) -> Result<(Vec<JobRow>, Option<(i64, String)>), InfraError> {
         let query = if filter.job_type.is_none() && filter.ordering_key.is_none() && filter.priority.is_none() {
             stmt::list(filter.status, cursor, limit)
         } else {
             stmt::list_filtered(filter, cursor, limit)
         };
         let rows = self.sql.query(query).await?;
-        let jobs = Job::all(&rows)?;
+        let jobs = JobRow::all(&rows)?;
         let next = if jobs.len() as u32 == limit { jobs.last().map(|j| (j.created_at, j.id.clone())) } else { None };
         Ok((jobs, next))
     }
 
     #[cfg(any(test, feature = "testing"))]
     /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
-    pub async fn enqueue(&self, job: &super::job::JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
+    pub async fn enqueue(&self, job: &super::job::JobSpec, now: i64, next_run_at: i64) -> Result<(JobRow, bool), InfraError> {
         let mut out = self.enqueue_all(&[&Submit::due(job, next_run_at)], now).await?;
         out.pop().ok_or_else(|| InfraError::new("D1", "enqueue returned no result"))
     }
@@ -110,9 +110,9 @@ impl<S: Sql> Shard<S> {
     /// Records many API jobs PENDING in one round trip, in order (one statement each): for each,
     /// `(job, inserted)`; when not inserted, the job it duplicates (same id, or the active holder of
     /// its dedupe key), read in a second round trip only when there are duplicates.
-    pub async fn enqueue_all(&self, jobs: &[&Submit<'_>], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
+    pub async fn enqueue_all(&self, jobs: &[&Submit<'_>], now: i64) -> Result<Vec<(JobRow, bool)>, InfraError> {
         let out = self.sql.batch(jobs.iter().map(|s| stmt::enqueue(s, now)).collect()).await?;
-        let inserted: Vec<Option<Job>> = out.iter().map(|rows| Job::first(rows)).collect::<Result<_, _>>()?;
+        let inserted: Vec<Option<JobRow>> = out.iter().map(|rows| JobRow::first(rows)).collect::<Result<_, _>>()?;
         let missing: Vec<usize> = (0..jobs.len()).filter(|&i| inserted.get(i).is_none_or(Option::is_none)).collect();
         let existing = if missing.is_empty() {
             Vec::new()
@@ -127,7 +127,7 @@ impl<S: Sql> Shard<S> {
             .enumerate()
             .map(|(i, job)| match job {
                 Some(j) => Ok((j, true)),
-                None => Job::first(existing.remove(&i).as_deref().unwrap_or_default())?
+                None => JobRow::first(existing.remove(&i).as_deref().unwrap_or_default())?
                     .map(|j| (j, false))
                     .ok_or_else(|| InfraError::new("D1", "enqueue wrote nothing and found no conflicting job")),
             })
@@ -150,7 +150,7 @@ impl<S: Sql> Shard<S> {
         let out = self.sql.batch(stmts).await?;
         out.chunks(3)
             .map(|c| {
-                let first = |i: usize| Job::first(c.get(i).map(Vec::as_slice).unwrap_or_default());
+                let first = |i: usize| JobRow::first(c.get(i).map(Vec::as_slice).unwrap_or_default());
                 Ok(match (first(0)?, first(2)?) {
                     (Some(j), _) => Redrive::Redriven(j),
                     (None, Some(j)) => Redrive::Refused(j),
@@ -185,12 +185,12 @@ impl<S: Sql> Shard<S> {
         mode: OrderingMode,
         on_dead: OnDead,
         now: i64,
-    ) -> Result<Option<Job>, InfraError> {
+    ) -> Result<Option<JobRow>, InfraError> {
         let read = match mode {
             OrderingMode::Strict => stmt::head(key, on_dead),
             OrderingMode::Lock => stmt::wake_waiting(key, now),
         };
-        Ok(Job::first(&self.sql.query(read).await?)?.filter(|j| j.status == Status::Pending))
+        Ok(JobRow::first(&self.sql.query(read).await?)?.filter(|j| j.status == Status::Pending))
     }
 
     /// PENDING -> DEAD "cancelled", or why not; audited in the job's history.
@@ -203,7 +203,7 @@ impl<S: Sql> Shard<S> {
                 stmt::get(id),
             ])
             .await?;
-        let first = |i: usize| Job::first(out.get(i).map(Vec::as_slice).unwrap_or_default());
+        let first = |i: usize| JobRow::first(out.get(i).map(Vec::as_slice).unwrap_or_default());
         Ok(match (first(0)?, first(2)?) {
             (Some(j), _) => Cancel::Cancelled(j),
             (None, Some(j)) => Cancel::Refused(j),

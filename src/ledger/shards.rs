@@ -16,7 +16,7 @@ use super::history::{Event, Minute};
 use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
-use super::job::{Cancel, Claimed, Counts, DeadFilter, DeadMatches, Job, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
+use super::job::{Cancel, Claimed, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
 use super::transition::{Record, RecordedDead};
 use super::route::Route;
 use super::shard::Shard;
@@ -141,23 +141,23 @@ impl<S: Sql> Ledger<S> {
     }
 
     /// One job (asked of every shard when there are several: an id does not say its shard).
-    pub async fn get(&self, id: &str) -> Result<Option<Job>, InfraError> {
+    pub async fn get(&self, id: &str) -> Result<Option<JobRow>, InfraError> {
         Ok(self.every(async |s| s.get(id).await).await?.into_iter().flatten().next())
     }
 
     /// One job with its history (oldest event first), in one round trip per shard.
-    pub async fn get_with_history(&self, id: &str) -> Result<Option<(Job, Vec<Event>)>, InfraError> {
+    pub async fn get_with_history(&self, id: &str) -> Result<Option<(JobRow, Vec<Event>)>, InfraError> {
         Ok(self.every(async |s| s.get_with_history(id).await).await?.into_iter().flatten().next())
     }
 
     /// Jobs by id (each shard asked for all of them): `None` for each id without a row.
-    pub async fn get_all(&self, ids: &[&str]) -> Result<Vec<Option<Job>>, InfraError> {
+    pub async fn get_all(&self, ids: &[&str]) -> Result<Vec<Option<JobRow>>, InfraError> {
         let per_shard = self.every(async |s| s.get_all(ids).await).await?;
         Ok((0..ids.len()).map(|i| per_shard.iter().find_map(|rows| rows.get(i).cloned().flatten())).collect())
     }
 
     /// Jobs by id, each looked up in the shard of its route only.
-    pub async fn get_routed(&self, jobs: &[(&str, Route)]) -> Result<Vec<Option<Job>>, InfraError> {
+    pub async fn get_routed(&self, jobs: &[(&str, Route)]) -> Result<Vec<Option<JobRow>>, InfraError> {
         self.routed(jobs, |j| j.1, async |s, part| s.get_all(&part.iter().map(|j| j.0).collect::<Vec<_>>()).await).await
     }
 
@@ -188,7 +188,7 @@ impl<S: Sql> Ledger<S> {
         filter: &ListFilter<'_>,
         cursor: Option<(i64, &str)>,
         limit: u32,
-    ) -> Result<(Vec<Job>, Option<(i64, String)>), InfraError> {
+    ) -> Result<(Vec<JobRow>, Option<(i64, String)>), InfraError> {
         if let Some(key) = filter.ordering_key {
             return self.at(Route::key(key)).list(filter, cursor, limit).await;
         }
@@ -196,7 +196,7 @@ impl<S: Sql> Ledger<S> {
         if pages.len() == 1 {
             return Ok(pages.into_iter().next().unwrap_or_default());
         }
-        let mut jobs: Vec<Job> = pages.into_iter().flat_map(|(jobs, _)| jobs).collect();
+        let mut jobs: Vec<JobRow> = pages.into_iter().flat_map(|(jobs, _)| jobs).collect();
         jobs.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
         jobs.truncate(limit as usize);
         let next = if jobs.len() as u32 == limit { jobs.last().map(|j| (j.created_at, j.id.clone())) } else { None };
@@ -205,14 +205,14 @@ impl<S: Sql> Ledger<S> {
 
     #[cfg(any(test, feature = "testing"))]
     /// Records an API job PENDING: `(job, inserted)`; when not inserted, the job it duplicates.
-    pub async fn enqueue(&self, job: &JobSpec, now: i64, next_run_at: i64) -> Result<(Job, bool), InfraError> {
+    pub async fn enqueue(&self, job: &JobSpec, now: i64, next_run_at: i64) -> Result<(JobRow, bool), InfraError> {
         self.at(job.route()).enqueue(job, now, next_run_at).await
     }
 
     /// Records many API jobs PENDING, in order, one round trip per shard: for each, `(job,
     /// inserted)`; when not inserted, the job it duplicates (same id, or the active holder of its
     /// dedupe key in its shard).
-    pub async fn enqueue_all(&self, jobs: &[Submit<'_>], now: i64) -> Result<Vec<(Job, bool)>, InfraError> {
+    pub async fn enqueue_all(&self, jobs: &[Submit<'_>], now: i64) -> Result<Vec<(JobRow, bool)>, InfraError> {
         self.routed(jobs, |j| j.spec.route(), async |s, part| s.enqueue_all(&part, now).await).await
     }
 
@@ -273,7 +273,7 @@ impl<S: Sql> Ledger<S> {
         mode: OrderingMode,
         on_dead: OnDead,
         now: i64,
-    ) -> Result<Option<Job>, InfraError> {
+    ) -> Result<Option<JobRow>, InfraError> {
         self.at(Route::key(key)).key_to_wake(key, mode, on_dead, now).await
     }
 
@@ -303,7 +303,7 @@ impl<S: Sql> Ledger<S> {
     /// Ends the leases of `owners`, invocations known to have died, in every shard: their RUNNING
     /// jobs back to PENDING (or DEAD when out of attempts), `why` their error, each run in its
     /// job's history. Returns the ended jobs' rows.
-    pub async fn end_leases(&self, owners: &[&str], now: i64, why: &str) -> Result<Vec<Job>, InfraError> {
+    pub async fn end_leases(&self, owners: &[&str], now: i64, why: &str) -> Result<Vec<JobRow>, InfraError> {
         if owners.is_empty() {
             return Ok(Vec::new());
         }
@@ -335,16 +335,16 @@ impl<S: Sql> Ledger<S> {
     /// Expired leases back to PENDING (or DEAD when out of attempts), at most `limit` per shard:
     /// their rows. Each expired lease was a run that never reported; [`Self::record_reaped`]
     /// writes its line.
-    pub async fn reap(&self, now: i64, limit: u32) -> Result<Vec<Job>, InfraError> {
+    pub async fn reap(&self, now: i64, limit: u32) -> Result<Vec<JobRow>, InfraError> {
         Ok(self.every(async |s| s.reap(now, limit).await).await?.into_iter().flatten().collect())
     }
 
     /// The history lines of reaped runs.
-    pub async fn record_reaped(&self, reaped: &[Job], now: i64) -> Result<(), InfraError> {
+    pub async fn record_reaped(&self, reaped: &[JobRow], now: i64) -> Result<(), InfraError> {
         if reaped.is_empty() {
             return Ok(());
         }
-        self.routed(reaped, Job::route, async |s, part| {
+        self.routed(reaped, JobRow::route, async |s, part| {
             let n = part.len();
             s.record_reaped(&part, now).await.map(|()| vec![(); n])
         })
@@ -354,25 +354,25 @@ impl<S: Sql> Ledger<S> {
 
     /// PENDING jobs due before `due_before` (their message was probably lost), at most `limit` in
     /// all, most urgent and longest due first; in strict mode only those outside a key's sequence.
-    pub async fn overdue(&self, due_before: i64, limit: u32, mode: OrderingMode) -> Result<Vec<Job>, InfraError> {
+    pub async fn overdue(&self, due_before: i64, limit: u32, mode: OrderingMode) -> Result<Vec<JobRow>, InfraError> {
         let found = self.every(async |s| s.overdue(due_before, limit, mode).await).await?;
         Ok(most_urgent(found, limit))
     }
 
     /// Strict mode: the due heads of keys nothing runs, at most `limit` in all.
-    pub async fn stalled_heads(&self, due_before: i64, on_dead: OnDead, limit: u32) -> Result<Vec<Job>, InfraError> {
+    pub async fn stalled_heads(&self, due_before: i64, on_dead: OnDead, limit: u32) -> Result<Vec<JobRow>, InfraError> {
         let found = self.every(async |s| s.stalled_heads(due_before, on_dead, limit).await).await?;
         Ok(most_urgent(found, limit))
     }
 
     /// Takes each found PENDING job for re-sending, if unchanged since it was read (so two
     /// overlapping runs never both send it): the jobs taken.
-    pub async fn take_for_resend(&self, found: &[Job], now: i64) -> Result<Vec<Job>, InfraError> {
+    pub async fn take_for_resend(&self, found: &[JobRow], now: i64) -> Result<Vec<JobRow>, InfraError> {
         if found.is_empty() {
             return Ok(Vec::new());
         }
         let taken = self
-            .routed(found, Job::route, async |s, part| {
+            .routed(found, JobRow::route, async |s, part| {
                 let taken = s.take_for_resend(&part, now).await?;
                 Ok(part.iter().map(|j| taken.iter().find(|t| t.id == j.id).cloned()).collect())
             })
@@ -475,7 +475,7 @@ impl<S: Sql> Ledger<S> {
 
     /// Audits an operator's skip of `skipped` (DEAD, as the skip left it). Best effort: the skip
     /// stands without its line.
-    pub async fn audit_skip(&self, skipped: &Job) {
+    pub async fn audit_skip(&self, skipped: &JobRow) {
         self.at(skipped.route()).audit_skip(&skipped.id, skipped.updated_at).await;
     }
 
@@ -534,11 +534,11 @@ impl<S: Sql> Ledger<S> {
 }
 
 /// At most `limit` of the shards' finds, most urgent first, then longest due.
-fn most_urgent(found: Vec<Vec<Job>>, limit: u32) -> Vec<Job> {
+fn most_urgent(found: Vec<Vec<JobRow>>, limit: u32) -> Vec<JobRow> {
     if found.len() == 1 {
         return found.into_iter().flatten().collect();
     }
-    let mut jobs: Vec<Job> = found.into_iter().flatten().collect();
+    let mut jobs: Vec<JobRow> = found.into_iter().flatten().collect();
     jobs.sort_by_key(|j| (j.priority, j.next_run_at));
     jobs.truncate(limit as usize);
     jobs

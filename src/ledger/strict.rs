@@ -5,7 +5,7 @@
 //! acks (the consumer's `strict` module does).
 
 use super::stmt;
-use super::job::{int_of, Job, JobSpec, Lease};
+use super::job::{int_of, JobRow, JobSpec, Lease};
 use super::transition::Record;
 use super::store::{Row, Sql};
 use super::shard::Shard;
@@ -31,7 +31,7 @@ pub struct Intake<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parked {
     /// The ledger has the job (just recorded, or already): its row.
-    Recorded(Box<Job>),
+    Recorded(Box<JobRow>),
     /// Not recorded: its dedupe key is active in another job.
     Clash,
     /// Not reached: its key's shard failed (other keys' shards answered). Try again later.
@@ -42,9 +42,9 @@ pub enum Parked {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeyState {
     /// Claimed for us, RUNNING under our lease, to run in this order.
-    pub claimed: Vec<Job>,
+    pub claimed: Vec<JobRow>,
     /// The key's first unfinished job after the operation (ours when we claimed).
-    pub head: Option<Job>,
+    pub head: Option<JobRow>,
 }
 
 /// Parking's verdicts for one key.
@@ -69,8 +69,8 @@ pub struct ClaimSpec<'a> {
     pub limit: u32,
 }
 
-fn jobs_by_seq(rows: &[Row]) -> Result<Vec<Job>, InfraError> {
-    let mut jobs = Job::all(rows)?;
+fn jobs_by_seq(rows: &[Row]) -> Result<Vec<JobRow>, InfraError> {
+    let mut jobs = JobRow::all(rows)?;
     jobs.sort_by_key(|j| j.seq);
     Ok(jobs)
 }
@@ -94,7 +94,7 @@ pub struct BlockedKey {
     /// The ordering key.
     pub key: String,
     /// The DEAD job at its head.
-    pub head: Job,
+    pub head: JobRow,
     /// PENDING jobs behind it.
     pub waiting: i64,
 }
@@ -105,9 +105,9 @@ pub enum Skip {
     /// The key moved past `skipped`; `next` is its new head, if any (to wake).
     Skipped {
         /// The DEAD job passed over.
-        skipped: Box<Job>,
+        skipped: Box<JobRow>,
         /// The key's head now.
-        next: Option<Box<Job>>,
+        next: Option<Box<JobRow>>,
     },
     /// The key's head is not an unskipped DEAD job.
     NotBlocked,
@@ -141,7 +141,7 @@ impl<S: Sql> Shard<S> {
         for k in keys {
             let mut parked = Vec::with_capacity(k.jobs.len());
             for _ in &k.jobs {
-                parked.push(match Job::first(at(&out, i + 1))? {
+                parked.push(match JobRow::first(at(&out, i + 1))? {
                     Some(j) => Parked::Recorded(Box::new(j)),
                     None => Parked::Clash,
                 });
@@ -155,7 +155,7 @@ impl<S: Sql> Shard<S> {
             } else {
                 Vec::new()
             };
-            let head = Job::first(at(&out, i))?;
+            let head = JobRow::first(at(&out, i))?;
             i += 1;
             verdicts.push(KeyIntake { parked, state: KeyState { claimed, head } });
         }
@@ -184,7 +184,7 @@ impl<S: Sql> Shard<S> {
         let out = self.sql.batch(stmts).await?;
         let recorded = (0..n).map(|i| !at(&out, i).is_empty()).collect();
         let claimed = if next.is_some() { jobs_by_seq(at(&out, claim_at))? } else { Vec::new() };
-        let head = Job::first(at(&out, out.len().saturating_sub(1)))?;
+        let head = JobRow::first(at(&out, out.len().saturating_sub(1)))?;
         Ok(Step { recorded, state: KeyState { claimed, head } })
     }
 
@@ -193,7 +193,7 @@ impl<S: Sql> Shard<S> {
         let rows = self.sql.query(stmt::blocked_keys(limit)).await?;
         rows.iter()
             .map(|r| {
-                let head = Job::from_row(r)?;
+                let head = JobRow::from_row(r)?;
                 let key = head.ordering_key.clone().ok_or_else(|| InfraError::new("D1", "blocked head has no key"))?;
                 let waiting = r.get("waiting").and_then(int_of).unwrap_or(0);
                 Ok(BlockedKey { key, head, waiting })
@@ -204,8 +204,8 @@ impl<S: Sql> Shard<S> {
     /// Lets `key` move past its DEAD head.
     pub async fn skip(&self, key: &str, now: i64) -> Result<Skip, InfraError> {
         let out = self.sql.batch(vec![stmt::skip(key, now), stmt::head(key, OnDead::Block)]).await?;
-        Ok(match Job::first(at(&out, 0))? {
-            Some(skipped) => Skip::Skipped { skipped: Box::new(skipped), next: Job::first(at(&out, 1))?.map(Box::new) },
+        Ok(match JobRow::first(at(&out, 0))? {
+            Some(skipped) => Skip::Skipped { skipped: Box::new(skipped), next: JobRow::first(at(&out, 1))?.map(Box::new) },
             None => Skip::NotBlocked,
         })
     }

@@ -11,7 +11,7 @@
 
 use super::history::{Run, RunOutcome};
 use super::stmt;
-use super::job::{Job, JobSpec, Status};
+use super::job::{JobRow, JobSpec, Status};
 use super::route::Route;
 use super::shard::Shard;
 use super::store::{Sql, Stmt};
@@ -25,7 +25,7 @@ pub enum Transition {
     Complete {
         /// The job.
         id: String,
-        /// Where it lives ([`Job::route`]).
+        /// Where it lives ([`JobRow::route`]).
         route: Route,
         /// Its lease owner.
         owner: String,
@@ -40,7 +40,7 @@ pub enum Transition {
     Fail {
         /// The job.
         id: String,
-        /// Where it lives ([`Job::route`]).
+        /// Where it lives ([`JobRow::route`]).
         route: Route,
         /// Its lease owner.
         owner: String,
@@ -58,7 +58,7 @@ pub enum Transition {
     Snooze {
         /// The job.
         id: String,
-        /// Where it lives ([`Job::route`]).
+        /// Where it lives ([`JobRow::route`]).
         route: Route,
         /// Its lease owner.
         owner: String,
@@ -74,7 +74,7 @@ pub enum Transition {
     Defer {
         /// The job.
         id: String,
-        /// Where it lives ([`Job::route`]).
+        /// Where it lives ([`JobRow::route`]).
         route: Route,
         /// Its lease owner.
         owner: String,
@@ -187,7 +187,7 @@ pub struct RecordedDead {
     /// Whether this call made it DEAD.
     pub recorded: bool,
     /// Its row afterwards.
-    pub job: Option<Job>,
+    pub job: Option<JobRow>,
 }
 
 impl<S: Sql> Shard<S> {
@@ -225,7 +225,7 @@ impl<S: Sql> Shard<S> {
         out.chunks(2)
             .map(|pair| {
                 let recorded = pair.first().is_some_and(|rows| !rows.is_empty());
-                Ok(RecordedDead { recorded, job: Job::first(pair.get(1).map(Vec::as_slice).unwrap_or_default())? })
+                Ok(RecordedDead { recorded, job: JobRow::first(pair.get(1).map(Vec::as_slice).unwrap_or_default())? })
             })
             .collect()
     }
@@ -233,7 +233,7 @@ impl<S: Sql> Shard<S> {
     /// Ends the leases of `owners`, invocations known to have died, in one round trip: their
     /// RUNNING jobs back to PENDING (or DEAD when out of attempts), `why` their error, each run in
     /// its job's history. Returns the ended jobs' rows.
-    pub async fn end_leases(&self, owners: &[&str], now: i64, why: &str) -> Result<Vec<Job>, InfraError> {
+    pub async fn end_leases(&self, owners: &[&str], now: i64, why: &str) -> Result<Vec<JobRow>, InfraError> {
         if owners.is_empty() {
             return Ok(Vec::new());
         }
@@ -241,7 +241,7 @@ impl<S: Sql> Shard<S> {
         let mut ended = Vec::new();
         let mut runs = Vec::new();
         for (owner, rows) in owners.iter().zip(&out) {
-            for j in Job::all(rows)? {
+            for j in JobRow::all(rows)? {
                 runs.push(Run::ended(&j, j.started_at.unwrap_or(now), now, Some(why.to_string()), owner));
                 ended.push(j);
             }
@@ -264,7 +264,7 @@ impl<S: Sql> Shard<S> {
 impl Run {
     /// The history line of `job`'s run, ended by someone else than its runner (its row as the
     /// ending left it: DEAD, or PENDING to retry).
-    pub fn ended(job: &Job, started_at: i64, finished_at: i64, error: Option<String>, actor: &str) -> Run {
+    pub fn ended(job: &JobRow, started_at: i64, finished_at: i64, error: Option<String>, actor: &str) -> Run {
         Run {
             job_id: job.id.clone(),
             attempt: job.attempts,

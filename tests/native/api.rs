@@ -422,6 +422,10 @@ fn the_producer_token_submits_and_reads_state_and_nothing_else() {
         ("GET", "/keys".to_string()),
         ("POST", "/keys/k/skip".to_string()),
         ("GET", "/jobs/activity".to_string()),
+        ("GET", "/limits".to_string()),
+        ("PUT", "/keys/k".to_string()),
+        ("POST", "/admin/migrate".to_string()),
+        ("GET", "/ledger/move".to_string()),
     ] {
         let r = p(method, &path, Some(json!({})));
         assert_eq!(r.status, 403, "{method} {path}: {}", r.body);

@@ -12,7 +12,7 @@ use orderly::consumer::{
     Consumer, Incoming, Outcome, Role, DELIVERY_EXHAUSTED, INFRA_RETRY_DELAY_SECONDS, RESEND_WAITING_AFTER_MS,
 };
 use orderly::handlers::{Done, JobContext, JobError, Runner};
-use orderly::ledger::{stmt, Job, JobSpec, Lease, Sql, Status};
+use orderly::ledger::{stmt, JobRow, JobSpec, Lease, Sql, Status};
 use orderly::lock::{owner_token, Kv, MemoryKv};
 use serde_json::{json, Value};
 
@@ -171,8 +171,8 @@ impl World {
     fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
         self.process(Role::Main, msgs)
     }
-    fn job(&self, id: &str) -> Job {
-        Job::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("job row")
+    fn job(&self, id: &str) -> JobRow {
+        JobRow::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("job row")
     }
     fn runs(&self) -> Vec<String> {
         self.script.runs.borrow().iter().map(|(id, _)| id.clone()).collect()

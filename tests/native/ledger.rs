@@ -5,7 +5,7 @@
 use crate::support::Sqlite;
 use futures::executor::block_on;
 use orderly::config::OrderingMode;
-use orderly::ledger::{history, stmt, Job, JobSpec, Lease, Ledger, ListFilter, Redrive, Sql, Status};
+use orderly::ledger::{history, stmt, JobRow, JobSpec, Lease, Ledger, ListFilter, Redrive, Sql, Status};
 
 const T0: i64 = 1_700_000_000_000;
 const LEASE: i64 = 120_000;
@@ -25,15 +25,15 @@ fn spec(id: &str) -> JobSpec {
     }
 }
 
-fn one(db: &Sqlite, s: orderly::ledger::Stmt) -> Option<Job> {
-    Job::first(&block_on(db.query(s)).expect("statement runs")).unwrap()
+fn one(db: &Sqlite, s: orderly::ledger::Stmt) -> Option<JobRow> {
+    JobRow::first(&block_on(db.query(s)).expect("statement runs")).unwrap()
 }
 
-fn get(db: &Sqlite, id: &str) -> Job {
+fn get(db: &Sqlite, id: &str) -> JobRow {
     one(db, stmt::get(id)).expect("row exists")
 }
 
-fn claim(db: &Sqlite, s: &JobSpec, owner: &str, now: i64) -> Option<Job> {
+fn claim(db: &Sqlite, s: &JobSpec, owner: &str, now: i64) -> Option<JobRow> {
     one(db, stmt::claim(s, owner, Lease { now, until: now + LEASE, due_before: now }))
 }
 
@@ -75,7 +75,7 @@ fn an_expired_lease_out_of_attempts_is_left_to_the_reaper() {
     let before = get(&db, "a");
     assert_eq!(claim(&db, &spec("a"), "w4", T0 + 3 * LEASE), None, "a fourth run would exceed max_attempts");
     assert_eq!(get(&db, "a"), before);
-    let reaped = Job::all(&block_on(db.query(stmt::reap(T0 + 3 * LEASE, 10))).unwrap()).unwrap();
+    let reaped = JobRow::all(&block_on(db.query(stmt::reap(T0 + 3 * LEASE, 10))).unwrap()).unwrap();
     assert_eq!((reaped[0].status, reaped[0].attempts), (Status::Dead, 3));
 }
 
@@ -617,7 +617,7 @@ fn an_overdue_job_is_taken_for_resending_once() {
     let (db, _) = Sqlite::temp();
     one(&db, stmt::note_deferral(&spec("a"), T0, T0)).unwrap();
     let overdue = block_on(db.query(stmt::overdue(T0 + 1, 10, OrderingMode::Lock))).unwrap();
-    let j = Job::from_row(&overdue[0]).unwrap();
+    let j = JobRow::from_row(&overdue[0]).unwrap();
     assert!(one(&db, stmt::mark_resent("a", j.next_run_at, T0 + 2)).is_some());
     assert_eq!(one(&db, stmt::mark_resent("a", j.next_run_at, T0 + 3)), None, "a second run does not re-send it");
 }

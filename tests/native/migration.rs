@@ -10,7 +10,7 @@ use futures::executor::block_on;
 use orderly::config::OnDead;
 use orderly::ledger::history::{Kind, RunOutcome};
 use orderly::ledger::strict::Skip;
-use orderly::ledger::{stmt, Job, Lease, Ledger, Redrive, Sql, Status, Stmt};
+use orderly::ledger::{stmt, JobRow, Lease, Ledger, Redrive, Sql, Status, Stmt};
 use rusqlite::types::Value as SqlValue;
 
 const T0: i64 = 1_700_000_000_000;
@@ -103,18 +103,18 @@ fn old_columns(db: &Sqlite) -> Vec<Vec<SqlValue>> {
     st.query_map([], |r| (0..n).map(|i| r.get::<_, SqlValue>(i)).collect()).unwrap().map(Result::unwrap).collect()
 }
 
-fn one(db: &Sqlite, s: Stmt) -> Option<Job> {
-    Job::first(&block_on(db.query(s)).expect("statement runs")).unwrap()
+fn one(db: &Sqlite, s: Stmt) -> Option<JobRow> {
+    JobRow::first(&block_on(db.query(s)).expect("statement runs")).unwrap()
 }
 
-fn get(db: &Sqlite, id: &str) -> Job {
+fn get(db: &Sqlite, id: &str) -> JobRow {
     one(db, stmt::get(id)).expect("row exists")
 }
 
 fn claim_next(db: &Sqlite, key: &str, now: i64, on_dead: OnDead) -> Vec<String> {
     let lease = Lease { now, until: now + LEASE_MS, due_before: now };
     let mut got =
-        Job::all(&block_on(db.query(stmt::claim_next(key, "inv-3", lease, on_dead, 50, None))).unwrap()).unwrap();
+        JobRow::all(&block_on(db.query(stmt::claim_next(key, "inv-3", lease, on_dead, 50, None))).unwrap()).unwrap();
     got.sort_by_key(|j| j.seq);
     got.into_iter().map(|j| j.id).collect()
 }
@@ -212,7 +212,7 @@ fn jobs_in_flight_carry_on_after_the_migration() {
     assert!(matches!(block_on(ledger.redrive("lock-dead", now)).unwrap(), Redrive::Redriven(_)));
     assert_eq!(get(&db, "lock-dead").status, Status::Pending);
     // An expired lease is found by the reaper.
-    let reaped = Job::all(&block_on(db.query(stmt::reap(now + 10 * LEASE_MS, 10))).unwrap()).unwrap();
+    let reaped = JobRow::all(&block_on(db.query(stmt::reap(now + 10 * LEASE_MS, 10))).unwrap()).unwrap();
     let mut reaped: Vec<_> = reaped.into_iter().map(|j| j.id).collect();
     reaped.sort();
     assert_eq!(

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use crate::support::api::{ApiWorld, T0};
 use futures::executor::block_on;
-use orderly::api::{match_route, Matched, OPENAPI, ROUTES};
+use orderly::api::{routes, NotRouted, Route, OPENAPI};
 use orderly::clock::Clock;
 use orderly::ledger::history::{Run, RunOutcome};
 use orderly::ledger::{stmt, Lease, Record, Sql, Status, Transition};
@@ -470,19 +470,25 @@ fn documented() -> BTreeSet<(String, String)> {
 
 #[test]
 fn the_openapi_document_describes_exactly_the_routes_the_api_answers() {
-    let served: BTreeSet<(String, String)> = ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
-    assert_eq!(documented(), served, "openapi.json and api::ROUTES differ");
+    let served: BTreeSet<(String, String)> = routes().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+    assert_eq!(documented(), served, "openapi.json and api::routes() differ");
     let doc: Value = serde_json::from_str(OPENAPI).unwrap();
     let w = World::new();
-    for (method, pattern) in ROUTES {
+    for (method, pattern) in routes() {
         // Each route answers as itself: the router matches it, and the API does not 404 it as
         // an unknown route (a missing job is a 404 with its own message).
         let path = pattern.replace("{id}", "some-job").replace("{key}", "some-key");
-        assert!(matches!(match_route(method, &path), Matched::Route(p, _) if p == *pattern), "{method} {path}");
+        assert_eq!(Route::parse(method, &path).map(|(_, p)| p), Ok(pattern), "{method} {path}");
+        let (route, _) = Route::parse(method, &path).unwrap();
+        if matches!(route, Route::Migrate { .. } | Route::MoveLedger { .. }) {
+            // The worker's edge answers these (it holds the D1 and shard bindings), after the
+            // API's gate: e2e, schema.test.mjs and move.test.mjs.
+            continue;
+        }
         let r = w.call(method, &path, Some(json!({})));
         assert!(!r.body.contains("no route") && !r.body.contains("no handler"), "{method} {path}: {}", r.body);
         // Every status the API answered is documented for the route.
-        if *pattern != "/" {
+        if pattern != "/" {
             let responses = &doc["paths"][pattern][method.to_ascii_lowercase()]["responses"];
             assert!(
                 responses.get(r.status.to_string()).is_some(),
@@ -491,15 +497,14 @@ fn the_openapi_document_describes_exactly_the_routes_the_api_answers() {
             );
         }
     }
-    assert_eq!(match_route("POST", "/jobs//redrive"), Matched::Route("/jobs/{id}/redrive", vec![String::new()]));
-    assert_eq!(match_route("GET", "/jobs/"), Matched::Route("/jobs", vec![]));
     // And nothing else is served.
     for (method, path) in [("GET", "/nope"), ("DELETE", "/jobs/x"), ("GET", "/jobs/x/history"), ("PUT", "/keys")] {
-        assert!(!matches!(match_route(method, path), Matched::Route(..)), "{method} {path}");
+        assert!(Route::parse(method, path).is_err(), "{method} {path}");
     }
+    assert_eq!(Route::parse("GET", "/nope"), Err(NotRouted::NotFound));
     // The document is served to anyone (no token), as JSON that describes the routes.
     let served = w.call_with(None, Ok(&w.cfg), "GET", "/openapi.json", None);
     assert_eq!((served.status, served.content_type), (200, "application/json"));
     let paths = served.json_body()["paths"].as_object().cloned().unwrap_or_default();
-    assert!(ROUTES.iter().all(|(_, p)| paths.contains_key(*p)), "{:?}", paths.keys());
+    assert!(routes().all(|(_, p)| paths.contains_key(p)), "{:?}", paths.keys());
 }

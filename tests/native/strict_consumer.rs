@@ -12,7 +12,7 @@ use orderly::clock::{Clock, ManualClock};
 use orderly::config::{Config, OnDead, OrderingMode};
 use orderly::consumer::{Consumer, Incoming, Outcome, Role};
 use orderly::handlers::{Done, JobContext, JobError, Runner};
-use orderly::ledger::{stmt, Job, JobSpec, Ledger, Sql, Status};
+use orderly::ledger::{stmt, JobRow, JobSpec, Ledger, Sql, Status};
 use orderly::lock::MemoryKv;
 use serde_json::{json, Value};
 
@@ -94,8 +94,8 @@ impl World {
     fn runs(&self) -> Vec<String> {
         self.script.runs.borrow().iter().map(|(id, _, _)| id.clone()).collect()
     }
-    fn job(&self, id: &str) -> Job {
-        Job::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("row")
+    fn job(&self, id: &str) -> JobRow {
+        JobRow::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("row")
     }
     /// Wake-ups sent: (job id, delay).
     fn wakes(&self) -> Vec<(String, u32)> {

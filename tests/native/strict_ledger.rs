@@ -6,7 +6,7 @@ use crate::support::Sqlite;
 use futures::executor::block_on;
 use orderly::config::{OnDead, OrderingMode};
 use orderly::ledger::strict::{ClaimSpec, Intake, Parked, Skip};
-use orderly::ledger::{stmt, Job, JobSpec, Lease, Ledger, Record, Route, Sql, Status, Stmt, Transition};
+use orderly::ledger::{stmt, JobRow, JobSpec, Lease, Ledger, Record, Route, Sql, Status, Stmt, Transition};
 
 const T0: i64 = 1_700_000_000_000;
 const LEASE_MS: i64 = 120_000;
@@ -26,8 +26,8 @@ fn spec(id: &str, key: Option<&str>) -> JobSpec {
     }
 }
 
-fn rows(db: &Sqlite, s: Stmt) -> Vec<Job> {
-    Job::all(&block_on(db.query(s)).expect("statement runs")).unwrap()
+fn rows(db: &Sqlite, s: Stmt) -> Vec<JobRow> {
+    JobRow::all(&block_on(db.query(s)).expect("statement runs")).unwrap()
 }
 
 /// `owner`'s completion of `id`, a job of key "k", as the consumer records it.
@@ -36,7 +36,7 @@ fn complete(id: &str, owner: &str, at: i64) -> Record {
     Transition::Complete { id: id.into(), route, owner: owner.into(), at, result: None, http_status: None }.into()
 }
 
-fn get(db: &Sqlite, id: &str) -> Job {
+fn get(db: &Sqlite, id: &str) -> JobRow {
     rows(db, stmt::get(id)).pop().expect("row exists")
 }
 

@@ -24,7 +24,7 @@ use orderly::api::{Api, ApiRequest};
 use orderly::config::{Config, OnDead, OrderingMode};
 use orderly::consumer::{Consumer, Incoming, Role};
 use orderly::ledger::object::ShardSql;
-use orderly::ledger::{Job, Ledger, Sql, Status};
+use orderly::ledger::{JobRow, Ledger, Sql, Status};
 use orderly::lock::MemoryKv;
 use serde_json::{json, Value};
 
@@ -942,10 +942,10 @@ impl Sim {
             }
         }
         // Every row, and where it is: a job lives in its route's shard and in no other.
-        let mut rows: BTreeMap<String, Job> = BTreeMap::new();
+        let mut rows: BTreeMap<String, JobRow> = BTreeMap::new();
         for (i, db) in self.dbs.iter().enumerate() {
             let all = futures::executor::block_on(db.query(orderly::ledger::Stmt::bind("SELECT * FROM job", [])));
-            for j in Job::all(&all.unwrap_or_default()).unwrap_or_default() {
+            for j in JobRow::all(&all.unwrap_or_default()).unwrap_or_default() {
                 if j.route().shard(self.dbs.len()) != i {
                     violations.push(format!("routing: {} is in shard {i}, its route names another", j.id));
                 }
@@ -964,7 +964,7 @@ impl Sim {
             violations.push(format!("{poison} unreadable bodies sent, {poisoned} recorded DEAD with the reason"));
         }
         let exhausted =
-            |j: &Job| j.last_error.as_deref().unwrap_or("").starts_with(orderly::consumer::DELIVERY_EXHAUSTED);
+            |j: &JobRow| j.last_error.as_deref().unwrap_or("").starts_with(orderly::consumer::DELIVERY_EXHAUSTED);
         t.dead_lettered = rows.values().filter(|j| j.status == Status::Dead && exhausted(j)).count() as u64;
         for p in self.planned.iter().filter(|p| !p.poison) {
             match rows.get(&p.id) {

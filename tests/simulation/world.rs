@@ -11,7 +11,7 @@ use orderly::config::OnDead;
 use orderly::error::InfraError;
 use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::object::{LedgerObject, ShardAnswer, ShardRequest, ShardSql, Transport};
-use orderly::ledger::{Job, Route, Row, Sql, Status, Stmt};
+use orderly::ledger::{JobRow, Route, Row, Sql, Status, Stmt};
 use orderly::lock::{Kv, MemoryKv};
 use orderly::producer::{OutMessage, QueueSender};
 use serde_json::Value;
@@ -609,12 +609,12 @@ impl Drop for RunGuard {
     }
 }
 
-pub fn row(db: &Sqlite, id: &str) -> Option<Job> {
+pub fn row(db: &Sqlite, id: &str) -> Option<JobRow> {
     let rows = futures::executor::block_on(db.query(orderly::ledger::stmt::get(id))).ok()?;
-    Job::first(&rows).ok().flatten()
+    JobRow::first(&rows).ok().flatten()
 }
 
-fn key_jobs(db: &Sqlite, key: &str) -> Vec<Job> {
+fn key_jobs(db: &Sqlite, key: &str) -> Vec<JobRow> {
     let mut st =
         db.conn.prepare("SELECT id FROM job WHERE ordering_key = ?1 AND seq IS NOT NULL ORDER BY seq").unwrap();
     let ids: Vec<String> = st.query_map([key], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
@@ -826,14 +826,14 @@ pub fn throttle_violations(o: &Observations, limits: &orderly::flow::Policies) -
 /// The run rule's oracle, written apart from the SQL it checks: whether `job`, below a run of
 /// its key, lets the run start under `on_dead` (DONE; or DEAD under `skip` or skipped by an
 /// operator).
-fn passable(job: &Job, on_dead: OnDead) -> bool {
+fn passable(job: &JobRow, on_dead: OnDead) -> bool {
     job.status == Status::Done || (job.status == Status::Dead && (on_dead == OnDead::Skip || job.skipped_at.is_some()))
 }
 
 /// Whether invocation `inv` may have moved past `lower` within its own chain: a success, or a
 /// DEAD job under `skip` (not yet recorded when the next job of the chunk starts). A snooze
 /// never lets its key move on.
-fn chained_past(o: &Observations, inv: &str, lower: &Job, on_dead: OnDead) -> bool {
+fn chained_past(o: &Observations, inv: &str, lower: &JobRow, on_dead: OnDead) -> bool {
     let last = o.runs.iter().rev().find(|r| r.job == lower.id && r.inv == inv);
     match last.map(|r| (r.ok, r.snoozed)) {
         Some((Some(true), _)) => true,

@@ -12,7 +12,7 @@ use orderly::clock::{Clock, ManualClock};
 use orderly::config::{Config, OrderingMode};
 use orderly::consumer::{Consumer, Incoming, Outcome, Role};
 use orderly::handlers::{Done, JobContext, JobError, Runner};
-use orderly::ledger::{stmt, Job, Ledger, Sql};
+use orderly::ledger::{stmt, JobRow, Ledger, Sql};
 use orderly::lock::MemoryKv;
 use orderly::maintenance;
 use serde_json::Value;
@@ -143,8 +143,8 @@ impl ConsumerWorld {
     }
 
     /// The job's row.
-    pub fn job(&self, id: &str) -> Job {
-        Job::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("row")
+    pub fn job(&self, id: &str) -> JobRow {
+        JobRow::first(&block_on(self.db.query(stmt::get(id))).unwrap()).unwrap().expect("row")
     }
 
     /// One maintenance pass.

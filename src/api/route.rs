@@ -1,0 +1,198 @@
+//! A request's route, parsed once from its method and path (mini-redis's `Command::from_frame`):
+//! the one list of what the API answers, who may ask for it, and what `openapi.json` documents
+//! (`tests/native/operator.rs` holds the two together). The router matches only these, a literal
+//! segment before a `{name}` one; a `{name}` segment is percent-decoded.
+
+use super::http::percent_decode;
+
+/// What a request asks for. A variant's `String` is its path's `{name}` segment, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /`: the dashboard page (no token).
+    Dashboard,
+    /// `GET /openapi.json` (no token).
+    OpenApi,
+    /// `POST /jobs`.
+    Submit,
+    /// `GET /jobs`.
+    List,
+    /// `GET /jobs/counts`.
+    Counts,
+    /// `GET /jobs/activity`.
+    Activity,
+    /// `POST /jobs/redrive`: bulk redrive.
+    RedriveMatching,
+    /// `GET /jobs/{id}`.
+    Job(String),
+    /// `POST /jobs/{id}/redrive`.
+    Redrive(String),
+    /// `POST /jobs/{id}/cancel`.
+    Cancel(String),
+    /// `GET /keys`.
+    Keys,
+    /// `PUT /keys/{key}`: pause or resume an ordering key.
+    ChangeKey(String),
+    /// `POST /keys/{key}/skip`.
+    SkipKey(String),
+    /// `GET /limits`.
+    Limits,
+    /// `GET /limits/{key}`.
+    Limit(String),
+    /// `PUT /limits/{key}`.
+    ChangeLimit(String),
+    /// `GET` (where it stands) or `POST` (apply) `/admin/migrate`: a D1 ledger's schema (design
+    /// §21). Answered by the worker's edge, which holds the D1 binding.
+    Migrate {
+        /// `POST`: apply the migrations the ledger lacks.
+        apply: bool,
+    },
+    /// `GET` (verify) or `POST` (copy a page) `/ledger/move`: a D1 ledger moved to shards (design
+    /// §19.7). Answered by the worker's edge, which holds the shards' namespace.
+    MoveLedger {
+        /// `POST`: copy the next page.
+        copy: bool,
+    },
+}
+
+/// A route of the table: its method, its path pattern, and the route a match makes (given the
+/// `{name}` segment, or "" for a path without one).
+type Entry = (&'static str, &'static str, fn(String) -> Route);
+
+/// Every route.
+const TABLE: &[Entry] = &[
+    ("GET", "/", |_| Route::Dashboard),
+    ("GET", "/openapi.json", |_| Route::OpenApi),
+    ("POST", "/jobs", |_| Route::Submit),
+    ("GET", "/jobs", |_| Route::List),
+    ("GET", "/jobs/counts", |_| Route::Counts),
+    ("GET", "/jobs/activity", |_| Route::Activity),
+    ("POST", "/jobs/redrive", |_| Route::RedriveMatching),
+    ("GET", "/jobs/{id}", Route::Job),
+    ("POST", "/jobs/{id}/redrive", Route::Redrive),
+    ("POST", "/jobs/{id}/cancel", Route::Cancel),
+    ("GET", "/keys", |_| Route::Keys),
+    ("PUT", "/keys/{key}", Route::ChangeKey),
+    ("POST", "/keys/{key}/skip", Route::SkipKey),
+    ("GET", "/limits", |_| Route::Limits),
+    ("GET", "/limits/{key}", Route::Limit),
+    ("PUT", "/limits/{key}", Route::ChangeLimit),
+    ("GET", "/admin/migrate", |_| Route::Migrate { apply: false }),
+    ("POST", "/admin/migrate", |_| Route::Migrate { apply: true }),
+    ("GET", "/ledger/move", |_| Route::MoveLedger { copy: false }),
+    ("POST", "/ledger/move", |_| Route::MoveLedger { copy: true }),
+];
+
+/// Why a request matched no route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotRouted {
+    /// The path exists with other methods: 405.
+    WrongMethod,
+    /// No such path: 404.
+    NotFound,
+}
+
+/// Every route's method and path pattern, as `openapi.json` must document them.
+#[cfg(any(test, feature = "testing"))]
+pub fn routes() -> impl Iterator<Item = (&'static str, &'static str)> {
+    TABLE.iter().map(|(method, pattern, _)| (*method, *pattern))
+}
+
+impl Route {
+    /// The route `method` and `path` ask for, with its pattern (`/jobs/{id}`).
+    pub fn parse(method: &str, path: &str) -> Result<(Route, &'static str), NotRouted> {
+        // Empty segments inside a path stay (`/jobs//redrive` names the job "", never the bulk route).
+        let split = |p: &str| -> Vec<String> {
+            let p = p.trim_matches('/');
+            if p.is_empty() {
+                Vec::new()
+            } else {
+                p.split('/').map(str::to_string).collect()
+            }
+        };
+        let segments = split(path);
+        let mut path_exists = false;
+        for (m, pattern, make) in TABLE {
+            let parts = split(pattern);
+            if parts.len() != segments.len() {
+                continue;
+            }
+            let mut param = String::new();
+            let fits = parts.iter().zip(&segments).all(|(p, s)| {
+                if p.starts_with('{') {
+                    param = percent_decode(s);
+                    true
+                } else {
+                    p == s
+                }
+            });
+            if !fits {
+                continue;
+            }
+            if *m == method {
+                return Ok((make(param), pattern));
+            }
+            path_exists = true;
+        }
+        Err(if path_exists { NotRouted::WrongMethod } else { NotRouted::NotFound })
+    }
+
+    /// Whether `PRODUCER_TOKEN` opens this route: submit jobs, read one job's state (never its
+    /// payload, result, errors or history) and the counts (Fedify's `getDepth`). Cancel, redrive,
+    /// skip, lists, the charts and the ledger's administration need `ADMIN_TOKEN`.
+    pub fn producer_may(&self) -> bool {
+        match self {
+            Route::Submit | Route::Job(_) | Route::Counts => true,
+            Route::Dashboard
+            | Route::OpenApi
+            | Route::List
+            | Route::Activity
+            | Route::RedriveMatching
+            | Route::Redrive(_)
+            | Route::Cancel(_)
+            | Route::Keys
+            | Route::ChangeKey(_)
+            | Route::SkipKey(_)
+            | Route::Limits
+            | Route::Limit(_)
+            | Route::ChangeLimit(_)
+            | Route::Migrate { .. }
+            | Route::MoveLedger { .. } => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_parses_to_its_route_with_its_segment_decoded() {
+        assert_eq!(Route::parse("GET", "/jobs/a%2Fb"), Ok((Route::Job("a/b".into()), "/jobs/{id}")));
+        assert_eq!(Route::parse("POST", "/jobs//redrive"), Ok((Route::Redrive(String::new()), "/jobs/{id}/redrive")));
+        assert_eq!(Route::parse("POST", "/jobs/redrive"), Ok((Route::RedriveMatching, "/jobs/redrive")));
+        assert_eq!(Route::parse("GET", "/jobs/"), Ok((Route::List, "/jobs")));
+        assert_eq!(Route::parse("POST", "/admin/migrate"), Ok((Route::Migrate { apply: true }, "/admin/migrate")));
+        assert_eq!(Route::parse("DELETE", "/jobs/x"), Err(NotRouted::WrongMethod));
+        assert_eq!(Route::parse("GET", "/jobs/x/history"), Err(NotRouted::NotFound));
+        assert_eq!(Route::parse("PUT", "/keys"), Err(NotRouted::WrongMethod));
+    }
+
+    #[test]
+    fn every_route_in_the_table_parses_to_itself() {
+        for (method, pattern) in routes() {
+            let path = pattern.replace("{id}", "j").replace("{key}", "k");
+            assert_eq!(Route::parse(method, &path).map(|(_, p)| p), Ok(pattern), "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn the_producer_token_opens_submitting_a_jobs_state_and_the_counts_only() {
+        let open: Vec<(&str, &str)> = routes()
+            .filter(|(m, p)| {
+                let path = p.replace("{id}", "j").replace("{key}", "k");
+                Route::parse(m, &path).is_ok_and(|(r, _)| r.producer_may())
+            })
+            .collect();
+        assert_eq!(open, vec![("POST", "/jobs"), ("GET", "/jobs/counts"), ("GET", "/jobs/{id}")]);
+    }
+}
