@@ -71,9 +71,11 @@
 //!   and `ledger_object!`; `moving.rs`, a D1 ledger moved to shards.
 //! - `handlers/`: the handler contract (`contract.rs`), the built-in `webhook` job type and
 //!   service handlers (design §13b).
-//! - `api/` (+ `dashboard.html`): the operator HTTP API; `mod.rs` routes and authorizes,
-//!   `submission.rs` reads what a request asks for, `keys.rs` and `limits.rs` serve paused keys
-//!   and limit keys; `http.rs` and `ports.rs` are the leaves. `producer.rs`: sending to the queue.
+//! - `api/` (+ `dashboard.html`), a request's path, top down: `mod.rs` authorizes and answers
+//!   each [`api::Route`] (`route.rs`, parsed once), `submission.rs` reads what a request asks
+//!   for, `keys.rs` and `limits.rs` serve paused keys and limit keys; `http.rs` and `ports.rs`
+//!   are the leaves. Below it, `operations.rs`: cancel, redrive and skip as typed outcomes.
+//!   `producer.rs`: sending to the queue.
 //! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge.
 //!   `config.rs`, `clock.rs`, `limits.rs` (shared limits and grace periods). `log.rs`: the
 //!   structured log lines. `seal.rs`: secrets at rest. `panics.rs`: a Rust handler's panic.
@@ -118,6 +120,7 @@ internal!(
     lock,
     log,
     maintenance,
+    operations,
     panics,
     producer,
     retry,

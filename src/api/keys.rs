@@ -18,9 +18,9 @@ use super::ports::Api;
 use crate::clock::Clock;
 use crate::config::{Config, OnDead, OrderingMode};
 use crate::error::InfraError;
-use crate::ledger::strict::Skip;
-use crate::ledger::{Sql, Status};
+use crate::ledger::Sql;
 use crate::limits::seconds_until;
+use crate::operations::{Operations, Skipped};
 use crate::producer::{self, QueueSender};
 
 /// Most jobs of a resumed lock-mode key sent again at once; the rest are maintenance's (they
@@ -120,28 +120,18 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
 
     /// `POST /keys/{key}/skip`: the key moves past its DEAD head; its next job is woken.
     pub(super) async fn skip(&self, cfg: &Config, key: &str) -> Result<ApiResponse, InfraError> {
-        if cfg.ordering_mode != OrderingMode::Strict || cfg.on_dead != OnDead::Block {
-            return Ok(ApiResponse::error(
-                409,
-                "keys are never blocked unless ORDERING_MODE is strict and ON_DEAD is block",
-            ));
-        }
-        match self.ledger.skip(key, self.clock.now_ms()).await? {
-            Skip::NotBlocked => Ok(ApiResponse::error(409, format!("key {key:?} is not blocked by a DEAD job"))),
-            Skip::Skipped { skipped, next } => {
-                // Audited after the fact (the skip names a key, not a job): a failure here is
-                // only a missing history line.
-                self.ledger.audit_skip(&skipped).await;
-                let wake = next.filter(|j| j.status == Status::Pending).and_then(|j| producer::message_for(&j, 0));
-                if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {
-                    return Ok(ApiResponse::json(
-                        503,
-                        json!({"error": format!("{e}; the key is skipped and the cron wakes it"), "skipped": skipped}),
-                    ));
-                }
-                Ok(ApiResponse::json(200, json!({ "skipped": skipped })))
+        let ops = Operations { ledger: self.ledger, queue: self.queue, clock: self.clock, cfg };
+        Ok(match ops.skip(key).await? {
+            Skipped::NeverBlocks => {
+                ApiResponse::error(409, "keys are never blocked unless ORDERING_MODE is strict and ON_DEAD is block")
             }
-        }
+            Skipped::NotBlocked => ApiResponse::error(409, format!("key {key:?} is not blocked by a DEAD job")),
+            Skipped::Done { skipped, unsent: Some(e) } => ApiResponse::json(
+                503,
+                json!({"error": format!("{e}; the key is skipped and the cron wakes it"), "skipped": skipped}),
+            ),
+            Skipped::Done { skipped, unsent: None } => ApiResponse::json(200, json!({ "skipped": skipped })),
+        })
     }
 }
 

@@ -1,14 +1,17 @@
 //! The operator HTTP API (design §5): submit, count, list, inspect, cancel and redrive jobs (one or
 //! in bulk by filter), per-minute activity, ordering keys (`keys.rs`: strict mode's blocked keys
 //! and skip, an operator's pause), flow control's limit keys (`limits.rs`); the dashboard and
-//! the API's OpenAPI document. [`ROUTES`] is the one list of routes: the router matches only
-//! these, and a test checks `openapi.json` against it.
+//! the API's OpenAPI document, and the ledger's administration (migrate, move; answered by the
+//! worker's edge). [`Route`] (`route.rs`) is the one list of routes, parsed once per request: the
+//! router matches only these, and a test checks `openapi.json` against it. What a route does to
+//! a job or key is an operation (`crate::operations`); this layer reads, authorizes and answers.
 //!
 //! Plain requests in, plain responses out, over the ledger and queue ports, so every route is
 //! tested natively. Every route but the dashboard shell needs `Authorization: Bearer <ADMIN_TOKEN>`
 //! (compared in constant time), or, for a producer, `PRODUCER_TOKEN`, which may only submit jobs
-//! and read a job's state and the counts ([`PRODUCER_ROUTES`]); the shell carries no data and asks for the token itself, because
-//! a browser cannot attach a bearer token to a page load. Errors are `{"error": ...}` JSON.
+//! and read a job's state and the counts ([`Route::producer_may`]); the shell carries no data and
+//! asks for the token itself, because a browser cannot attach a bearer token to a page load.
+//! Errors are `{"error": ...}` JSON.
 
 mod http;
 mod keys;
@@ -31,7 +34,8 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::ledger::{Cancel, JobRow, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
+use crate::ledger::{JobRow, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
+use crate::operations::{Cancelled, Operations, Redriven};
 use crate::producer::{self, QueueSender};
 #[cfg(any(test, feature = "testing"))]
 pub use submission::BadInput;
@@ -262,7 +266,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 self.state(&id).await
             }
             Route::Job(id) => self.get(&id).await,
-            Route::Redrive(id) => self.redrive(&id).await,
+            Route::Redrive(id) => self.redrive(cfg, &id).await,
             Route::Cancel(id) => self.cancel(cfg, &id).await,
             Route::Keys => self.keys(cfg, &req.query).await,
             Route::ChangeKey(key) => self.change_key(cfg, &key, &req.body).await,
@@ -484,29 +488,30 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         Ok(ApiResponse::json(200, json!({ "job": job })))
     }
 
+    /// The operations this request's ports can do.
+    fn operations<'b>(&'b self, cfg: &'b Config) -> Operations<'b, S, Q, C> {
+        Operations { ledger: self.ledger, queue: self.queue, clock: self.clock, cfg }
+    }
+
     /// `POST /jobs/{id}/cancel`: a PENDING job becomes DEAD "cancelled"; a running or finished
     /// job is refused (409), so a handler is never cancelled underneath. The cancelled job may
     /// have been what its key waited for (strict mode: a head waiting for its delay or retry;
     /// lock mode: a failed job holding the key's lock): the key's next job is woken at once (in
     /// lock mode it then takes over the finished holder's lock).
     async fn cancel(&self, cfg: &Config, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
-        let now = self.clock.now_ms();
-        Ok(match self.ledger.cancel(id, now).await? {
-            Cancel::Cancelled(j) => {
-                let Some(key) = j.ordering_key.as_deref() else {
-                    return Ok(ApiResponse::json(200, json!({ "job": j })));
-                };
-                let next = self.ledger.key_to_wake(key, cfg.ordering_mode, cfg.on_dead, now).await?;
-                let delay = next.as_ref().map_or(0, |n| crate::limits::seconds_until(now, n.next_run_at));
-                let wake = next.as_ref().and_then(|n| producer::message_for(n, delay));
-                let mut answer = json!({ "job": j, "woken": wake.as_ref().and(next.as_ref().map(|n| &n.id)) });
-                if let Err(e) = producer::send_all(self.queue, wake.into_iter().collect()).await {
+        Ok(match self.operations(cfg).cancel(id).await? {
+            Cancelled::Done { job, woken, unsent } => {
+                let mut answer = json!({ "job": job });
+                if job.ordering_key.is_some() {
+                    answer["woken"] = json!(woken);
+                }
+                if let Some(e) = unsent {
                     answer["warning"] = json!(format!("{e}; the key's next job runs when maintenance sends it"));
                 }
                 ApiResponse::json(200, answer)
             }
-            Cancel::NotFound => ApiResponse::error(404, format!("no job {id:?}")),
-            Cancel::Refused(j) => ApiResponse::json(
+            Cancelled::NotFound => ApiResponse::error(404, format!("no job {id:?}")),
+            Cancelled::NotPending(j) => ApiResponse::json(
                 409,
                 json!({"error": format!("job is {}, only PENDING jobs can be cancelled", j.status.as_str()), "status": j.status}),
             ),
@@ -559,35 +564,25 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         Ok(ApiResponse::json(200, answer))
     }
 
-    async fn redrive(&self, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
-        let now = self.clock.now_ms();
-        match self.ledger.redrive(id, now).await? {
-            Redrive::NotFound => Ok(ApiResponse::error(404, format!("no job {id:?}"))),
-            Redrive::Refused(j) if j.status != Status::Dead => Ok(ApiResponse::json(
-                409,
-                json!({"error": format!("job is {}, only DEAD jobs can be redriven", j.status.as_str()), "status": j.status}),
-            )),
-            Redrive::Refused(j) if j.payload.is_none() => Ok(ApiResponse::json(
-                409,
-                json!({"error": "job has no readable payload to send again (its body could not be read)", "status": j.status}),
-            )),
-            Redrive::Refused(j) => Ok(ApiResponse::json(
-                409,
-                json!({"error": format!("dedupe_key {:?} is active in another job", j.dedupe_key.unwrap_or_default()), "status": j.status}),
-            )),
-            Redrive::Redriven(j) => {
-                let Some(msg) = producer::message_for(&j, 0) else {
-                    return Ok(ApiResponse::error(409, "job has no readable payload to send again"));
-                };
-                if let Err(e) = producer::send_all(self.queue, vec![msg]).await {
-                    return Ok(ApiResponse::json(
-                        503,
-                        json!({"error": format!("{e}; the job is PENDING and maintenance will send it"), "job": j}),
-                    ));
-                }
-                Ok(ApiResponse::json(200, json!({ "job": j })))
+    /// `POST /jobs/{id}/redrive`: a DEAD job PENDING again and sent.
+    async fn redrive(&self, cfg: &Config, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
+        let refused = |why: String, j: &JobRow| ApiResponse::json(409, json!({"error": why, "status": j.status}));
+        Ok(match self.operations(cfg).redrive(id).await? {
+            Redriven::NotFound => ApiResponse::error(404, format!("no job {id:?}")),
+            Redriven::NotDead(j) => refused(format!("job is {}, only DEAD jobs can be redriven", j.status.as_str()), &j),
+            Redriven::Unreadable(j) => {
+                refused("job has no readable payload to send again (its body could not be read)".into(), &j)
             }
-        }
+            Redriven::DedupeTaken(j) => {
+                let key = j.dedupe_key.clone().unwrap_or_default();
+                refused(format!("dedupe_key {key:?} is active in another job"), &j)
+            }
+            Redriven::Done { job, unsent: Some(e) } => ApiResponse::json(
+                503,
+                json!({"error": format!("{e}; the job is PENDING and maintenance will send it"), "job": job}),
+            ),
+            Redriven::Done { job, unsent: None } => ApiResponse::json(200, json!({ "job": job })),
+        })
     }
 }
 
