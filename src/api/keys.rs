@@ -20,7 +20,7 @@ use crate::config::{Config, OnDead, OrderingMode};
 use crate::error::InfraError;
 use crate::ledger::Sql;
 use crate::limits::seconds_until;
-use crate::operations::{Operations, Skipped};
+use crate::operations::Skipped;
 use crate::producer::{self, QueueSender};
 
 /// Most jobs of a resumed lock-mode key sent again at once; the rest are maintenance's (they
@@ -120,8 +120,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
 
     /// `POST /keys/{key}/skip`: the key moves past its DEAD head; its next job is woken.
     pub(super) async fn skip(&self, cfg: &Config, key: &str) -> Result<ApiResponse, InfraError> {
-        let ops = Operations { ledger: self.ledger, queue: self.queue, clock: self.clock, cfg };
-        Ok(match ops.skip(key).await? {
+        Ok(match self.operations(cfg).skip(key).await? {
             Skipped::NeverBlocks => {
                 ApiResponse::error(409, "keys are never blocked unless ORDERING_MODE is strict and ON_DEAD is block")
             }

@@ -35,7 +35,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::ledger::{JobRow, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
-use crate::operations::{Cancelled, Operations, Redriven};
+use crate::operations::{Cancelled, Redriven};
 use crate::producer::{self, QueueSender};
 #[cfg(any(test, feature = "testing"))]
 pub use submission::BadInput;
@@ -486,11 +486,6 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             "finished_at": j.finished_at,
         });
         Ok(ApiResponse::json(200, json!({ "job": job })))
-    }
-
-    /// The operations this request's ports can do.
-    fn operations<'b>(&'b self, cfg: &'b Config) -> Operations<'b, S, Q, C> {
-        Operations { ledger: self.ledger, queue: self.queue, clock: self.clock, cfg }
     }
 
     /// `POST /jobs/{id}/cancel`: a PENDING job becomes DEAD "cancelled"; a running or finished

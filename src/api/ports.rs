@@ -4,6 +4,7 @@
 use crate::app::JobTypes;
 use crate::config::{Config, ConfigError};
 use crate::ledger::{Ledger, Sql};
+use crate::operations::Operations;
 use crate::seal::Sealer;
 
 /// The API's ports and settings for one request.
@@ -28,3 +29,9 @@ pub struct Api<'a, S: Sql, Q, C> {
     pub sealer: Option<&'a dyn Sealer>,
 }
 
+impl<S: Sql, Q, C> Api<'_, S, Q, C> {
+    /// The operations this request's ports can do (`crate::operations`).
+    pub(super) fn operations<'b>(&'b self, cfg: &'b Config) -> Operations<'b, S, Q, C> {
+        Operations { ledger: self.ledger, queue: self.queue, clock: self.clock, cfg }
+    }
+}

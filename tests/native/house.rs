@@ -264,9 +264,9 @@ fn file_imports(sources: &[(String, String)]) -> BTreeMap<String, BTreeSet<Strin
         let sibling = |n: &str| sources.iter().any(|(f, _)| f == &format!("{folder}/{n}.rs")) && n != "mod";
         let parent = format!("{folder}/mod.rs");
         let deps = graph.entry(file.clone()).or_default();
-        let code = code_lines(text).map(|(_, l)| l).collect::<Vec<_>>().join("\n");
+        let text_code = code_lines(text).map(|(_, l)| l).collect::<Vec<_>>().join("\n");
         if name == "mod" {
-            for line in code.lines() {
+            for line in text_code.lines() {
                 let t = line.trim();
                 let decl = t.strip_prefix("pub ").or_else(|| t.strip_prefix("pub(crate) ")).unwrap_or(t);
                 if let Some(child) = decl.strip_prefix("mod ").and_then(|c| c.strip_suffix(';')) {
@@ -277,16 +277,39 @@ fn file_imports(sources: &[(String, String)]) -> BTreeMap<String, BTreeSet<Strin
             }
             continue;
         }
+        // A method the parent defines, called on `self` (`impl` blocks over one type span the
+        // folder's files, and a method call shows in no import), unless this file or a sibling
+        // defines one of that name.
+        let parent_fns = sources.iter().find(|(f, _)| *f == parent).map(|(_, t)| fn_names(code(t))).unwrap_or_default();
+        let folder_fns: BTreeSet<String> = sources
+            .iter()
+            .filter(|(f, _)| {
+                f.starts_with(&format!("{folder}/")) && *f != parent && !f[folder.len() + 1..].contains('/')
+            })
+            .flat_map(|(_, t)| fn_names(code(t)))
+            .collect();
+        if parent_fns.iter().any(|n| !folder_fns.contains(n) && text_code.contains(&format!("self.{n}("))) {
+            deps.insert(parent.clone());
+        }
         let crate_path = format!("crate::{}::", folder.trim_start_matches("src/"));
         for prefix in ["super::", crate_path.as_str()] {
-            for (i, _) in code.match_indices(prefix) {
-                for named in first_names(&code[i + prefix.len()..]) {
+            for (i, _) in text_code.match_indices(prefix) {
+                for named in first_names(&text_code[i + prefix.len()..]) {
                     deps.insert(if sibling(&named) { format!("{folder}/{named}.rs") } else { parent.clone() });
                 }
             }
         }
     }
     graph
+}
+
+/// The names of the functions a file's code defines.
+fn fn_names(code: &str) -> BTreeSet<String> {
+    code.match_indices("fn ")
+        .filter(|(i, _)| *i == 0 || !code.as_bytes()[i - 1].is_ascii_alphanumeric() && code.as_bytes()[i - 1] != b'_')
+        .map(|(i, _)| code[i + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>())
+        .filter(|n| !n.is_empty())
+        .collect()
 }
 
 /// The first name of each path after `super::`: `a` of `a::b`, `a` and `B` of `{a::x, B}`, `*`.
@@ -366,6 +389,14 @@ fn each_check_finds_what_it_looks_for() {
     assert_eq!(up("impl super::Thing {}\n"), back);
     assert_eq!(up("fn f() { crate::q::helper() }\n"), back);
     assert_eq!(up("// super::Ports in a comment\npub(super) fn f() {}\n"), None);
+    // A call of a method the parent defines, on `self`, is a call up too; one a sibling or the
+    // file itself defines is not.
+    let mut with_method = folder.clone();
+    with_method[0].1.push_str("impl Ports {\n    fn decide(&self) {}\n}\n");
+    with_method[2].1 = "fn low(&self) { self.decide(); }\n".to_string();
+    assert_eq!(file_cycle(&with_method), back);
+    with_method[2].1 = "fn decide(&self) {}\nfn low(&self) { self.decide(); self.ports.decide(); }\n".to_string();
+    assert_eq!(file_cycle(&with_method), None);
     let sideways = Some(vec!["src/q/low.rs", "src/q/mode.rs", "src/q/low.rs"].into_iter().map(String::from).collect());
     assert_eq!(up("use super::mode::Plan;\n"), sideways);
 }
