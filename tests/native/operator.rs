@@ -370,6 +370,30 @@ fn cancelling_a_delayed_strict_head_wakes_the_next_job_of_its_key() {
 }
 
 #[test]
+fn skipping_a_blocked_key_wakes_its_next_job_at_once() {
+    let mut w = World::new();
+    w.cfg.ordering_mode = orderly::config::OrderingMode::Strict;
+    w.cfg.on_dead = orderly::config::OnDead::Block;
+    let head = w.submit(json!({"payload": webhook("h"), "ordering_key": "k"}));
+    let next = w.submit(json!({"payload": webhook("n"), "ordering_key": "k"}));
+    w.kill(&head, "HTTP 404", T0 + 1);
+    let before = w.queue.sent().len();
+    let r = w.call("POST", "/keys/k/skip", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json_body()["skipped"]["id"].as_str(), Some(head.as_str()));
+    let woken: Vec<_> = w.queue.sent_with_delay()[before..].iter().map(|(e, d)| (e.meta.id.clone(), *d)).collect();
+    assert_eq!(woken, vec![(Some(next), 0)], "one wake-up, for the key's new head, due now: not the cron's");
+    // Once moved on the key is not blocked; and no key is, where dead jobs never block.
+    let again = w.call("POST", "/keys/k/skip", None);
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("not blocked"), "{}", again.body);
+    w.cfg.on_dead = orderly::config::OnDead::Skip;
+    let never = w.call("POST", "/keys/k/skip", None);
+    assert!(never.status == 409 && never.body.contains("never blocked"), "{}", never.body);
+    assert_eq!(w.queue.sent().len(), before + 1);
+}
+
+#[test]
 fn cancelling_a_lock_holder_wakes_the_job_put_off_behind_it() {
     let w = World::new();
     let holder = w.submit(json!({"payload": webhook("h"), "ordering_key": "k"}));
