@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test: the native suite (cargo test: pure core, ledger on real SQLite, consumer, API)
-# and the end-to-end suite (the built worker under miniflare with Queues, KV and D1), twice at
-# once: with the D1 ledger, and with the ledger on four SQLite Durable Object shards
-# (LEDGER = "do"; suites that start their own worker or fixture choose their own ledger and run
-# once).
+# Runs every test: lints; the native suite (cargo test: pure core, ledger on real SQLite, consumer,
+# API) and the simulation's fixed seeds; the checkers' own tests; and the end-to-end suite (the
+# built worker under miniflare with Queues, KV and D1) twice at once: with the D1 ledger, and with
+# the ledger on four SQLite Durable Object shards (LEDGER = "do"; tests whose workers choose their
+# own ledger run once). The end-to-end passes mostly wait on miniflare's queues, so the native
+# suite runs beside them at the lowest CPU priority (`nice`): the passes get the CPU they ask for,
+# and the native suite, which times nothing, uses the rest (docs/testing.md, the numbers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -14,11 +16,6 @@ cargo fmt --check
 cargo clippy --locked --all-targets -p orderly-queues -- -D warnings
 cargo clippy --locked -p orderly-queues --lib --target wasm32-unknown-unknown -- -D warnings
 
-echo "== native tests"
-# The simulation's fixed seeds run optimized (the sim profile): in a debug build they take minutes.
-cargo test --locked -- --skip fixed_seeds_hold_every_invariant
-cargo test --locked --profile sim --test simulation fixed_seeds_hold_every_invariant
-
 echo "== the crate as it would be published (cargo package: its files)"
 # Not built here: install.test.mjs below builds two workers from the packed crate, for the target
 # users build it for (wasm32), which a verify build (native) would only repeat more weakly.
@@ -26,9 +23,6 @@ cargo package --locked --allow-dirty --no-verify -p orderly-queues
 
 echo "== build"
 bash scripts/build.sh
-
-echo "== the checkers' own tests (the mutation runner, the test file runner, the mutation table)"
-node scripts/node-tests.mjs "tests/tools/*.test.mjs"
 
 echo "== end-to-end tests (miniflare), on D1 and on four Durable Object shards, the two passes at once"
 # scripts/node-tests.mjs fails a pattern that matches no file and a file in which no test ran. Each
@@ -42,12 +36,29 @@ on_d1=$!
 ORDERLY_E2E_LEDGER=do e2e > target/e2e/do.log 2>&1 &
 on_do=$!
 failed=0
+
+echo "== native tests, beside the end-to-end passes (niced)"
+# The simulation's fixed seeds run optimized (the sim profile): in a debug build they take minutes.
+native() {
+  cargo test --locked -- --skip fixed_seeds_hold_every_invariant &&
+    cargo test --locked --profile sim --test simulation fixed_seeds_hold_every_invariant &&
+    echo "== the checkers' own tests (the mutation runner, the test file runner, the mutation table)" &&
+    node scripts/node-tests.mjs "tests/tools/*.test.mjs"
+}
+native_failed=0
+( renice -n 19 -p $BASHPID > /dev/null; native ) || native_failed=1
+
+echo "== end-to-end tests: waiting for both passes"
 wait "$on_d1" || failed=1
 wait "$on_do" || failed=1
 echo "-- on D1 (target/e2e/d1.log)"
 cat target/e2e/d1.log
 echo "-- on four Durable Object shards (target/e2e/do.log)"
 cat target/e2e/do.log
+if [ "$native_failed" != 0 ]; then
+  echo "native tests failed: see \"== native tests\" above"
+  exit 1
+fi
 if [ "$failed" != 0 ]; then
   echo "end-to-end tests failed: see the pass above whose last lines name node-tests: failures"
   exit 1
