@@ -72,7 +72,7 @@
 //! - `handlers/`: the handler contract (`contract.rs`), the built-in `webhook` job type and
 //!   service handlers (design §13b).
 //! - `api/` (+ `dashboard.html`), a request's path, top down: `mod.rs` authorizes and answers
-//!   each [`api::Route`] (`route.rs`, parsed once), `submission.rs` reads what a request asks
+//!   each [`api::Route`] (`route.rs`, one table), `submission.rs` reads what a request asks
 //!   for, `keys.rs` and `limits.rs` serve paused keys and limit keys; `http.rs` and `ports.rs`
 //!   are the leaves. Below it, `operations.rs`: cancel, redrive and skip as typed outcomes.
 //!   `producer.rs`: sending to the queue.

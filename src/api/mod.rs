@@ -2,8 +2,9 @@
 //! in bulk by filter), per-minute activity, ordering keys (`keys.rs`: strict mode's blocked keys
 //! and skip, an operator's pause), flow control's limit keys (`limits.rs`); the dashboard and
 //! the API's OpenAPI document, and the ledger's administration (migrate, move; answered by the
-//! worker's edge). [`Route`] (`route.rs`) is the one list of routes, parsed once per request: the
-//! router matches only these, and a test checks `openapi.json` against it. What a route does to
+//! worker's edge). [`Route`] (`route.rs`) is the one list of routes, parsed from method and path
+//! (by the gate before the body is read, by the router after): the router matches only these,
+//! and a test checks `openapi.json` against it. What a route does to
 //! a job or key is an operation (`crate::operations`); this layer reads, authorizes and answers.
 //!
 //! Plain requests in, plain responses out, over the ledger and queue ports, so every route is
@@ -167,8 +168,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     /// configured, a token too short, a missing or wrong bearer token). `None`: read the body and
     /// call [`Api::handle`].
     pub fn gate(&self, method: &str, path: &str, authorization: Option<&str>) -> Option<ApiResponse> {
-        let public = match Route::parse(method, path) {
-            Ok((route @ (Route::Dashboard | Route::OpenApi), _)) => Some(route),
+        let parsed = Route::parse(method, path);
+        let public = match &parsed {
+            Ok((route @ (Route::Dashboard | Route::OpenApi), _)) => Some(route.clone()),
             _ if (method, path) == ("GET", "/index.html") => Some(Route::Dashboard),
             _ => None,
         };
@@ -199,7 +201,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         match self.caller(authorization) {
             None => Some(ApiResponse::error(401, "missing or wrong bearer token")),
             Some(Caller::Admin) => None,
-            Some(Caller::Producer) => match Route::parse(method, path) {
+            Some(Caller::Producer) => match parsed {
                 Ok((route, _)) if route.producer_may() => None,
                 Ok(_) => Some(ApiResponse::error(
                     403,

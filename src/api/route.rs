@@ -1,4 +1,4 @@
-//! A request's route, parsed once from its method and path (mini-redis's `Command::from_frame`):
+//! A request's route, parsed from its method and path (mini-redis's `Command::from_frame`):
 //! the one list of what the API answers, who may ask for it, and what `openapi.json` documents
 //! (`tests/native/operator.rs` holds the two together). The router matches only these, a literal
 //! segment before a `{name}` one; a `{name}` segment is percent-decoded.
