@@ -32,6 +32,9 @@ pub const PARKED_RECHECK_SECONDS: u32 = 30;
 /// How long a slot handed to a woken job stays its (design §20): the time its wake-up message may
 /// take to arrive. Past it the slot is anyone's again, so a lost wake-up holds a slot no longer.
 pub const WOKEN_HOLD_SECONDS: u32 = 30;
+/// Most parked jobs one release or operator's change wakes at once (limit_hand.sql hands no more
+/// than the slots free, and one while the key's breaker is not closed).
+pub const WAKE_AT_ONCE: u32 = 100;
 /// Most rules `LIMITS` may hold.
 pub const MAX_RULES: usize = 1000;
 

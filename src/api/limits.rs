@@ -6,8 +6,8 @@
 //! - `GET /limits/{key}`: one, with its configured policy even before any job of it ran.
 //! - `PUT /limits/{key}` `{"paused"?: bool, "policy"?: {...} | null}`: pause or resume; set a
 //!   policy in place of the configured one, or give it back (`null`). A resume or a new policy
-//!   wakes the key's parked jobs (as many as may start, at most [`WAKE_ON_CHANGE`]); the rest
-//!   follow one per finished run.
+//!   wakes the key's parked jobs (as many as may start, at most [`WAKE_AT_ONCE`]); the rest
+//!   follow as runs end.
 //!
 //! A policy is written flat, as in `LIMITS`: `rate`, `per_seconds`, `burst`, `concurrency`,
 //! `trip_after`, `cooldown_seconds`.
@@ -19,13 +19,10 @@ use super::ports::Api;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::InfraError;
-use crate::flow::{BadPolicy, Policy, PolicyText};
+use crate::flow::{BadPolicy, Policy, PolicyText, WAKE_AT_ONCE};
 use crate::ledger::limit::{Change, LimitState};
 use crate::ledger::Sql;
 use crate::producer::{self, QueueSender};
-
-/// Most parked jobs one operator's change wakes at once.
-pub const WAKE_ON_CHANGE: u32 = 100;
 
 /// A policy as the API writes it: flat, as `LIMITS` reads it.
 pub fn policy_json(p: &Policy) -> Value {
@@ -132,7 +129,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let running = state.as_ref().map_or(0, |s| s.running);
         let room = policy
             .concurrency
-            .map_or(WAKE_ON_CHANGE, |c| u32::try_from(i64::from(c) - running).unwrap_or(0).min(WAKE_ON_CHANGE));
+            .map_or(WAKE_AT_ONCE, |c| u32::try_from(i64::from(c) - running).unwrap_or(0).min(WAKE_AT_ONCE));
         let woken =
             if room > 0 { self.ledger.wake(key, room, &cfg.limits.for_key(key), now).await? } else { Vec::new() };
         // Those woken have left the line (no second read for it).

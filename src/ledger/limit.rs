@@ -14,7 +14,7 @@ use super::job::int_of;
 use super::route::Route;
 use super::shard::Shard;
 use crate::error::InfraError;
-use crate::flow::{Policy, Refusal, RunVerdict, MAX_COOLDOWN_MS, WOKEN_HOLD_SECONDS};
+use crate::flow::{Policy, Refusal, RunVerdict, MAX_COOLDOWN_MS, WAKE_AT_ONCE, WOKEN_HOLD_SECONDS};
 
 /// A job asking to start under its limit key's policy (the configured one: an override stored
 /// with the key wins).
@@ -210,7 +210,9 @@ pub(crate) fn release_stmts(r: &Release<'_>, now: i64) -> Vec<Stmt> {
         ),
     ]
     .into_iter()
-    .chain(wake_stmts(r.limit_key, 1, &r.policy, now))
+    // Every slot free now, not only this run's: after a probe's success the jobs that waited for
+    // it may all start (limit_hand.sql hands one while the breaker is not closed).
+    .chain(wake_stmts(r.limit_key, WAKE_AT_ONCE, &r.policy, now))
     .collect()
 }
 
@@ -372,7 +374,8 @@ impl<S: Sql> Shard<S> {
         Ok(Answer { permit: permit_of(row, now)?, start_at, interval_us })
     }
 
-    /// Frees `r`'s permit, tells the breaker, and takes the next job out of the line: one batch.
+    /// Frees `r`'s permit, tells the breaker, and takes out of the line as many jobs as there are
+    /// slots free now: one batch.
     pub async fn release(&self, r: &Release<'_>, now: i64) -> Result<Vec<Woken>, InfraError> {
         let out = self.sql.batch(release_stmts(r, now)).await?;
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())

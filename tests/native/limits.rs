@@ -294,6 +294,48 @@ fn a_breaker_beside_a_concurrency_resumes_at_its_cool_down_on_the_woken_jobs_own
 }
 
 #[test]
+fn a_probe_that_succeeds_wakes_as_many_of_the_line_as_there_are_free_slots() {
+    // Issue 38: the jobs that came while the probe ran wait in line for it; its success closes the
+    // breaker, and every free slot must go to the line at once. A release handed only its own slot,
+    // so a key of concurrency 3 (or of none) ran its line one job at a time after a probe.
+    for (concurrency, woken) in [(Some(3), vec!["d", "e", "f"]), (Some(2), vec!["d", "e"]), (None, vec!["d", "e", "f"])]
+    {
+        let db = Sqlite::memory();
+        let policy =
+            Policy { concurrency, breaker: Some(Breaker { trip_after: 1, cooldown_seconds: 4 }), ..Policy::default() };
+        let k = keyed(&db, policy);
+        assert_eq!(k.ask("a", T0), Permit::Granted);
+        k.failed("a", T0 + 1, 0);
+        assert_eq!(k.ask("c", T0 + 4_001), Permit::Granted, "the probe");
+        for (i, job) in ["d", "e", "f"].iter().enumerate() {
+            assert_eq!(k.ask(job, T0 + 4_002 + i as i64), Permit::Refused(Refusal::Probing));
+        }
+        assert_eq!(k.done("c", T0 + 4_100), woken, "concurrency {concurrency:?}");
+    }
+}
+
+#[test]
+fn a_probe_that_fails_wakes_only_the_next_probe() {
+    // The breaker opens again: of the jobs in line only the oldest goes, to wait for the cool-down
+    // and probe; waking them all would only have them refused again.
+    let db = Sqlite::memory();
+    let policy = Policy {
+        concurrency: Some(3),
+        breaker: Some(Breaker { trip_after: 1, cooldown_seconds: 4 }),
+        ..Policy::default()
+    };
+    let k = keyed(&db, policy);
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    k.failed("a", T0 + 1, 0);
+    assert_eq!(k.ask("c", T0 + 4_001), Permit::Granted, "the probe");
+    for (i, job) in ["d", "e", "f"].iter().enumerate() {
+        assert_eq!(k.ask(job, T0 + 4_002 + i as i64), Permit::Refused(Refusal::Probing));
+    }
+    assert_eq!(k.failed("c", T0 + 4_100, 0), vec!["d"]);
+    assert_eq!(k.ask("d", T0 + 4_200), Permit::Refused(Refusal::Open { until: T0 + 4_100 + 8_000 }));
+}
+
+#[test]
 fn a_breaker_honours_the_largest_retry_after_and_a_success_resets_the_count() {
     let db = Sqlite::memory();
     let policy = Policy { breaker: Some(Breaker { trip_after: 2, cooldown_seconds: 10 }), ..Policy::default() };
