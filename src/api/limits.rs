@@ -6,7 +6,7 @@
 //! - `GET /limits/{key}`: one, with its configured policy even before any job of it ran.
 //! - `PUT /limits/{key}` `{"paused"?: bool, "policy"?: {...} | null}`: pause or resume; set a
 //!   policy in place of the configured one, or give it back (`null`). A resume or a new policy
-//!   wakes the key's parked jobs (as many as may start, at most [`WAKE_AT_ONCE`]); the rest
+//!   wakes the key's parked jobs (as many as may start, at most [`WAKE_AT_ONCE`](crate::flow::WAKE_AT_ONCE), in the change's own batch); the rest
 //!   follow as runs end.
 //!
 //! A policy is written flat, as in `LIMITS`: `rate`, `per_seconds`, `burst`, `concurrency`,
@@ -19,7 +19,7 @@ use super::ports::Api;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::InfraError;
-use crate::flow::{BadPolicy, Policy, PolicyText, WAKE_AT_ONCE};
+use crate::flow::{BadPolicy, Policy, PolicyText};
 use crate::ledger::limit::{Change, LimitState};
 use crate::ledger::Sql;
 use crate::producer::{self, QueueSender};
@@ -118,23 +118,11 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Err(e) => return Ok(ApiResponse::error(400, e.0)),
         };
         let now = self.clock.now_ms();
-        self.ledger.set_limit(key, &change, now).await?;
+        // Resumed, or a new policy: as many parked jobs as may start now go again, woken in the
+        // change's own batch.
+        let woken = self.ledger.set_limit(key, &change, &cfg.limits.for_key(key), now).await?;
         let state = self.ledger.limit_state(key, now).await?;
         let shown = view(key, state.as_ref(), cfg);
-        if change.paused == Some(true) {
-            return Ok(ApiResponse::json(200, shown));
-        }
-        // Resumed, or a new policy: as many parked jobs as may start now go again.
-        let policy = state.as_ref().and_then(|s| s.overridden).unwrap_or(cfg.limits.for_key(key));
-        let running = state.as_ref().map_or(0, |s| s.running);
-        let room = policy
-            .concurrency
-            .map_or(WAKE_AT_ONCE, |c| u32::try_from(i64::from(c) - running).unwrap_or(0).min(WAKE_AT_ONCE));
-        let woken =
-            if room > 0 { self.ledger.wake(key, room, &cfg.limits.for_key(key), now).await? } else { Vec::new() };
-        // Those woken have left the line (no second read for it).
-        let waiting = |s: LimitState| LimitState { waiting: (s.waiting - woken.len() as i64).max(0), ..s };
-        let shown = if woken.is_empty() { shown } else { view(key, state.map(waiting).as_ref(), cfg) };
         if let Err(e) = producer::wake(self.ledger, self.queue, &woken, cfg.lock_retry_delay_seconds, None).await {
             let error = format!("{e}; the change is made, and maintenance sends the parked jobs again");
             return Ok(ApiResponse::json(503, json!({"error": error, "limit": shown})));

@@ -123,10 +123,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let (waits, next_run_at) = match gate {
             Gate::Shut(why) if why.parks() => {
                 let waits = Waits { delay_seconds: crate::flow::PARKED_RECHECK_SECONDS, parked: true };
-                // Strict mode: not due until its wake-up makes it due (or the recheck), so the
-                // deliveries of its key's other jobs claim nothing and ask nothing meanwhile.
+                // Strict mode: a key's head is not due until its wake-up makes it due (or the
+                // recheck), so the deliveries of its key's other jobs claim nothing and ask nothing
+                // meanwhile. An unkeyed job has no such deliveries, and takes the lock-mode path,
+                // whose claim reads no wake-up's mark: it stays due, or its wake-up would find it
+                // not due and its handed slot would stand empty until the recheck.
                 let strict = self.cfg.ordering_mode == crate::config::OrderingMode::Strict;
-                (waits, if strict { now + i64::from(waits.delay_seconds) * 1000 } else { now })
+                let not_due = strict && job.ordering_key.is_some();
+                (waits, if not_due { now + i64::from(waits.delay_seconds) * 1000 } else { now })
             }
             Gate::Shut(why) => {
                 let at = why.retry_at(now);

@@ -381,6 +381,7 @@ impl<S: Sql> Shard<S> {
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Hands the oldest jobs in `key`'s line, at most `n`, the slots free under `policy` (the
     /// configured one; an override stored with the key wins) and takes them out of it: one batch.
     pub async fn wake(&self, key: &str, n: u32, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
@@ -401,9 +402,19 @@ impl<S: Sql> Shard<S> {
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 
-    /// Applies an operator's change to `key`.
-    pub async fn set_limit(&self, key: &str, change: &Change, now: i64) -> Result<(), InfraError> {
-        self.sql.batch(vec![set_stmt(key, change, now)]).await.map(|_| ())
+    /// Applies an operator's change to `key` and, unless it pauses the key, hands its line the slots
+    /// free under `policy` (the configured one; an override stored with the key wins), at most
+    /// [`WAKE_AT_ONCE`]: one batch. The jobs woken come back, to be sent.
+    pub async fn set_limit(&self, key: &str, change: &Change, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
+        // A resume or a new policy hands the slots it frees in the same batch: made in two, the
+        // line waited with a slot free between them, for maintenance should the second be lost
+        // (the simulation's line check saw it).
+        let mut stmts = vec![set_stmt(key, change, now)];
+        if change.paused != Some(true) {
+            stmts.extend(wake_stmts(key, WAKE_AT_ONCE, policy, now));
+        }
+        let out = self.sql.batch(stmts).await?;
+        Ok(if change.paused == Some(true) { Vec::new() } else { out.last().map(|rows| woken_of(rows)).unwrap_or_default() })
     }
 
     /// A page of limit keys by name, after `after`.

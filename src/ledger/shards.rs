@@ -495,8 +495,9 @@ impl<S: Sql> Ledger<S> {
         self.at(Route::key(r.limit_key)).release(r, now).await
     }
 
-    /// Hands the oldest `n` jobs in `key`'s line a slot each and takes them out of it (a resumed
-    /// key's).
+    #[cfg(any(test, feature = "testing"))]
+    /// Hands the oldest `n` jobs in `key`'s line a slot each and takes them out of it (tests; an
+    /// operator's change wakes in its own batch, [`Self::set_limit`]).
     pub async fn wake(&self, key: &str, n: u32, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
         self.at(Route::key(key)).wake(key, n, policy, now).await
     }
@@ -513,9 +514,9 @@ impl<S: Sql> Ledger<S> {
         self.at(Route::key(key)).line(key, jobs, policy, now).await
     }
 
-    /// An operator's change to a limit key.
-    pub async fn set_limit(&self, key: &str, change: &Change, now: i64) -> Result<(), InfraError> {
-        self.at(Route::key(key)).set_limit(key, change, now).await
+    /// An operator's change to a limit key, and the jobs of its line it wakes.
+    pub async fn set_limit(&self, key: &str, change: &Change, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
+        self.at(Route::key(key)).set_limit(key, change, policy, now).await
     }
 
     /// One limit key as operators see it (`None`: no job of it has asked to start yet).

@@ -207,18 +207,19 @@ fn a_burst_runs_ahead_of_the_rate_then_the_rate_holds() {
 fn a_paused_key_starts_nothing_and_its_resume_wakes_the_line() {
     let db = Sqlite::memory();
     let k = keyed(&db, Policy::default());
-    let pause = |paused| block_on(k.ledger.set_limit("host", &Change { paused: Some(paused), policy: None }, T0));
-    pause(true).unwrap();
+    let pause = |paused, at| {
+        let change = Change { paused: Some(paused), policy: None };
+        let woken = block_on(k.ledger.set_limit("host", &change, &k.policy, at)).unwrap();
+        woken.into_iter().map(|w| w.job_id).collect::<Vec<_>>()
+    };
+    assert!(pause(true, T0).is_empty());
     assert_eq!(k.ask("a", T0 + 1), Permit::Refused(Refusal::Paused));
     assert_eq!(k.ask("b", T0 + 2), Permit::Refused(Refusal::Paused));
     assert!(
         block_on(k.ledger.wake("host", 10, &k.policy, T0 + 2)).unwrap().is_empty(),
         "nothing is woken while paused"
     );
-    pause(false).unwrap();
-    let woken: Vec<String> =
-        block_on(k.ledger.wake("host", 10, &k.policy, T0 + 2)).unwrap().into_iter().map(|w| w.job_id).collect();
-    assert_eq!(woken, vec!["a", "b"], "oldest first");
+    assert_eq!(pause(false, T0 + 2), vec!["a", "b"], "the resume wakes the line, oldest first, in its own batch");
     let state = block_on(k.ledger.limit_state("host", T0 + 3)).unwrap().unwrap();
     assert_eq!((state.paused, state.waiting), (false, 0));
     assert_eq!(k.ask("a", T0 + 3), Permit::Granted);
@@ -228,7 +229,8 @@ fn a_paused_key_starts_nothing_and_its_resume_wakes_the_line() {
 fn a_policy_set_at_run_time_wins_over_the_configured_one_until_given_back() {
     let db = Sqlite::memory();
     let k = keyed(&db, Policy { concurrency: Some(5), ..Policy::default() });
-    let set = |policy| block_on(k.ledger.set_limit("host", &Change { paused: None, policy: Some(policy) }, T0));
+    let set =
+        |policy| block_on(k.ledger.set_limit("host", &Change { paused: None, policy: Some(policy) }, &k.policy, T0));
     set(Some(Policy { concurrency: Some(1), ..Policy::default() })).unwrap();
     assert_eq!(k.ask("a", T0), Permit::Granted);
     assert_eq!(k.ask("b", T0), Permit::Refused(Refusal::Full));

@@ -676,6 +676,49 @@ fn a_parked_head_is_not_due_so_its_keys_deliveries_only_park_and_its_wake_up_mak
 }
 
 #[test]
+fn an_unkeyed_job_parked_for_its_limit_key_stays_due_so_its_wake_up_runs_it() {
+    // Issue 38: an unkeyed job takes the lock-mode path, whose claim does not read a wake-up's
+    // mark; parked not due, as a keyed head is, its wake-up found it not due and was put off to
+    // the recheck (30 s) while the slot handed to it stood empty. It has no key whose other
+    // deliveries it must stop, so it parks due, as in lock mode.
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"concurrency": 1}}"#).unwrap();
+    let ledger = Ledger::new(&w.db);
+    let policy = w.cfg.limits.for_key("host");
+    let x = orderly::ledger::limit::Ask {
+        limit_key: "host",
+        job_id: "x",
+        route: orderly::ledger::Route::key("k2"),
+        until: T0 + 120_000,
+        policy,
+        pace_ms: 0,
+    };
+    block_on(ledger.acquire(&x, T0)).unwrap();
+    let unkeyed = Incoming {
+        id: "m-u".into(),
+        timestamp_ms: T0,
+        body: Ok(json!({"__fedify_payload__": ok(), "__orderly_job__": {"id": "u", "limit_key": "host"}})),
+    };
+    assert_eq!(w.run(&[unkeyed]), vec![Outcome::Ack]);
+    let u = w.job("u");
+    assert_eq!((u.status, u.deferrals, u.next_run_at), (Status::Pending, 1, T0), "parked, and due");
+    w.clock.advance_ms(1_000);
+    let release = orderly::ledger::limit::Release {
+        limit_key: "host",
+        job_id: "x",
+        until: x.until,
+        verdict: orderly::flow::RunVerdict::Succeeded,
+        policy,
+    };
+    let woken = block_on(ledger.release(&release, w.clock.now_ms())).unwrap();
+    block_on(orderly::producer::wake(&ledger, &w.queue, &woken, 2, None)).unwrap();
+    let body = serde_json::from_str(w.queue.batches.borrow().last().unwrap()[0].json()).unwrap();
+    let wake_up = Incoming { id: "m-wake".into(), timestamp_ms: w.clock.now_ms(), body: Ok(body) };
+    assert_eq!(w.run(&[wake_up]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["u"], "its wake-up runs it");
+}
+
+#[test]
 fn a_wake_up_makes_a_job_due_only_while_it_is_parked() {
     let w = World::new(OnDead::Skip);
     let spec = limited("a");

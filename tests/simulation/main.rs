@@ -11,6 +11,7 @@
 //!   SIM_SETUP=strict-c16 SIM_SEED=7 cargo test --test simulation replay -- --ignored --nocapture
 
 mod exec;
+mod lines;
 mod order;
 mod permits;
 #[path = "../support/mod.rs"]
@@ -80,10 +81,12 @@ pub struct Setup {
 }
 
 /// The simulation's `LIMITS`: a concurrency limit, a throttle with a burst beside a concurrency,
-/// and a breaker beside a concurrency of one (`host-2` and every other host), as users combine
-/// them (the README's example policy for a Fedify app's hosts is the last).
+/// a breaker beside a concurrency of one (`host-2` and every other host) and one beside a
+/// concurrency of two (`host-3`), as users combine them (the docs' example policy for a Fedify
+/// app's hosts is the last two).
 pub const LIMITS: &str = r#"{"host-0": {"concurrency": 2},
     "host-1": {"rate": 2, "per_seconds": 1, "burst": 2, "concurrency": 2},
+    "host-3": {"concurrency": 2, "trip_after": 2, "cooldown_seconds": 3},
     "host-*": {"concurrency": 1, "trip_after": 3, "cooldown_seconds": 5}}"#;
 /// When the operator pauses `host-0`, and resumes it (ms after the start).
 const PAUSE_FROM_MS: i64 = 4_000;
@@ -102,7 +105,7 @@ const SHARD_CHAOS: ShardFaults =
 /// no order once infrastructure fails (a deferred job can be overtaken), shards or not.
 /// A setup whose jobs carry limit keys (design §20).
 fn limited(name: &'static str, base: Setup) -> Setup {
-    Setup { name, limit_keys: 3, ..base }
+    Setup { name, limit_keys: 4, ..base }
 }
 
 fn sharded(name: &'static str, base: Setup, shards: usize, faults: bool) -> Setup {
@@ -201,6 +204,13 @@ pub fn setups() -> Vec<Setup> {
         limited("strict-c8-limits", strict("", 8, OnDead::Skip)),
         limited("lock-c4-limits", lock("", 4, true, CHAOS, true)),
         limited("strict-c8-limits-shards4", sharded("", strict("", 8, OnDead::Skip), 4, true)),
+        // Handlers fail and hang, the platform behaves: nothing excuses a line left waiting.
+        limited("strict-c4-limits-calm", Setup { faults: HANDLER_FAULTS_ONLY, ..strict("", 4, OnDead::Skip) }),
+        limited("lock-c4-limits-calm", lock("", 4, true, HANDLER_FAULTS_ONLY, true)),
+        limited(
+            "strict-c8-limits-shards4-calm",
+            sharded("", Setup { faults: HANDLER_FAULTS_ONLY, ..strict("", 8, OnDead::Skip) }, 4, false),
+        ),
         Setup { name: "lock-c4-chaos-retries3", max_retries: 3, ..lock("", 4, true, CHAOS, true) },
     ]
 }
@@ -838,7 +848,26 @@ impl Sim {
                 let excused: BTreeSet<String> =
                     o.crashed.iter().chain(&o.stalled).chain(&o.d1_faulted).cloned().collect();
                 drop(o);
-                let found = permits.step(&self.dbs, self.sched.now(), by.as_deref(), &alive, &excused);
+                let mut found = permits.step(&self.dbs, self.sched.now(), by.as_deref(), &alive, &excused);
+                let queued = self.broker.borrow().queued_jobs(&BTreeSet::new());
+                let o = self.obs.borrow();
+                let faults: Vec<i64> = o.fault_times.iter().chain(&o.lost_sends).copied().collect();
+                drop(o);
+                let lease_ms = i64::from(self.cfg.lease_seconds) * 1000;
+                found.extend(lines::check(&self.dbs, self.sched.now(), &self.cfg.limits, &queued, &faults, lease_ms));
+                if std::env::var("SIM_TRACE").is_ok() && !found.is_empty() {
+                    println!("+{} ms after a step of {by:?}: {found:?}", self.sched.now() - T0);
+                    for db in &self.dbs {
+                        let permits = "SELECT limit_key || ' ' || job_id || ' until +' || (until - ?1) || ' handed ' || handed FROM limit_permit";
+                        let line = "SELECT limit_key || ' ' || job_id || ' since +' || (since - ?1) FROM limit_wait";
+                        for sql in [permits, line] {
+                            let Ok(mut st) = db.conn.prepare(sql) else { continue };
+                            let rows: Vec<String> =
+                                st.query_map([T0], |r| r.get(0)).map(|r| r.flatten().collect()).unwrap_or_default();
+                            println!("   {rows:?}");
+                        }
+                    }
+                }
                 if let Some(first) = found.into_iter().next() {
                     // One is enough: the same permit would be reported at every later step.
                     if !violations.contains(&first) {

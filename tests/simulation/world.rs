@@ -242,6 +242,8 @@ pub struct Observations {
     /// When an invocation died, stalled or lost a D1 call: such an invocation may have claimed a
     /// job (spending an attempt) and never handed it back.
     pub fault_times: Vec<i64>,
+    /// When a queue send failed (a wake-up among them may be lost: maintenance sends its job).
+    pub lost_sends: Vec<i64>,
     pub violations: Vec<String>,
     pub faults_injected: u64,
     /// Faults injected, by kind ([`Faults::kinds`], [`ShardFaults::kinds`]): a kind the setup
@@ -536,7 +538,10 @@ impl QueueSender for SimQueue {
     async fn send_batch(&self, msgs: &[OutMessage]) -> Result<(), InfraError> {
         self.sched.jitter(1, 5).await;
         if self.sched.chance(self.faults.send_fail) {
-            self.obs.borrow_mut().fire("send_fail");
+            let mut o = self.obs.borrow_mut();
+            o.fire("send_fail");
+            o.lost_sends.push(self.sched.now());
+            drop(o);
             return Err(InfraError::new("Queue", "simulated failure"));
         }
         let now = self.sched.now();

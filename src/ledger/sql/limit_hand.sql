@@ -13,7 +13,10 @@
 -- permit check found it). While the key's breaker is not closed (open, or its probe running) one
 -- job at most: it waits for the cool-down and probes, and the probe's success, closing the
 -- breaker, hands every slot then free (a release asks for all of them): handing one then left a
--- key of concurrency 8 running its line one job at a time (issue 38).
+-- key of concurrency 8 running its line one job at a time (issue 38). A slot handed to a job that
+-- is back in the line (woken, then refused for a pause or a probe) is not counted: this statement
+-- hands it again, and counted, it kept a second job of the line from the slot beside it until
+-- that job's run ended (the simulation's line check found it).
 -- params: ?1 limit_key, ?2 limit, ?3 now, ?4 until, ?5 concurrency
 INSERT INTO limit_permit (limit_key, job_id, until, handed)
 SELECT ?1, line.job_id, ?4, 1
@@ -26,6 +29,9 @@ FROM (SELECT job_id, row_number() OVER (ORDER BY since, job_id) AS place
 WHERE s.paused = 0
   AND (s.open_until IS NULL OR line.place = 1)
   AND (s.cc IS NULL
-       OR line.place <= s.cc - (SELECT count(*) FROM limit_permit AS lp WHERE lp.limit_key = ?1 AND lp.until > ?3))
+       OR line.place <= s.cc - (SELECT count(*) FROM limit_permit AS lp
+                                WHERE lp.limit_key = ?1 AND lp.until > ?3
+                                  AND NOT (lp.handed = 1 AND EXISTS (SELECT 1 FROM limit_wait AS back
+                                                                     WHERE back.limit_key = ?1 AND back.job_id = lp.job_id))))
 ON CONFLICT (limit_key, job_id) DO UPDATE SET until = excluded.until, handed = 1
 WHERE limit_permit.handed = 1 OR limit_permit.until <= ?3
