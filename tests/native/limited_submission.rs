@@ -64,6 +64,26 @@ fn strict_mode_a_burst_under_a_full_limit_key_waits_in_its_line_not_in_the_queue
 }
 
 #[test]
+fn strict_mode_an_unkeyed_job_waits_in_its_line_due_so_its_wake_up_runs_it() {
+    // An unkeyed job takes the lock-mode path, whose claim reads no wake-up's mark: recorded not
+    // due (as a key's head is), its wake-up found it not due and the slot handed to it stood
+    // empty until the recheck, 30 s on (issue 38).
+    let w = world(OrderingMode::Strict);
+    let unkeyed =
+        |id: &str| json!({"id": id, "limit_key": "host", "payload": {"type": "webhook", "url": "https://h.test/"}});
+    let r = w.call("POST", "/jobs", Some(json!({ "jobs": [unkeyed("u1"), unkeyed("u2"), unkeyed("u3")] })));
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(w.sent_since().len(), 2, "two jobs handed the key's two slots");
+    let third = w.job("u3");
+    assert!(third.parked && third.next_run_at == T0, "in line, and due: {third:?}");
+    w.delivered.set(0);
+    let deliveries = w.drain();
+    assert_eq!(w.runs().len(), 3, "{:?}", w.runs());
+    assert_eq!(w.job("u3").status, Status::Done);
+    assert!(deliveries <= 3, "{deliveries} deliveries for 3 jobs");
+}
+
+#[test]
 fn lock_mode_sends_every_submitted_job() {
     let w = world(OrderingMode::Lock);
     burst(&w);

@@ -226,6 +226,26 @@ fn a_paused_key_starts_nothing_and_its_resume_wakes_the_line() {
 }
 
 #[test]
+fn a_resume_hands_a_slot_to_each_job_in_line_counting_none_for_a_job_woken_then_paused() {
+    // x was handed a's slot, then the key was paused before x arrived: x parked again, its handed
+    // slot kept. Counted as taken, the resume handed x that slot and y nothing, though b's had
+    // freed too (the simulation's line check found it).
+    let db = Sqlite::memory();
+    let k = keyed(&db, Policy { concurrency: Some(2), ..Policy::default() });
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    assert_eq!(k.ask("b", T0), Permit::Granted);
+    assert_eq!(k.ask("x", T0 + 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.ask("y", T0 + 2), Permit::Refused(Refusal::Full));
+    assert_eq!(k.done("a", T0 + 10), vec!["x"]);
+    let change = |paused| Change { paused: Some(paused), policy: None };
+    block_on(k.ledger.set_limit("host", &change(true), &k.policy, T0 + 11)).unwrap();
+    assert_eq!(k.ask("x", T0 + 12), Permit::Refused(Refusal::Paused));
+    assert!(k.done("b", T0 + 13).is_empty(), "nothing is handed while paused");
+    let woken = block_on(k.ledger.set_limit("host", &change(false), &k.policy, T0 + 14)).unwrap();
+    assert_eq!(woken.into_iter().map(|w| w.job_id).collect::<Vec<_>>(), vec!["x", "y"]);
+}
+
+#[test]
 fn a_policy_set_at_run_time_wins_over_the_configured_one_until_given_back() {
     let db = Sqlite::memory();
     let k = keyed(&db, Policy { concurrency: Some(5), ..Policy::default() });
