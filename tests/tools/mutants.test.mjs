@@ -2,7 +2,8 @@
 // second (tests/tools/mutant-fixture), so that what it exists to report is seen reported: a
 // mutant no behaviour test sees survives and fails the run, even though a structural test reads
 // the mutated text; a recorded killer that misses falls back to the whole suite, and the new
-// killer is recorded; a replacement that drops a SQL placeholder is refused.
+// killer is recorded; a mutant only the simulation sees is killed there; a replacement that drops
+// a SQL placeholder is refused.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
