@@ -31,7 +31,7 @@
 // jobs of one limit key within the drain limit.
 //
 //   npm run bench
-//   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent,throttle5,throttle100,quiet,hotlimit,hotlate
+//   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent,throttle5,throttle100,throttle100burst10,quiet,hotlimit,hotlate
 //   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane
 //   (`shards-api`: strict mode, POST /jobs, the ledger on four Durable Object shards)
 import { Miniflare } from "miniflare";
@@ -44,7 +44,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 1);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,4,16").split(",").map(Number);
-const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail,urgent,throttle5,throttle100,quiet,hotlimit,hotlate").split(",");
+const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail,urgent,throttle5,throttle100,throttle100burst10,quiet,hotlimit,hotlate").split(",");
 const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane").split(",");
 const URGENT_JOBS = 10;
 /** wrangler.toml's `max_batch_timeout`, modelled for the throttle workloads (the others hand out
@@ -57,6 +57,10 @@ const HOT_CONCURRENCY = Number(process.env.BENCH_HOT_CONCURRENCY ?? 2);
 const FLOW = {
   throttle5: { limits: { api: { rate: 5 } }, jobs: 100, batchWaitMs: BATCH_WAIT_MS },
   throttle100: { limits: { api: { rate: 100 } }, jobs: 1000, batchWaitMs: BATCH_WAIT_MS },
+  // The same with a burst the size of one invocation's turnaround (about 100 ms at 100/s): at one
+  // invocation at a time each batch's first start waits for the invocation before it to end, and
+  // a burst of 1 cannot make that up (docs/flow-control.md).
+  throttle100burst10: { limits: { api: { rate: 100, burst: 10 } }, jobs: 1000, batchWaitMs: BATCH_WAIT_MS },
   quiet: { limits: { hot: { concurrency: HOT_CONCURRENCY } }, jobs: 0 },
   hotlimit: { limits: { hot: { concurrency: HOT_CONCURRENCY } }, jobs: 10_000 },
   hotlate: { limits: { hot: { concurrency: HOT_CONCURRENCY } }, jobs: 10_000, quietFromMs: 60_000 },
@@ -476,7 +480,7 @@ async function main() {
         if (FLOW[name]) {
           const api = FLOW[name].limits.api;
           const t = (v) => (api ? v : "-");
-          flow.push([name, String(c), consumer, api ? `${api.rate}/s, burst 1` : `hot: concurrency ${HOT_CONCURRENCY}`, t(fmt(x.perSecond)),
+          flow.push([name, String(c), consumer, api ? `${api.rate}/s, burst ${api.burst ?? 1}` : `hot: concurrency ${HOT_CONCURRENCY}`, t(fmt(x.perSecond)),
             t(fmt(x.perSecond / (api?.rate ?? 1))), t(String(x.worstWindow)), t(String(x.longestGapMs)), fmt(x.deliveriesPerJob),
             x.quietP95 === null ? "-" : String(x.quietP95)]);
           if (x.quietP95 !== null) quietP95.set(`${name}/${consumer}`, x.quietP95);
