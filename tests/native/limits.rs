@@ -315,6 +315,21 @@ fn a_breaker_beside_a_concurrency_resumes_at_its_cool_down_on_the_woken_jobs_own
     assert_eq!(k.ask("c", T0 + 10 + 4_200), Permit::Granted);
 }
 
+/// A key of `concurrency` whose breaker (one failure, 4 s) tripped at T0 + 1: at the cool-down's
+/// end `c` probes, and `d`, `e` and `f` come while it runs and wait in line for it.
+fn probing_with_a_line(db: &Sqlite, concurrency: Option<u32>) -> Keyed<'_> {
+    let policy =
+        Policy { concurrency, breaker: Some(Breaker { trip_after: 1, cooldown_seconds: 4 }), ..Policy::default() };
+    let k = keyed(db, policy);
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    k.failed("a", T0 + 1, 0);
+    assert_eq!(k.ask("c", T0 + 4_001), Permit::Granted, "the probe");
+    for (i, job) in ["d", "e", "f"].iter().enumerate() {
+        assert_eq!(k.ask(job, T0 + 4_002 + i as i64), Permit::Refused(Refusal::Probing));
+    }
+    k
+}
+
 #[test]
 fn a_probe_that_succeeds_wakes_as_many_of_the_line_as_there_are_free_slots() {
     // Issue 38: the jobs that came while the probe ran wait in line for it; its success closes the
@@ -323,15 +338,7 @@ fn a_probe_that_succeeds_wakes_as_many_of_the_line_as_there_are_free_slots() {
     for (concurrency, woken) in [(Some(3), vec!["d", "e", "f"]), (Some(2), vec!["d", "e"]), (None, vec!["d", "e", "f"])]
     {
         let db = Sqlite::memory();
-        let policy =
-            Policy { concurrency, breaker: Some(Breaker { trip_after: 1, cooldown_seconds: 4 }), ..Policy::default() };
-        let k = keyed(&db, policy);
-        assert_eq!(k.ask("a", T0), Permit::Granted);
-        k.failed("a", T0 + 1, 0);
-        assert_eq!(k.ask("c", T0 + 4_001), Permit::Granted, "the probe");
-        for (i, job) in ["d", "e", "f"].iter().enumerate() {
-            assert_eq!(k.ask(job, T0 + 4_002 + i as i64), Permit::Refused(Refusal::Probing));
-        }
+        let k = probing_with_a_line(&db, concurrency);
         assert_eq!(k.done("c", T0 + 4_100), woken, "concurrency {concurrency:?}");
     }
 }
@@ -341,18 +348,7 @@ fn a_probe_that_fails_wakes_only_the_next_probe() {
     // The breaker opens again: of the jobs in line only the oldest goes, to wait for the cool-down
     // and probe; waking them all would only have them refused again.
     let db = Sqlite::memory();
-    let policy = Policy {
-        concurrency: Some(3),
-        breaker: Some(Breaker { trip_after: 1, cooldown_seconds: 4 }),
-        ..Policy::default()
-    };
-    let k = keyed(&db, policy);
-    assert_eq!(k.ask("a", T0), Permit::Granted);
-    k.failed("a", T0 + 1, 0);
-    assert_eq!(k.ask("c", T0 + 4_001), Permit::Granted, "the probe");
-    for (i, job) in ["d", "e", "f"].iter().enumerate() {
-        assert_eq!(k.ask(job, T0 + 4_002 + i as i64), Permit::Refused(Refusal::Probing));
-    }
+    let k = probing_with_a_line(&db, Some(3));
     assert_eq!(k.failed("c", T0 + 4_100, 0), vec!["d"]);
     assert_eq!(k.ask("d", T0 + 4_200), Permit::Refused(Refusal::Open { until: T0 + 4_100 + 8_000 }));
 }

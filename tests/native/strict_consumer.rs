@@ -624,22 +624,48 @@ fn limited_message(id: &str, key: &str, ts: i64) -> Incoming {
     }
 }
 
-#[test]
-fn a_parked_head_is_not_due_so_its_keys_deliveries_only_park_and_its_wake_up_makes_it_due() {
+/// A world whose limit key `host` (concurrency 1) has its only slot held by `x`, of another key.
+fn host_held_by_x() -> World {
     let mut w = World::new(OnDead::Skip);
     w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"concurrency": 1}}"#).unwrap();
-    let ledger = Ledger::new(&w.db);
-    let policy = w.cfg.limits.for_key("host");
-    // x, of another key, holds the host's only slot.
-    let x = orderly::ledger::limit::Ask {
+    block_on(Ledger::new(&w.db).acquire(&x_ask(&w), T0)).unwrap();
+    w
+}
+
+/// `x`'s ask of `host`'s slot (see [`host_held_by_x`]).
+fn x_ask(w: &World) -> orderly::ledger::limit::Ask<'static> {
+    orderly::ledger::limit::Ask {
         limit_key: "host",
         job_id: "x",
         route: orderly::ledger::Route::key("k2"),
         until: T0 + 120_000,
-        policy,
+        policy: w.cfg.limits.for_key("host"),
         pace_ms: 0,
+    }
+}
+
+/// `x` ends a second later: its slot goes to the oldest job in `host`'s line, whose wake-up (the
+/// message the release sends) comes back to be delivered.
+fn x_ends_and_wakes(w: &World) -> Incoming {
+    w.clock.advance_ms(1_000);
+    let ledger = Ledger::new(&w.db);
+    let x = x_ask(w);
+    let release = orderly::ledger::limit::Release {
+        limit_key: "host",
+        job_id: "x",
+        until: x.until,
+        verdict: orderly::flow::RunVerdict::Succeeded,
+        policy: x.policy,
     };
-    block_on(ledger.acquire(&x, T0)).unwrap();
+    let woken = block_on(ledger.release(&release, w.clock.now_ms())).unwrap();
+    block_on(orderly::producer::wake(&ledger, &w.queue, &woken, 2, None)).unwrap();
+    let body = serde_json::from_str(w.queue.batches.borrow().last().unwrap()[0].json()).unwrap();
+    Incoming { id: "m-wake".into(), timestamp_ms: w.clock.now_ms(), body: Ok(body) }
+}
+
+#[test]
+fn a_parked_head_is_not_due_so_its_keys_deliveries_only_park_and_its_wake_up_makes_it_due() {
+    let w = host_held_by_x();
     // a is refused and parked: handed back, not due until the recheck.
     assert_eq!(w.run(&[limited_message("a", "k", T0)]), vec![Outcome::Ack]);
     let a = w.job("a");
@@ -653,21 +679,10 @@ fn a_parked_head_is_not_due_so_its_keys_deliveries_only_park_and_its_wake_up_mak
     assert!(w.runs().is_empty());
     // x ends: its slot is handed to a, whose wake-up says so; delivered, it makes a due and runs,
     // and the chain goes on to b.
-    w.clock.advance_ms(1_000);
-    let release = orderly::ledger::limit::Release {
-        limit_key: "host",
-        job_id: "x",
-        until: x.until,
-        verdict: orderly::flow::RunVerdict::Succeeded,
-        policy,
-    };
-    let woken = block_on(ledger.release(&release, w.clock.now_ms())).unwrap();
-    block_on(orderly::producer::wake(&ledger, &w.queue, &woken, 2, None)).unwrap();
+    let wake_up = x_ends_and_wakes(&w);
     let sent = w.queue.sent();
     let wake = sent.last().expect("a's wake-up");
     assert!(wake.meta.woken, "the message says it is a wake-up");
-    let body = serde_json::from_str(w.queue.batches.borrow().last().unwrap()[0].json()).unwrap();
-    let wake_up = Incoming { id: "m-wake".into(), timestamp_ms: w.clock.now_ms(), body: Ok(body) };
     assert_eq!(w.run(std::slice::from_ref(&wake_up)), vec![Outcome::Ack]);
     assert_eq!(w.runs(), vec!["a", "b"]);
     // A copy of the wake-up delivered later changes nothing.
@@ -681,19 +696,7 @@ fn an_unkeyed_job_parked_for_its_limit_key_stays_due_so_its_wake_up_runs_it() {
     // mark; parked not due, as a keyed head is, its wake-up found it not due and was put off to
     // the recheck (30 s) while the slot handed to it stood empty. It has no key whose other
     // deliveries it must stop, so it parks due, as in lock mode.
-    let mut w = World::new(OnDead::Skip);
-    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"concurrency": 1}}"#).unwrap();
-    let ledger = Ledger::new(&w.db);
-    let policy = w.cfg.limits.for_key("host");
-    let x = orderly::ledger::limit::Ask {
-        limit_key: "host",
-        job_id: "x",
-        route: orderly::ledger::Route::key("k2"),
-        until: T0 + 120_000,
-        policy,
-        pace_ms: 0,
-    };
-    block_on(ledger.acquire(&x, T0)).unwrap();
+    let w = host_held_by_x();
     let unkeyed = Incoming {
         id: "m-u".into(),
         timestamp_ms: T0,
@@ -702,19 +705,7 @@ fn an_unkeyed_job_parked_for_its_limit_key_stays_due_so_its_wake_up_runs_it() {
     assert_eq!(w.run(&[unkeyed]), vec![Outcome::Ack]);
     let u = w.job("u");
     assert_eq!((u.status, u.deferrals, u.next_run_at), (Status::Pending, 1, T0), "parked, and due");
-    w.clock.advance_ms(1_000);
-    let release = orderly::ledger::limit::Release {
-        limit_key: "host",
-        job_id: "x",
-        until: x.until,
-        verdict: orderly::flow::RunVerdict::Succeeded,
-        policy,
-    };
-    let woken = block_on(ledger.release(&release, w.clock.now_ms())).unwrap();
-    block_on(orderly::producer::wake(&ledger, &w.queue, &woken, 2, None)).unwrap();
-    let body = serde_json::from_str(w.queue.batches.borrow().last().unwrap()[0].json()).unwrap();
-    let wake_up = Incoming { id: "m-wake".into(), timestamp_ms: w.clock.now_ms(), body: Ok(body) };
-    assert_eq!(w.run(&[wake_up]), vec![Outcome::Ack]);
+    assert_eq!(w.run(&[x_ends_and_wakes(&w)]), vec![Outcome::Ack]);
     assert_eq!(w.runs(), vec!["u"], "its wake-up runs it");
 }
 
