@@ -130,10 +130,12 @@ pub fn check(
         let in_line: BTreeSet<&str> = k.line.iter().map(|(id, _)| id.as_str()).collect();
         let parked_keys: BTreeSet<&str> =
             k.line.iter().filter_map(|(id, _)| jobs.get(id).and_then(|(_, (ok, _))| ok.as_deref())).collect();
-        // Lock mode, deliveries out of order: a slot handed to a job whose ordering key is held
-        // for a job parked before it cannot be used (the key's lock defers it) and stands empty
-        // until the hand-off lapses; the line then waits for the key's next look (design §20.8).
-        // Strict mode never hands a slot to a job behind its key's head.
+        // A slot handed to a job whose ordering key has a job in the line before it cannot be
+        // used and stands empty until the hand-off lapses; the line then waits for the key's next
+        // look or maintenance. Lock mode: deliveries out of order, the key's lock defers the job
+        // (design §20.8). Strict mode: an operator's redrive put the key's DEAD head back ahead
+        // of a job already handed a slot. Left open (issue 38): such a job should give its slot
+        // back at once.
         let crossed = k.handed.iter().any(|id| {
             !in_line.contains(id.as_str())
                 && jobs.get(id).and_then(|(_, (ok, _))| ok.as_deref()).is_some_and(|o| parked_keys.contains(o))
