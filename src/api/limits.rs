@@ -6,8 +6,8 @@
 //! - `GET /limits/{key}`: one, with its configured policy even before any job of it ran.
 //! - `PUT /limits/{key}` `{"paused"?: bool, "policy"?: {...} | null}`: pause or resume; set a
 //!   policy in place of the configured one, or give it back (`null`). A resume or a new policy
-//!   wakes the key's parked jobs (as many as may start, at most [`WAKE_AT_ONCE`](crate::flow::WAKE_AT_ONCE), in the change's own batch); the rest
-//!   follow as runs end.
+//!   wakes the key's parked jobs in the change's own batch (as many as may start, at most
+//!   [`WAKE_AT_ONCE`](crate::flow::WAKE_AT_ONCE)); the rest follow as runs end.
 //!
 //! A policy is written flat, as in `LIMITS`: `rate`, `per_seconds`, `burst`, `concurrency`,
 //! `trip_after`, `cooldown_seconds`.
