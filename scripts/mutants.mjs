@@ -7,7 +7,8 @@
 //   1. The baseline, on a pristine copy: the whole native suite once, its structural tests
 //      included (the table's `structural`: the house rules and the SQL parameter check read the
 //      code's text, so a mutant would fail them whatever its behaviour), then the
-//      simulation's fixed seeds, then each node `test` command of the table. Anything red there
+//      simulation's tests (its fixed seeds and its checkers' own tests), then each node `test`
+//      command of the table. Anything red there
 //      ends the run: a killer is a test that passed on the pristine copy and fails on a mutant.
 //   2. Each mutant: its recorded `killers` first, target by target, stopping at the first that
 //      fails; only when none of them kills it, the whole native suite without the structural
@@ -92,7 +93,10 @@ function nativeCommand(all) {
   const sel = chosen.map(selector).join(" ");
   return `cargo test --locked ${all ? "--no-fail-fast " : ""}${sel} -- ${skips.join(" ")}`;
 }
-const simCommand = sim && cargoExact(sim.target, [sim.test]);
+// Every test of the simulation's target: its seeds and its checkers' own tests (a checker's
+// mutant is killed by the test that shows it reporting; run only the seeds, and no such kill
+// could ever count, as none passed in the baseline).
+const simCommand = sim && `cargo test --locked --profile ${sim.profile} ${selector(sim.target)}`;
 
 /** Red on the pristine copy: the run cannot tell a kill from what was already failing. */
 function baseline() {
@@ -104,7 +108,7 @@ function baseline() {
   }
   if (!rebuilt(native.out, targets.crate)) throw new Error(`cargo did not rebuild ${targets.crate} for the pristine copy`);
   if (simCommand) {
-    console.error("baseline: the simulation's fixed seeds");
+    console.error("baseline: the simulation (its fixed seeds and its checkers' tests)");
     const s = run(pristine, simCommand, 30 * MINUTES);
     if (s.status !== 0) throw new Error(`the simulation fails on the pristine copy:\n${s.out.split("\n").slice(-20).join("\n")}`);
     // Its tests passed here too: a kill counts only for a test that passed before, so left out,

@@ -70,6 +70,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// Asks `job`'s limit key, if it has one, for a permit to start now.
     pub(super) async fn gate(&self, job: &JobRow) -> Gate {
         let Some(limit_key) = job.limit_key.as_deref() else { return Gate::Free };
+        self.slots_dealt.borrow_mut().insert(job.id.clone());
         let now = self.clock.now_ms();
         let ask = Ask {
             limit_key,
@@ -182,6 +183,29 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             Err(e) => return self.outage(format!("limit key {limit_key:?}: permit not freed, it lapses: {e}")),
         };
         self.wake(woken).await;
+    }
+
+    /// Gives back the slot handed to each woken job of `woken` (job, limit key) not dealt with
+    /// yet, and wakes the jobs it goes to. Such a job cannot start now: it waits behind a job of
+    /// its ordering key (run before it in this batch, or in the line itself: lock mode, the key's
+    /// lock is held for it; strict mode, an operator's redrive put the key's head back ahead), or
+    /// its run was put off (its ordering key paused, an outage). Kept, its slot stood empty until
+    /// the hand-off lapsed (30 s) while the line waited, for maintenance when the job ahead was
+    /// the one waiting for it (the simulation's line check found both). Asking when its turn
+    /// comes, it starts or joins the line as any job. Best effort: a slot not given back lapses.
+    pub(super) async fn give_back(&self, woken: &[(String, String)]) {
+        for (job_id, limit_key) in woken {
+            if !self.slots_dealt.borrow_mut().insert(job_id.clone()) {
+                continue;
+            }
+            let policy = self.cfg.limits.for_key(limit_key);
+            match self.ledger.give_back(limit_key, job_id, &policy, self.clock.now_ms()).await {
+                Ok(next) => self.wake(next).await,
+                Err(e) => self.outage(format!(
+                    "limit key {limit_key:?}: the slot handed to {job_id:?} not given back, it lapses: {e}"
+                )),
+            }
+        }
     }
 
     /// Sends again the jobs taken out of a limit key's line, at once (a wake-up held back until the

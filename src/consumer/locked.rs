@@ -327,16 +327,33 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 .collect(),
         );
         let mut work = Vec::new();
+        // The woken jobs that do not start at once give back the slots handed to them, first:
+        // held while a job before them runs (a handler may run for minutes) or their key's lock is
+        // held, the hand-offs lapsed with the line waiting for them (the simulation's line check
+        // found it).
+        let mut waiting = Vec::new();
         for (g, l) in plan.groups.iter().zip(locks) {
             let lock = match l {
                 GroupLock::Unkeyed => None,
                 GroupLock::Taken(h) => Some(h.clone()),
-                GroupLock::Held { .. } | GroupLock::Down => continue,
+                GroupLock::Held { .. } | GroupLock::Down => {
+                    waiting.extend(g.members.iter().filter_map(|&i| plan.decoded(i).handed_slot()));
+                    continue;
+                }
             };
             let members: Vec<(usize, Claim)> =
                 g.members.iter().filter_map(|&i| claims.remove(&i).map(|c| (i, c))).collect();
+            // Only the first member of the groups that start at once starts now (the rest of the
+            // groups start as those end), and only if it was claimed.
+            for (place, (i, claim)) in members.iter().enumerate() {
+                let starts = work.len() < GROUP_CONCURRENCY && place == 0 && matches!(claim, Claim::Won(_));
+                if !starts {
+                    waiting.extend(plan.decoded(*i).handed_slot());
+                }
+            }
             work.push((members, lock));
         }
+        self.give_back(&waiting).await;
         let runs: Vec<GroupResult> = stream::iter(work)
             .map(|(members, lock)| self.run_group(members, decoded, lock, &leases, &held, deadline))
             .buffer_unordered(GROUP_CONCURRENCY)
@@ -636,3 +653,4 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         .await;
     }
 }
+

@@ -87,6 +87,14 @@ pub(super) struct Decoded {
     pub(super) woken: bool,
 }
 
+impl Decoded {
+    /// A wake-up's (job, limit key): the job was handed a slot of its limit key (design §20),
+    /// which it takes over when it asks, or gives back when it cannot start now.
+    pub(super) fn handed_slot(&self) -> Option<(String, String)> {
+        self.woken.then(|| Some((self.spec.id.clone(), self.spec.limit_key.clone()?))).flatten()
+    }
+}
+
 /// What message `m` asks for, with the configuration's defaults, or why it asks for nothing.
 pub(super) fn decode(m: &Incoming, cfg: &Config) -> Read {
     let body = m.body.as_ref().map_err(|e| Undecodable::NotJson(e.clone()))?;

@@ -79,11 +79,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         if msgs.is_empty() {
             return Vec::new();
         }
+        // Wake-ups whose job did not start give back the slot handed to it when the batch ends.
+        let woken: Vec<(String, String)> =
+            decoded.iter().flatten().filter(|_| role == Role::Main).filter_map(message::Decoded::handed_slot).collect();
         let out = match (role, self.cfg.ordering_mode) {
             (Role::DeadLetter, _) => self.dead_letters(msgs, &decoded).await,
             (Role::Main, OrderingMode::Lock) => self.run_locked(msgs, &decoded).await,
             (Role::Main, OrderingMode::Strict) => self.run_strict_batch(msgs, decoded).await,
         };
+        self.give_back(&woken).await;
         self.send_woken().await;
         out
     }

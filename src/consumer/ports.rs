@@ -35,6 +35,9 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     pub sealer: Option<&'a dyn Sealer>,
     /// Jobs taken out of a limit key's line during this batch, sent again once it is recorded.
     pub(super) woken: RefCell<Vec<crate::ledger::limit::Woken>>,
+    /// Woken jobs whose handed slot this batch has dealt with: taken over by their ask, or given
+    /// back; the batch gives back the rest when it ends (see `Consumer::give_back`).
+    pub(super) slots_dealt: RefCell<std::collections::HashSet<String>>,
     /// Waits that many ms (the worker's timer), so a throttled start due within
     /// [`PACE_MS`](super::gate::PACE_MS) is waited for here instead of sent back; none: never waited for.
     pub(super) sleep: Option<&'a Sleep<'a>>,
@@ -76,6 +79,7 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
             log: &no_log,
             sealer: None,
             woken: RefCell::default(),
+            slots_dealt: RefCell::default(),
             sleep: None,
         }
     }

@@ -164,6 +164,7 @@ pub(crate) fn ask_stmts(ask: &Ask<'_>, now: i64) -> Vec<Stmt> {
         ),
         for_job(sql!("limit_charge"), vec![("interval_us", b.interval_us.clone())]),
         for_job(sql!("limit_park"), vec![("route", ask.route.to_text().into()), ("concurrency", b.concurrency)]),
+        Stmt::bind(sql!("limit_unhand"), [("limit_key", key.into()), ("job_id", job.into())]),
         for_job(
             sql!("limit_book"),
             vec![("interval_us", b.interval_us.clone()), ("tolerance_us", b.tolerance_us.clone())],
@@ -214,6 +215,14 @@ pub(crate) fn release_stmts(r: &Release<'_>, now: i64) -> Vec<Stmt> {
     // it may all start (limit_hand.sql hands one while the breaker is not closed).
     .chain(wake_stmts(r.limit_key, WAKE_AT_ONCE, &r.policy, now))
     .collect()
+}
+
+/// The statements of a woken job's give-back of the slot handed to it, in order; the last one's
+/// rows are the jobs woken to take it.
+pub(crate) fn give_back_stmts(key: &str, job: &str, policy: &Policy, now: i64) -> Vec<Stmt> {
+    std::iter::once(Stmt::bind(sql!("limit_give_back"), [("limit_key", key.into()), ("job_id", job.into())]))
+        .chain(wake_stmts(key, WAKE_AT_ONCE, policy, now))
+        .collect()
 }
 
 /// Hands the oldest jobs in `key`'s line, at most `n`, the slots free now (none while it is
@@ -378,6 +387,13 @@ impl<S: Sql> Shard<S> {
     /// slots free now: one batch.
     pub async fn release(&self, r: &Release<'_>, now: i64) -> Result<Vec<Woken>, InfraError> {
         let out = self.sql.batch(release_stmts(r, now)).await?;
+        Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
+    }
+
+    /// Gives back the slot handed to `job`, woken and unable to start, and hands it on: one
+    /// batch. The jobs woken to take it come back.
+    pub async fn give_back(&self, key: &str, job: &str, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
+        let out = self.sql.batch(give_back_stmts(key, job, policy, now)).await?;
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 

@@ -126,6 +126,7 @@ fn every_statement() -> Vec<Stmt> {
     let verdict = crate::flow::RunVerdict::Failed { retry_after_ms: 5 };
     all.extend(limit::release_stmts(&limit::Release { limit_key: "l", job_id: "a", until: 2, verdict, policy }, 1));
     all.extend(limit::line_stmts("l", &[("a", Route::key("k"))], &policy, 1));
+    all.extend(limit::give_back_stmts("l", "a", &policy, 1));
     let change = limit::Change { paused: Some(true), policy: Some(Some(policy)) };
     all.push(limit::set_stmt("l", &change, 1));
     all.push(limit::states_stmt("a", 1, 10));

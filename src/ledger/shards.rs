@@ -495,6 +495,12 @@ impl<S: Sql> Ledger<S> {
         self.at(Route::key(r.limit_key)).release(r, now).await
     }
 
+    /// A woken job that could not start gives back the slot handed to it, in its limit key's
+    /// shard: the jobs woken to take it.
+    pub async fn give_back(&self, key: &str, job: &str, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
+        self.at(Route::key(key)).give_back(key, job, policy, now).await
+    }
+
     #[cfg(any(test, feature = "testing"))]
     /// Hands the oldest `n` jobs in `key`'s line a slot each and takes them out of it (tests; an
     /// operator's change wakes in its own batch, [`Self::set_limit`]).

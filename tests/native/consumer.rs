@@ -1249,6 +1249,74 @@ fn a_tripped_breaker_beside_a_concurrency_resumes_after_its_cool_down_without_ma
 }
 
 #[test]
+fn a_woken_job_behind_another_of_its_key_gives_its_slot_back_before_that_one_runs() {
+    // Issue 38, found by the simulation's line check: p and q, of one key, were both woken, and
+    // their wake-ups came in one batch. q waits for p, whose run may take minutes; the slot
+    // handed to q stood empty meanwhile and lapsed (30 s) with r waiting in line for it. q gives
+    // it back before p runs, and r is handed it then; q asks for a slot when its turn comes.
+    let w = with_limits(r#"{"host": {"concurrency": 2}}"#);
+    let ledger = orderly::ledger::Ledger::new(&w.db);
+    let other = |job: &'static str| orderly::ledger::limit::Ask {
+        limit_key: "host",
+        job_id: job,
+        route: orderly::ledger::Route::key(job),
+        until: T0 + 120_000,
+        policy: w.cfg.limits.for_key("host"),
+        pace_ms: 0,
+    };
+    for x in ["x1", "x2"] {
+        block_on(ledger.acquire(&other(x), T0)).unwrap();
+    }
+    let slow = json!({"type": "t", "takes_ms": 20_000});
+    assert_eq!(w.run(&[limited("p", T0, Some("k"), "host", slow)]), vec![Outcome::Ack], "parked: the host is full");
+    // q, behind p, joins the line too (lock mode's lock is best effort: the simulation saw two
+    // invocations park a key's jobs at once).
+    let q = JobSpec { limit_key: Some("host".into()), ..spec("q", Some("k")) };
+    block_on(ledger.enqueue_all(&[orderly::ledger::Submit::due(&q, T0)], T0)).unwrap();
+    let q = orderly::ledger::limit::Ask { route: orderly::ledger::Route::key("k"), ..other("q") };
+    let parked = block_on(ledger.acquire(&q, T0)).unwrap();
+    assert_eq!(parked, orderly::ledger::limit::Permit::Refused(orderly::flow::Refusal::Full));
+    assert_eq!(w.run(&[limited("r", T0 + 2, Some("k2"), "host", ok())]), vec![Outcome::Ack]);
+    // x1 and x2 end: their slots go to p and q, the line's oldest.
+    w.clock.advance_ms(1_000);
+    for x in ["x1", "x2"] {
+        let r = orderly::ledger::limit::Release {
+            limit_key: "host",
+            job_id: x,
+            until: T0 + 120_000,
+            verdict: orderly::flow::RunVerdict::Succeeded,
+            policy: w.cfg.limits.for_key("host"),
+        };
+        let woken = block_on(ledger.release(&r, w.clock.now_ms())).unwrap();
+        block_on(orderly::producer::wake(&ledger, &w.queue, &woken, 1, None)).unwrap();
+    }
+    let woken: Vec<Incoming> = w
+        .queue
+        .batches
+        .borrow()
+        .iter()
+        .flatten()
+        .map(|m| serde_json::from_str::<Value>(m.json()).unwrap())
+        .filter(|body| body["__orderly_job__"]["woken"] == json!(true))
+        .map(|body| {
+            let id = body["__orderly_job__"]["id"].as_str().unwrap().to_string();
+            msg(&id, w.clock.now_ms(), body)
+        })
+        .collect();
+    assert_eq!(woken.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), vec!["p", "q"]);
+    let started = w.clock.now_ms();
+    w.raw.set(true);
+    w.run(&woken);
+    assert_eq!(w.runs(), vec!["p", "q"], "p, then q, in k's order");
+    let handed: i64 =
+        w.db.conn
+            .query_row("SELECT until FROM limit_permit WHERE job_id = 'r' AND handed = 1", [], |row| row.get(0))
+            .expect("r was handed a slot");
+    let hold = i64::from(orderly::flow::WOKEN_HOLD_SECONDS) * 1000;
+    assert_eq!(handed, started + hold, "r was handed q's slot before p ran, not when p's 20 s run ended");
+}
+
+#[test]
 fn a_job_woken_before_its_parking_is_recorded_still_gets_its_message() {
     let w = with_limits(r#"{"host": {"concurrency": 1}}"#);
     let ledger = orderly::ledger::Ledger::new(&w.db);

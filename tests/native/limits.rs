@@ -315,6 +315,61 @@ fn a_breaker_beside_a_concurrency_resumes_at_its_cool_down_on_the_woken_jobs_own
     assert_eq!(k.ask("c", T0 + 10 + 4_200), Permit::Granted);
 }
 
+#[test]
+fn while_a_probe_runs_no_slot_is_handed_and_its_success_hands_each_woken_job_a_slot_it_may_take() {
+    // Issue 38, found by the simulation's line check: b, started before the trip, ended while the
+    // probe ran and handed y the next slot. y, arriving, was refused for the probe and parked
+    // again with its hand-off; the probe's success then handed z and v the two slots y's hand-off
+    // was not counted in, and z and v, asking, counted it: refused as full, the line stood still
+    // until the hand-offs lapsed, with nothing to wake it.
+    let db = Sqlite::memory();
+    let policy = Policy {
+        concurrency: Some(2),
+        breaker: Some(Breaker { trip_after: 1, cooldown_seconds: 4 }),
+        ..Policy::default()
+    };
+    let k = keyed(&db, policy);
+    assert_eq!(k.ask("a", T0), Permit::Granted);
+    assert_eq!(k.ask("b", T0), Permit::Granted);
+    assert_eq!(k.ask("x", T0 + 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.failed("a", T0 + 2, 0), vec!["x"], "the trip hands one: the next probe");
+    assert_eq!(k.ask("x", T0 + 4_002), Permit::Granted, "x probes at the cool-down's end");
+    for (i, job) in ["y", "z", "v"].iter().enumerate() {
+        assert_eq!(k.ask(job, T0 + 4_003 + i as i64), Permit::Refused(Refusal::Probing));
+    }
+    assert!(k.failed("b", T0 + 4_010, 0).is_empty(), "nothing is handed while the probe runs");
+    let woken = k.done("x", T0 + 4_100);
+    assert_eq!(woken, vec!["y", "z"], "the probe's success hands both slots, oldest first");
+    for (i, job) in woken.iter().enumerate() {
+        assert_eq!(k.ask(job, T0 + 4_200 + i as i64), Permit::Granted, "{job}, woken, may take its slot");
+    }
+}
+
+#[test]
+fn a_woken_job_back_in_line_holds_no_slot_so_a_probe_that_fails_hands_it_the_next_probe() {
+    // A job handed a slot and then refused for a probe waits in line again: its hand-off goes, or
+    // the breaker's next opening, handing one job only while none holds a hand-off, hands nobody
+    // and the line waits for maintenance.
+    let db = Sqlite::memory();
+    let policy = Policy {
+        concurrency: Some(3),
+        breaker: Some(Breaker { trip_after: 1, cooldown_seconds: 4 }),
+        ..Policy::default()
+    };
+    let k = keyed(&db, policy);
+    for job in ["a", "b", "g"] {
+        assert_eq!(k.ask(job, T0), Permit::Granted);
+    }
+    assert_eq!(k.ask("c", T0 + 1), Permit::Refused(Refusal::Full));
+    assert_eq!(k.failed("a", T0 + 2, 0), vec!["c"]);
+    assert!(k.failed("g", T0 + 3, 0).is_empty(), "c's hand-off is the next probe's");
+    assert_eq!(k.ask("e", T0 + 4_002), Permit::Granted, "e probes");
+    assert_eq!(k.ask("c", T0 + 4_003), Permit::Refused(Refusal::Probing));
+    let state = block_on(k.ledger.limit_state("host", T0 + 4_003)).unwrap().unwrap();
+    assert_eq!((state.running, state.waiting), (2, 1), "b and the probe run; c waits, holding no slot");
+    assert_eq!(k.failed("e", T0 + 4_100, 0), vec!["c"], "the probe failed: c is the next probe");
+}
+
 /// A key of `concurrency` whose breaker (one failure, 4 s) tripped at T0 + 1: at the cool-down's
 /// end `c` probes, and `d`, `e` and `f` come while it runs and wait in line for it.
 fn probing_with_a_line(db: &Sqlite, concurrency: Option<u32>) -> Keyed<'_> {

@@ -691,6 +691,43 @@ fn a_parked_head_is_not_due_so_its_keys_deliveries_only_park_and_its_wake_up_mak
 }
 
 #[test]
+fn a_job_woken_behind_its_keys_head_gives_its_slot_back_to_the_line_at_once() {
+    // Issue 38, found by the simulation's line check: a died and the key moved on to b, which
+    // parked for host's one slot; an operator redrove a, which came back as k's head and parked
+    // behind b. x's end handed the slot to b, the line's oldest; b's wake-up, delivered, claims
+    // nothing while a is k's head, and the slot stood empty until its hand-off lapsed (30 s), the
+    // line left to maintenance. b must give it back at once: it goes to a, which runs, then b.
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"concurrency": 1}}"#).unwrap();
+    let dies = Incoming {
+        id: "m-a".into(),
+        timestamp_ms: T0,
+        body: Ok(json!({"__fedify_ordering_key__": "k", "__fedify_payload__": {"permanent": true},
+                        "__orderly_job__": {"id": "a", "limit_key": "host"}})),
+    };
+    assert_eq!(w.run(&[dies]), vec![Outcome::Ack]);
+    assert_eq!(w.job("a").status, Status::Dead);
+    block_on(Ledger::new(&w.db).acquire(&x_ask(&w), T0)).unwrap();
+    assert_eq!(w.run(&[limited_message("b", "k", T0 + 1)]), vec![Outcome::Ack], "b parks: x holds the slot");
+    block_on(w.db.query(stmt::redrive("a", T0 + 2))).unwrap();
+    w.clock.advance_ms(2);
+    assert_eq!(w.run(&[limited_message("a", "k", T0 + 2)]), vec![Outcome::Ack], "a, k's head again, parks behind b");
+    assert_eq!(w.job("a").deferrals, 1);
+    let b_woken = x_ends_and_wakes(&w);
+    assert_eq!(w.wakes().last().map(|(id, _)| id.as_str()), Some("b"), "the slot goes to b, the line's oldest");
+    assert_eq!(w.run(&[b_woken]), vec![Outcome::Ack]);
+    let (id, delay) = w.wakes().last().cloned().unwrap();
+    assert_eq!((id.as_str(), delay), ("a", 0), "b gave its slot back at once, and a was woken to take it");
+    let a_woken = Incoming {
+        id: "m-wake-a".into(),
+        timestamp_ms: w.clock.now_ms(),
+        body: Ok(serde_json::from_str(w.queue.batches.borrow().last().unwrap()[0].json()).unwrap()),
+    };
+    assert_eq!(w.run(&[a_woken]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "a", "b"], "a, redriven, then b, in k's order");
+}
+
+#[test]
 fn an_unkeyed_job_parked_for_its_limit_key_stays_due_so_its_wake_up_runs_it() {
     // Issue 38: an unkeyed job takes the lock-mode path, whose claim does not read a wake-up's
     // mark; parked not due, as a keyed head is, its wake-up found it not due and was put off to

@@ -8,7 +8,8 @@
 //! - **no free slot**: while its breaker is closed, its live permits (runs, and slots handed to
 //!   woken jobs) fill its concurrency (a key without one has no reason to park but a pause or a
 //!   probe);
-//! - **a waker**: a live permit (its run's release, or its woken job's, hands the next slot), a
+//! - **a waker**: a live permit (its run's release hands the next slot; a woken job that cannot
+//!   start gives its slot back, which hands it on), a
 //!   job of the key RUNNING (it asks, then releases or parks), or a message on its way for a job
 //!   of the key outside the line whose ordering key has nothing in the line (it will ask: a job
 //!   put off for the throttle or the breaker's cool-down, or just submitted).
@@ -34,8 +35,6 @@ struct Key {
     overridden: bool,
     override_concurrency: Option<i64>,
     permits: i64,
-    /// Jobs handed a slot, the slot live or lapsed.
-    handed: Vec<String>,
     /// PENDING jobs in the line: (job, since).
     line: Vec<(String, i64)>,
 }
@@ -78,10 +77,6 @@ fn read(dbs: &[Rc<Sqlite>], now: i64) -> (BTreeMap<String, Key>, BTreeMap<String
         );
         rows("SELECT limit_key, count(*) FROM limit_permit WHERE until > ?1 GROUP BY limit_key", &mut |r| {
             keys.entry(r.get(0)?).or_default().permits += r.get::<_, i64>(1)?;
-            Ok(())
-        });
-        rows("SELECT limit_key, job_id FROM limit_permit WHERE handed = 1 AND ?1 = ?1", &mut |r| {
-            keys.entry(r.get(0)?).or_default().handed.push(r.get(1)?);
             Ok(())
         });
         rows("SELECT limit_key, job_id, since FROM limit_wait WHERE ?1 = ?1", &mut |r| {
@@ -130,19 +125,6 @@ pub fn check(
         let in_line: BTreeSet<&str> = k.line.iter().map(|(id, _)| id.as_str()).collect();
         let parked_keys: BTreeSet<&str> =
             k.line.iter().filter_map(|(id, _)| jobs.get(id).and_then(|(_, (ok, _))| ok.as_deref())).collect();
-        // A slot handed to a job whose ordering key has a job in the line before it cannot be
-        // used and stands empty until the hand-off lapses; the line then waits for the key's next
-        // look or maintenance. Lock mode: deliveries out of order, the key's lock defers the job
-        // (design §20.8). Strict mode: an operator's redrive put the key's DEAD head back ahead
-        // of a job already handed a slot. Left open (issue 38): such a job should give its slot
-        // back at once.
-        let crossed = k.handed.iter().any(|id| {
-            !in_line.contains(id.as_str())
-                && jobs.get(id).and_then(|(_, (ok, _))| ok.as_deref()).is_some_and(|o| parked_keys.contains(o))
-        });
-        if crossed {
-            continue;
-        }
         let concurrency =
             if k.overridden { k.override_concurrency } else { policies.for_key(name).concurrency.map(i64::from) };
         if k.closed && concurrency.is_none_or(|c| k.permits < c) {
@@ -225,14 +207,18 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_handed_behind_a_parked_job_of_its_own_key_excuses_the_line() {
-        // c, behind b in k2, was handed a slot it cannot use while k2 is held for b.
-        let crossed = line_of("host", "NULL", 0)
+    fn a_slot_handed_behind_a_parked_job_of_its_own_key_holds_the_line_only_while_it_is_live() {
+        // c, behind b in k2, was handed a slot it cannot use while k2 is held for b: its wake-up,
+        // delivered, gives the slot back, so the line waits only while the hand-off is live. A
+        // lapsed one (kept until it lapsed, as once) is a line standing still with a slot free.
+        let live = line_of("host", "NULL", 0)
+            + "INSERT INTO limit_permit (limit_key, job_id, until, handed) VALUES ('host', 'c', 2000, 1);";
+        assert!(check_at(&db(&live), &["c"], &[]).is_empty());
+        let lapsed = line_of("host", "NULL", 0)
             + "INSERT INTO limit_permit (limit_key, job_id, until, handed) VALUES ('host', 'c', 900, 1);";
-        assert!(check_at(&db(&crossed), &[], &[]).is_empty());
-        let other = line_of("host", "NULL", 0)
-            + "INSERT INTO limit_permit (limit_key, job_id, until, handed) VALUES ('host', 'a', 900, 1);";
-        assert_eq!(check_at(&db(&other), &[], &[]).len(), 1, "a, of another key, could have used it");
+        let found = check_at(&db(&lapsed), &[], &[]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("with a slot free"), "{found:?}");
     }
 
     #[test]

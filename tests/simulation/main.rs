@@ -742,6 +742,8 @@ impl Sim {
         let mut steps = 0u64;
         let mut crashes = 0u64;
         let mut violations = Vec::new();
+        // SIM_TRACE_LIMIT=key: the key's rows as last printed (printed again whenever they change).
+        let mut traced_limit = String::new();
         let mut permits = permits::Owners::default();
         loop {
             let now = self.sched.now();
@@ -837,6 +839,7 @@ impl Sim {
                 tasks.swap_remove(pick);
             }
             if self.setup.limit_keys > 0 {
+                self.obs.borrow_mut().note_breakers(&self.dbs, self.sched.now());
                 let alive: BTreeSet<String> = tasks
                     .iter()
                     .filter_map(|t| match t.tag {
@@ -855,6 +858,14 @@ impl Sim {
                 drop(o);
                 let lease_ms = i64::from(self.cfg.lease_seconds) * 1000;
                 found.extend(lines::check(&self.dbs, self.sched.now(), &self.cfg.limits, &queued, &faults, lease_ms));
+                if let Ok(key) = std::env::var("SIM_TRACE_LIMIT") {
+                    let now = self.sched.now();
+                    let snap = limit_snapshot(&self.dbs, &key);
+                    if snap != traced_limit {
+                        println!("  [{key} +{} ms after a step of {by:?}] {snap}", now - T0);
+                        traced_limit = snap;
+                    }
+                }
                 if std::env::var("SIM_TRACE").is_ok() && !found.is_empty() {
                     println!("+{} ms after a step of {by:?}: {found:?}", self.sched.now() - T0);
                     for db in &self.dbs {
@@ -1133,6 +1144,29 @@ impl Sim {
     }
 }
 
+/// A limit key's rows (state, permits, line), times from the run's start: what `SIM_TRACE_LIMIT`
+/// prints whenever they change, to follow a key's flow control step by step.
+fn limit_snapshot(dbs: &[Rc<Sqlite>], key: &str) -> String {
+    let sqls = [
+        "SELECT 'paused=' || paused || ' open_until=' || coalesce(open_until - ?1, '-') || ' probe=' || coalesce(probe, '-')
+           || ' failures=' || failures FROM limit_state WHERE limit_key = ?2",
+        "SELECT 'permit ' || job_id || ' until +' || (until - ?1) || ' handed ' || handed FROM limit_permit WHERE limit_key = ?2",
+        "SELECT 'wait ' || job_id || ' since +' || (since - ?1) FROM limit_wait WHERE limit_key = ?2",
+    ];
+    let mut rows = Vec::new();
+    for db in dbs {
+        for sql in sqls {
+            let Ok(mut st) = db.conn.prepare(sql) else { continue };
+            rows.extend(
+                st.query_map(rusqlite::params![T0, key], |r| r.get::<_, String>(0))
+                    .map(|r| r.flatten().collect::<Vec<_>>())
+                    .unwrap_or_default(),
+            );
+        }
+    }
+    rows.join(" | ")
+}
+
 /// Notes an operator's redrive of `id` (asked for now): its seq before it, and that it is due at
 /// once, whatever its last failure's backoff said.
 fn redrive(obs: &Obs, dbs: &[Rc<Sqlite>], id: &str) {
@@ -1386,6 +1420,25 @@ fn a_run_of_nothing_is_an_error() {
     assert_eq!(chosen_setups(Some("strict-c1,lock-c1")).len(), 2);
     assert_eq!(chosen_setups(None).len(), setups().len());
     assert!(std::panic::catch_unwind(|| run_many(0..0, false)).is_err(), "SIM_SEEDS=0 runs nothing");
+}
+
+#[test]
+fn a_start_while_the_breaker_is_open_is_a_violation_unless_granted_before_it_opened() {
+    let open = Some((Some(T0 + 5_000), None));
+    // Opened at T0 (until T0 + 5 s): a run granted at T0 + 1 starting at T0 + 2 is reported.
+    let seen = Some((T0 + 5_000, T0));
+    assert!(breaker_violation("h", "j", T0 + 2, open.clone(), seen, Some(T0 + 1)).is_some_and(|v| v.contains("open")));
+    assert!(breaker_violation("h", "j", T0 + 2, open.clone(), seen, None).is_some(), "no permit seen: reported");
+    // Granted at or before the opening: it goes on.
+    assert!(breaker_violation("h", "j", T0 + 2, open.clone(), seen, Some(T0)).is_none());
+    // An earlier opening's time excuses nothing after the breaker opened again.
+    let earlier = Some((T0 + 1_000, T0 - 10_000));
+    assert!(breaker_violation("h", "j", T0 + 2, open, earlier, Some(T0 - 20_000)).is_some());
+    // Past the cool-down only the probe starts.
+    let probing = Some((Some(T0 + 5_000), Some("p".to_string())));
+    assert!(breaker_violation("h", "j", T0 + 6_000, probing.clone(), seen, Some(T0 + 6_000)).is_some());
+    assert!(breaker_violation("h", "p", T0 + 6_000, probing, seen, Some(T0 + 6_000)).is_none());
+    assert!(breaker_violation("h", "j", T0, Some((None, None)), None, Some(T0)).is_none(), "closed");
 }
 
 #[test]

@@ -95,6 +95,8 @@ mod tests {
         let found = owners.step(&dbs, 1, Some("inv-2"), &none, &none);
         assert_eq!(found.len(), 1, "inv-1 ended, its permit is still live: {found:?}");
         assert!(found[0].contains("taken by inv-1"), "{found:?}");
+        let other: BTreeSet<String> = ["inv-9".to_string()].into();
+        assert_eq!(owners.step(&dbs, 2, None, &none, &other).len(), 1, "another invocation's fault excuses nothing");
         let excused: BTreeSet<String> = ["inv-1".to_string()].into();
         assert!(owners.step(&dbs, 2, None, &none, &excused).is_empty(), "a lost release lapses on its own");
         assert!(owners.step(&dbs, 10_000, None, &none, &none).is_empty(), "lapsed: no longer live");

@@ -264,9 +264,31 @@ pub struct Observations {
     pub paused: PauseWindow,
     /// The operator's pause of the ordering key [`PAUSED_KEY`] (design §20.11).
     pub key_paused: PauseWindow,
+    /// Per limit key, its breaker's current opening as first seen after a step: (its
+    /// `open_until`, when it opened). A run granted before the opening may start after it.
+    pub breaker_opened: BTreeMap<String, (i64, i64)>,
 }
 
 impl Observations {
+    /// Notes each breaker that opened in the step just taken (checked after every step, so the
+    /// step's time is the opening's).
+    pub fn note_breakers(&mut self, dbs: &[Rc<Sqlite>], now: i64) {
+        for db in dbs {
+            let Ok(mut st) =
+                db.conn.prepare_cached("SELECT limit_key, open_until FROM limit_state WHERE open_until IS NOT NULL")
+            else {
+                continue;
+            };
+            let open: Vec<(String, i64)> =
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map(|r| r.flatten().collect()).unwrap_or_default();
+            for (key, until) in open {
+                if self.breaker_opened.get(&key).is_none_or(|&(seen, _)| seen != until) {
+                    self.breaker_opened.insert(key, (until, now));
+                }
+            }
+        }
+    }
+
     /// Notes one fault of `kind` injected.
     pub fn fire(&mut self, kind: &'static str) {
         self.faults_injected += 1;
@@ -768,16 +790,17 @@ impl SimRunner {
         }
         o.limit_starts.entry(limit.to_string()).or_default().push(now);
         let db = &self.dbs[Route::key(limit).shard(self.dbs.len())];
+        // When its start was asked for: its permit lapses one lease after the ask. A start asked
+        // for before a pause took hold, or before the breaker opened, was granted before it (after,
+        // it is refused); the run then starts, as a request already let through a breaker goes on.
+        let asked: Option<i64> = db
+            .conn
+            .query_row("SELECT until FROM limit_permit WHERE limit_key = ?1 AND job_id = ?2", [limit, job], |r| {
+                r.get::<_, i64>(0)
+            })
+            .ok()
+            .map(|until| until - self.lease_ms);
         if limit == "host-0" {
-            // When its start was asked for: its permit lapses one lease after the ask. A start
-            // asked for before the pause took hold was granted before it (after, it is refused).
-            let asked: Option<i64> = db
-                .conn
-                .query_row("SELECT until FROM limit_permit WHERE limit_key = ?1 AND job_id = ?2", [limit, job], |r| {
-                    r.get::<_, i64>(0)
-                })
-                .ok()
-                .map(|until| until - self.lease_ms);
             if let (Some(from), until) = (o.paused.from, o.paused.until) {
                 let during = |t: i64| t >= from && until.is_none_or(|u| t < u);
                 if during(now) && asked.is_none_or(during) {
@@ -792,16 +815,43 @@ impl SimRunner {
                     Ok((r.get(0)?, r.get(1)?))
                 })
                 .ok();
-            match state {
-                Some((Some(until), _)) if until > now => {
-                    o.violations.push(format!("limit {limit}: {job} started while its breaker was open"));
-                }
-                Some((Some(_), probe)) if probe.as_deref() != Some(job) => {
-                    o.violations.push(format!("limit {limit}: {job} started while the breaker's probe is {probe:?}"));
-                }
-                _ => {}
+            let opened = o.breaker_opened.get(limit).copied();
+            if let Some(v) = breaker_violation(limit, job, now, state, opened, asked) {
+                o.violations.push(v);
             }
         }
+    }
+}
+
+/// The breaker's oracle at a start of `job` (design §20): nothing starts while the breaker is open
+/// but a run granted before it opened, nor past its cool-down but the probe. `state`: the key's
+/// (`open_until`, probe); `opened`: the opening as first seen (its `open_until`, when); `asked`:
+/// when the run's permit was granted.
+pub fn breaker_violation(
+    limit: &str,
+    job: &str,
+    now: i64,
+    state: Option<(Option<i64>, Option<String>)>,
+    opened: Option<(i64, i64)>,
+    asked: Option<i64>,
+) -> Option<String> {
+    // A run let through before the breaker opened goes on, as a request already let through a
+    // breaker does: the grant was decided atomically, and only its start follows it.
+    let granted_before_it_opened = match (&state, opened, asked) {
+        (Some((Some(until), _)), Some((seen_until, opened_at)), Some(asked)) => {
+            *until == seen_until && asked <= opened_at
+        }
+        _ => false,
+    };
+    match state {
+        _ if granted_before_it_opened => None,
+        Some((Some(until), _)) if until > now => {
+            Some(format!("limit {limit}: {job} started while its breaker was open"))
+        }
+        Some((Some(_), probe)) if probe.as_deref() != Some(job) => {
+            Some(format!("limit {limit}: {job} started while the breaker's probe is {probe:?}"))
+        }
+        _ => None,
     }
 }
 

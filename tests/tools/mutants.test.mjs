@@ -2,8 +2,8 @@
 // second (tests/tools/mutant-fixture), so that what it exists to report is seen reported: a
 // mutant no behaviour test sees survives and fails the run, even though a structural test reads
 // the mutated text; a recorded killer that misses falls back to the whole suite, and the new
-// killer is recorded; a mutant only the simulation sees is killed there; a replacement that drops
-// a SQL placeholder is refused.
+// killer is recorded; a mutant only the simulation sees is killed there, and a mutant of a
+// checker by the checker's own test; a replacement that drops a SQL placeholder is refused.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -48,7 +48,10 @@ test("a mutant no behaviour test sees survives and fails the run, though a struc
   // Found by the simulation alone: its baseline run must count, or no mutant could ever be
   // killed there (the runner once reported such a mutant as a survivor).
   assert.match(r.row("killed-by-the-simulation-alone"), /simulation::fixed_seeds_hold_every_invariant \| simulation: /, r.out);
-  assert.match(r.out, /3 of 6 mutants killed/);
+  // A checker's mutant, killed by the checker's own test in the simulation's target: that test
+  // must be in the baseline too (the runner once ran only the seeds there).
+  assert.match(r.row("killed-by-a-checker-test-of-the-simulation"), /simulation::the_checker_reports_a_jitter_over_the_whole \| recorded \|/, r.out);
+  assert.match(r.out, /4 of 7 mutants killed/);
 });
 
 test("the structural test would kill the comment-only mutant if the runner counted it (the control)", () => {
