@@ -71,8 +71,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     pub(super) async fn gate(&self, job: &JobRow) -> Gate {
         let Some(limit_key) = job.limit_key.as_deref() else { return Gate::Free };
         self.slots_dealt.borrow_mut().insert(job.id.clone());
-        let now = self.clock.now_ms();
-        let ask = Ask {
+        let mut now = self.clock.now_ms();
+        let mut ask = Ask {
             limit_key,
             job_id: &job.id,
             route: job.route(),
@@ -80,10 +80,24 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             policy: self.cfg.limits.for_key(limit_key),
             pace_ms: if self.sleep.is_some() { PACE_MS } else { 0 },
         };
-        let answer = match self.ledger.ask(&ask, now).await {
+        let mut answer = match self.ledger.ask(&ask, now).await {
             Ok(a) => a,
             Err(e) => return Gate::Down(e),
         };
+        // A breaker's cool-down ending within the pace is waited for here and asked again, as a
+        // throttle's start is: the job came back that early (see `refused`), so the probe starts
+        // when the cool-down ends, not a whole-second delay and a batch wait after it.
+        if let (Permit::Refused(Refusal::Open { until }), Some(sleep)) = (answer.permit, self.sleep) {
+            if until - now <= PACE_MS {
+                sleep((until - self.clock.now_ms()).max(0)).await;
+                now = self.clock.now_ms();
+                ask.until = now + i64::from(self.cfg.lease_seconds) * 1000;
+                answer = match self.ledger.ask(&ask, now).await {
+                    Ok(a) => a,
+                    Err(e) => return Gate::Down(e),
+                };
+            }
+        }
         if let Permit::Refused(why) = answer.permit {
             return Gate::Shut(why);
         }
@@ -136,9 +150,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             Gate::Shut(why) => {
                 let at = why.retry_at(now);
                 // A throttled job comes back a batch wait and up to one second more before its
-                // booked start (PACE_MS) and waits the rest here; without a timer, at its start or
+                // booked start (PACE_MS) and waits the rest here, and so does one held by an open
+                // breaker before its cool-down's end (`gate`); without a timer, at its time or
                 // after.
-                let paced = matches!(why, Refusal::Throttled { .. }) && self.sleep.is_some();
+                let paced = matches!(why, Refusal::Throttled { .. } | Refusal::Open { .. }) && self.sleep.is_some();
                 let delay_seconds = if paced {
                     u32::try_from(((at - now - BATCH_WAIT_MS) / 1000).max(1))
                         .unwrap_or(u32::MAX)

@@ -86,8 +86,9 @@ test("a limit key's breaker opens after its failures, holds its jobs without spe
 test("a tripped breaker beside a concurrency resumes when its cool-down ends, without the cron", async () => {
   // Issue 38 as a user met it: the README's policy shape for a remote host, the host down for its
   // first three requests. The breaker's open key must not hold a slot nobody runs in: the first
-  // job after the cool-down starts when it ends (plus the rounding of Queues' whole-second delays
-  // and miniflare's 1 s batch wait), with no cron tick in this test to rescue a stuck key.
+  // job after the cool-down starts within a second of its end (a held job comes back a batch wait
+  // early and its invocation waits for the end, design §20.4), with no cron tick in this test to
+  // rescue a stuck key.
   const limits = JSON.stringify({ "host.test": { concurrency: 1, trip_after: 3, cooldown_seconds: 4 } });
   const w = await start({ vars: { LIMITS: limits } });
   try {
@@ -103,7 +104,8 @@ test("a tripped breaker beside a concurrency resumes when its cool-down ends, wi
     const openUntil = await waitFor(async () => (await w.api("GET", "/limits/host.test")).json.breaker.open_until, "the breaker open", 30_000);
     await finished(w, ids);
     const first = w.target.to("/host/")[3];
-    assert.ok(first.at <= openUntil + 3_000, `the first start after the opening came ${first.at - openUntil} ms after its cool-down ended`);
+    console.log(`the first start after the opening came ${first.at - openUntil} ms after its cool-down ended`);
+    assert.ok(first.at <= openUntil + 1_000, `the first start after the opening came ${first.at - openUntil} ms after its cool-down ended`);
     const shown = (await w.api("GET", "/limits/host.test")).json;
     assert.deepEqual([shown.running, shown.waiting, shown.breaker.open_until], [0, 0, null]);
   } finally {

@@ -1157,6 +1157,26 @@ fn an_open_breaker_holds_its_limit_keys_jobs_without_spending_attempts() {
 }
 
 #[test]
+fn a_job_held_by_an_open_breaker_comes_back_a_batch_wait_early_and_probes_when_the_cool_down_ends() {
+    // Issue 38: a breaker resumes within its cool-down plus a second, not plus the rounding of a
+    // whole-second delay and the queue's batch wait after it. As for a throttle's start, the job
+    // comes back a batch wait (1 s) early, rounded down, and its invocation waits for the end.
+    let w = with_limits(r#"{"host": {"trip_after": 1, "cooldown_seconds": 4}}"#);
+    w.timer.set(true);
+    let a = limited("a", T0, None, "host", json!({"type": "t", "fail": 1}));
+    assert_eq!(w.run(&[a]), vec![Outcome::Retry { delay_seconds: 5 }]);
+    let opened = w.clock.now_ms();
+    w.clock.advance_ms(1);
+    let b = limited("b", T0, None, "host", ok());
+    assert_eq!(w.run(std::slice::from_ref(&b)), vec![Outcome::Defer { delay_seconds: 2 }]);
+    assert_eq!((w.job("b").attempts, w.job("b").next_run_at), (0, opened + 1 + 2_000));
+    w.clock.advance_ms(2_000);
+    assert_eq!(w.run(&[b]), vec![Outcome::Ack]);
+    assert_eq!(w.runs(), vec!["a", "b"]);
+    assert_eq!(w.clock.now_ms(), opened + 4_000, "b probed when the cool-down ended");
+}
+
+#[test]
 fn a_tripped_breaker_beside_a_concurrency_resumes_after_its_cool_down_without_maintenance() {
     // Issue 38, as a user met it: concurrency 1 and a breaker (the README's example policy for a
     // Fedify app's hosts), jobs on six ordering keys waiting in the host's line while the run
