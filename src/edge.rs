@@ -210,7 +210,7 @@ impl HttpClient for WorkerFetch {
         // A service binding is a Worker of the user's, looked up by name (a missing one was
         // refused as a configuration error before any job ran).
         let service = match req.via.as_deref() {
-            Some(binding) => Some(self.env.service(binding).map_err(|e| SendError::Invalid(format!("{e}")))?),
+            Some(binding) => Some(handler_binding(&self.env, binding)?),
             None => None,
         };
         let limit = req.read_limit;
@@ -235,6 +235,21 @@ impl HttpClient for WorkerFetch {
                 Err(SendError::Network(format!("timed out after {timeout_ms} ms")))
             }
         }
+    }
+}
+
+/// A service handler's binding (`SERVICE_HANDLERS`): a service binding to another Worker, or any
+/// object in `env` with a `fetch(request)` method, such as the JavaScript handlers of the Worker
+/// that embeds orderly (`orderly-queues/worker`, design §13b), called in the same isolate.
+/// workers-rs's `Env::service` takes only an object whose constructor is named `Fetcher`; the
+/// call is the same `fetch`.
+pub fn handler_binding(env: &Env, name: &str) -> Result<worker::Fetcher, SendError> {
+    let binding = js_sys::Reflect::get(env.as_ref(), &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED);
+    let fetch = js_sys::Reflect::get(&binding, &JsValue::from_str("fetch")).unwrap_or(JsValue::UNDEFINED);
+    if binding.is_object() && fetch.is_function() {
+        Ok(binding.unchecked_into::<worker::Fetcher>())
+    } else {
+        Err(SendError::Invalid(format!("binding {name:?} is no service binding (an object with a fetch method)")))
     }
 }
 

@@ -451,7 +451,7 @@ fn settle(queue: &str, cfg: &crate::config::Config, msgs: &[worker::RawMessage],
 
 /// The `SERVICE_HANDLERS` entries (type, binding) whose service binding the worker lacks.
 fn missing_bindings(env: &Env, cfg: &crate::config::Config) -> Vec<(String, String)> {
-    cfg.service_handlers.iter().filter(|(_, b)| env.service(b).is_err()).cloned().collect()
+    cfg.service_handlers.iter().filter(|(_, b)| crate::edge::handler_binding(env, b).is_err()).cloned().collect()
 }
 
 fn respond(r: ApiResponse) -> worker::Result<Response> {

@@ -120,9 +120,21 @@ export async function bundleWorker(entry, outfile) {
         args.pluginData === "packed" ? undefined : b.resolve(args.path, { kind: args.kind, resolveDir: packed, pluginData: "packed" }));
     },
   };
+  // A wasm module (the compiled worker, `orderly-queues/worker`) is imported as wrangler imports
+  // it: a module of its own beside the bundle.
+  const wasmBeside = {
+    name: "wasm modules beside the bundle",
+    setup(b) {
+      b.onResolve({ filter: /\.wasm$/ }, (args) => {
+        const from = join(args.resolveDir, args.path);
+        writeAtomically(join(dirname(outfile), basename(from)), readFileSync(from));
+        return { path: `./${basename(from)}`, external: true };
+      });
+    },
+  };
   const out = await build({
     entryPoints: [entry], bundle: true, format: "esm", platform: "browser", conditions: ["workerd", "worker", "browser"],
-    external: ["node:*", "cloudflare:*"], outfile, logLevel: "warning", metafile: true, plugins: [fromPackage], write: false,
+    external: ["node:*", "cloudflare:*"], outfile, logLevel: "warning", metafile: true, plugins: [fromPackage, wasmBeside], write: false,
   });
   for (const f of out.outputFiles) writeAtomically(f.path, f.contents);
   // Paths are relative to the working directory, through a linked build/ too (a mutation run's copy).

@@ -1,0 +1,126 @@
+// orderly in your own Worker (design §13c): the compiled orderly worker (WebAssembly, from this
+// package: no Rust toolchain) with your job handlers in JavaScript or TypeScript, in the same
+// isolate. No second Worker, no network hop, no signing: orderly calls a handler as it calls a
+// service handler (design §13b), through an object in `env` whose `fetch` runs your function.
+//
+//   import { orderly } from "orderly-queues/worker";
+//   export { OrderlyLedger } from "orderly-queues/worker"; // for LEDGER = "do"
+//   export default orderly({ handlers: { email: async (job) => ({ sent: job.payload.to }) } });
+//
+// A handler gets `job` ({id, type, attempt, orderingKey, priority, payload}) and returns the job's
+// result (anything JSON), or `snooze(seconds, payload?)` to run again later (no attempt spent, its
+// key held; `payload`, if given, is the next run's, of the same type); it throws `new PermanentError(message)` to
+// end the job DEAD at once, `new RetryAfter(seconds, message)` to be retried then, or anything
+// else to be retried with backoff. Your own `fetch` serves every request outside `mount` (orderly's
+// API and dashboard), when given.
+import Orderly, { OrderlyLedger } from "../dist/worker/orderly.js";
+
+export { OrderlyLedger };
+
+/** The name under which the handlers are put in `env` for orderly (`SERVICE_HANDLERS`). */
+export const HANDLERS_BINDING = "ORDERLY_JS_HANDLERS";
+/** Longest snooze or Retry-After orderly takes, seconds (Queues' longest delay). */
+const MAX_DELAY_SECONDS = 86_400;
+
+/** A handler's answer to run the job again in `seconds`, with `payload` for that run if given. */
+export class Snooze {
+  constructor(seconds, payload) {
+    this.seconds = seconds;
+    this.payload = payload;
+  }
+}
+
+/** Returned by a handler: run the job again in `seconds` (1..86,400), no attempt spent. */
+export function snooze(seconds, payload) {
+  return new Snooze(seconds, payload);
+}
+
+/** Thrown by a handler: the job is DEAD at once, with this message as its error. */
+export class PermanentError extends Error {
+  name = "PermanentError";
+}
+
+/** Thrown by a handler: retry the job in `seconds` (a remote's Retry-After), its attempt spent. */
+export class RetryAfter extends Error {
+  name = "RetryAfter";
+  constructor(seconds, message = `retry after ${seconds} s`) {
+    super(message);
+    this.seconds = seconds;
+  }
+}
+
+const clampDelay = (s) => Math.min(Math.max(Math.ceil(Number(s) || 1), 1), MAX_DELAY_SECONDS);
+
+/** Runs one job as orderly's service handler contract says (design §13b), in this isolate. */
+async function run(handlers, request) {
+  const job = await request.json();
+  const handler = Object.hasOwn(handlers, job.type) ? handlers[job.type] : undefined;
+  if (typeof handler !== "function") {
+    return new Response(`no JavaScript handler for ${JSON.stringify(job.type)}`, { status: 422 });
+  }
+  const view = {
+    id: job.id,
+    type: job.type,
+    attempt: job.attempt,
+    orderingKey: job.ordering_key ?? null,
+    priority: job.priority,
+    payload: job.payload,
+  };
+  try {
+    const out = await handler(view, { signal: request.signal });
+    if (out instanceof Snooze) {
+      // The next run's payload is of the same type: orderly keeps a job's type in its payload.
+      const next = out.payload !== null && typeof out.payload === "object" && !Array.isArray(out.payload)
+        ? { ...out.payload, type: job.type }
+        : out.payload;
+      const body = next === undefined ? {} : { payload: next };
+      return Response.json(body, { status: 202, headers: { "orderly-snooze": String(clampDelay(out.seconds)) } });
+    }
+    return Response.json(out === undefined ? null : out);
+  } catch (e) {
+    const message = e instanceof Error ? e.message : String(e);
+    if (e instanceof PermanentError) return new Response(message, { status: 422 });
+    if (e instanceof RetryAfter) {
+      return new Response(message, { status: 503, headers: { "retry-after": String(clampDelay(e.seconds)) } });
+    }
+    return new Response(`${e?.name ?? "Error"}: ${message}`, { status: 500 });
+  }
+}
+
+/**
+ * The Worker's default export: orderly's queue consumer, cron and API, with `handlers` (job type
+ * to function) run in this isolate, and `fetch` serving every request outside `mount`.
+ */
+export function orderly({ handlers = {}, fetch: own, mount = "/orderly" } = {}) {
+  for (const [type, f] of Object.entries(handlers)) {
+    if (typeof f !== "function") throw new TypeError(`handlers.${type} must be a function`);
+  }
+  const types = Object.keys(handlers);
+  const binding = { fetch: (request) => run(handlers, request) };
+  // orderly reads its handlers from env: each type named in SERVICE_HANDLERS, bound to `binding`.
+  const withHandlers = (env) => {
+    if (types.length === 0) return env;
+    const named = types.map((t) => `${t}=${HANDLERS_BINDING}`);
+    const listed = [env.SERVICE_HANDLERS, ...named].filter(Boolean).join(",");
+    return { ...env, SERVICE_HANDLERS: listed, [HANDLERS_BINDING]: binding };
+  };
+  const prefix = mount.endsWith("/") ? mount.slice(0, -1) : mount;
+  const inMount = (path) => path === prefix || path.startsWith(`${prefix}/`);
+  return {
+    async fetch(request, env, ctx) {
+      const url = new URL(request.url);
+      if (own && !inMount(url.pathname)) return own(request, env, ctx);
+      if (own) {
+        url.pathname = url.pathname.slice(prefix.length) || "/";
+        request = new Request(url, request);
+      }
+      return new Orderly(ctx, withHandlers(env)).fetch(request);
+    },
+    async queue(batch, env, ctx) {
+      return new Orderly(ctx, withHandlers(env)).queue(batch);
+    },
+    async scheduled(event, env, ctx) {
+      return new Orderly(ctx, withHandlers(env)).scheduled(event);
+    },
+  };
+}
