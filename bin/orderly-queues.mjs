@@ -1,8 +1,9 @@
 #!/usr/bin/env node
-// `npx orderly-queues new <dir>`: a new worker on orderly from the package's template (a Rust
-// worker with one job type, orderly's bindings, `npm start` and `npm run deploy`), its name taken
-// from the folder's, on the same orderly release as this package, with a local ADMIN_TOKEN in
-// `.dev.vars`. `npx orderly-queues migrations`: where the ledger's migrations are (for a
+// `npx orderly-queues new <dir>`: a new worker on orderly from the package's template (one job type
+// in TypeScript, on the compiled orderly this package ships: no Rust toolchain; or with `--rust`, a
+// Rust worker on the crate), with orderly's bindings, `npm start` and `npm run deploy`, its name
+// taken from the folder's, on the same orderly release as this package, with a local ADMIN_TOKEN
+// in `.dev.vars`. `npx orderly-queues migrations`: where the ledger's migrations are (for a
 // wrangler.toml's `migrations_dir`).
 import { randomBytes } from "node:crypto";
 import { cpSync, existsSync, readFileSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
@@ -15,7 +16,9 @@ const { version } = JSON.parse(readFileSync(join(here, "package.json"), "utf8"))
 function usage(code) {
   console.error(`orderly-queues ${version}
 
-  npx orderly-queues new <dir>     a new worker on orderly in <dir> (which must not exist or be empty)
+  npx orderly-queues new <dir>           a new worker on orderly in <dir> (which must not exist or be
+                                         empty), its job handlers in TypeScript
+  npx orderly-queues new <dir> --rust    the same in Rust (needs Rust and worker-build)
   npx orderly-queues migrations    the folder of the ledger's migrations`);
   process.exit(code);
 }
@@ -25,7 +28,7 @@ function files(dir) {
   return readdirSync(dir).flatMap((f) => (statSync(join(dir, f)).isDirectory() ? files(join(dir, f)) : [join(dir, f)]));
 }
 
-function create(dir) {
+function create(dir, rust) {
   const target = resolve(dir);
   if (existsSync(target) && readdirSync(target).length > 0) {
     console.error(`${target} is not empty: choose a new folder`);
@@ -36,7 +39,7 @@ function create(dir) {
     console.error(`${basename(target)}: a worker's name starts with a letter and has letters, digits and dashes`);
     process.exit(1);
   }
-  cpSync(join(here, "template"), target, { recursive: true });
+  cpSync(join(here, rust ? "template" : "template-ts"), target, { recursive: true });
   // npm leaves a package's .gitignore out; the template keeps it as `gitignore`.
   renameSync(join(target, "gitignore"), join(target, ".gitignore"));
   for (const f of files(target)) {
@@ -51,7 +54,9 @@ function create(dir) {
 `);
 }
 
-const [command, arg] = process.argv.slice(2);
-if (command === "new" && arg) create(arg);
+const args = process.argv.slice(2);
+const rust = args.includes("--rust");
+const [command, arg] = args.filter((a) => a !== "--rust");
+if (command === "new" && arg && !arg.startsWith("-")) create(arg, rust);
 else if (command === "migrations") console.log(join(here, "migrations"));
 else usage(command ? 1 : 0);

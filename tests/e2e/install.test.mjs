@@ -5,12 +5,14 @@
 // empty D1 database, is migrated with the documented command (`POST /admin/migrate`) and runs a
 // job; the repository's Rust example builds the same way. A Fedify app installs the npm package
 // and Fedify by name, imports `orderly-queues/fedify`, and delivers an activity through that
-// worker. Only the tools (cargo, worker-build, esbuild, miniflare) are the repository's. Run with
-// the D1 ledger only: it starts its own workers.
+// worker. `npx orderly-queues new` without `--rust` makes a TypeScript worker that wrangler bundles
+// from the packed npm package with no Rust toolchain on PATH, and that runs its jobs. Only the
+// tools (cargo, worker-build, esbuild, wrangler, miniflare) are the repository's. Run with the D1
+// ledger only: it starts its own workers.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -38,7 +40,7 @@ test("a new Rust worker from the template, on the packed crate, migrates and run
   const { scratch, crate, tgz } = packages();
 
   // The template, by the package's own bin, as `npx orderly-queues new greeter` runs it.
-  run("npm", ["exec", "--yes", `--package=${tgz}`, "--", "orderly-queues", "new", "greeter"], scratch);
+  run("npm", ["exec", "--yes", `--package=${tgz}`, "--", "orderly-queues", "new", "greeter", "--rust"], scratch);
   const app = join(scratch, "greeter");
   assert.ok(readdirSync(app).includes(".dev.vars") && readdirSync(app).includes(".gitignore"));
   const cargoToml = readFileSync(join(app, "Cargo.toml"), "utf8");
@@ -125,6 +127,59 @@ test("a new Rust worker from the template, on the packed crate, migrates and run
     assert.equal(inbox[0].activity.type, "Create");
     const fedJobs = (await w.db.prepare("SELECT status FROM job WHERE type = 'fedify'").all()).results;
     assert.deepEqual(fedJobs.map((j) => j.status), ["DONE"], "one fedify job, run by the new worker");
+  } finally {
+    await w.dispose();
+  }
+  rmSync(scratch, { recursive: true, force: true });
+});
+
+test("a new TypeScript worker from the template, with no Rust toolchain on PATH: wrangler bundles it from the packed npm package, and it migrates and runs its jobs", { skip, timeout: 300_000 }, async () => {
+  const scratch = mkdtempSync(join(tmpdir(), "orderly-install-ts-"));
+  const tgz = join(scratch, run("npm", ["pack", "--silent", "--pack-destination", scratch], root).trim().split("\n").pop());
+  // Only node on PATH (and the system's tools): no cargo, rustc or worker-build.
+  const bare = { PATH: [dirname(process.execPath), "/usr/bin", "/bin"].join(":") };
+  for (const tool of ["cargo", "rustc", "worker-build"]) {
+    assert.throws(() => run("which", [tool], scratch, bare), `${tool} is not on the test's PATH`);
+  }
+  run(process.execPath, [join(root, "bin/orderly-queues.mjs"), "new", "greeter"], scratch, bare);
+  const app = join(scratch, "greeter");
+  assert.match(readFileSync(join(app, "wrangler.jsonc"), "utf8"), /"migrations_dir": "node_modules\/orderly-queues\/migrations"/);
+  assert.equal(JSON.parse(readFileSync(join(app, "package.json"), "utf8")).dependencies["orderly-queues"], `^${version}`);
+  const token = readFileSync(join(app, ".dev.vars"), "utf8").match(/^ADMIN_TOKEN=(\w{32})$/m)[1];
+  // `npm install`, offline: the package from its tarball; wrangler and TypeScript are the repository's.
+  mkdirSync(join(app, "node_modules/orderly-queues"), { recursive: true });
+  run("tar", ["xzf", tgz, "-C", join(app, "node_modules/orderly-queues"), "--strip-components=1"], scratch);
+  for (const dep of ["wrangler", "typescript"]) symlinkSync(join(root, "node_modules", dep), join(app, "node_modules", dep));
+  run(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "."], app, bare);
+  const out = run(process.execPath, ["node_modules/wrangler/bin/wrangler.js", "deploy", "--dry-run", "--outdir", "dist"], app,
+    { ...bare, WRANGLER_SEND_METRICS: "false" });
+  // What a user deploys: the bundle wrangler made, against the plans' limits (3 MB gzip on the free plan).
+  const [, total, gzip] = /Total Upload: ([\d.]+) KiB \/ gzip: ([\d.]+) KiB/.exec(out);
+  console.log(`the TypeScript template's bundle: ${total} KiB, ${gzip} KiB gzip`);
+  assert.ok(Number(gzip) < 3 * 1024, `${gzip} KiB gzip`);
+
+  const w = await start({
+    ledger: null,
+    migrations: 0,
+    adminToken: token,
+    vars: { ORDERING_MODE: "strict" },
+    workerOptions: { scriptPath: join(app, "dist/index.js"), modulesRoot: join(app, "dist") },
+  });
+  try {
+    assert.match(await (await w.mf.dispatchFetch("http://greeter.test/")).text(), /orderly's API and dashboard are at \/orderly\//);
+    const migrated = await w.api("POST", "/orderly/admin/migrate", {});
+    assert.equal(migrated.status, 200, migrated.text);
+    const r = await w.api("POST", "/orderly/jobs", { jobs: [
+      { payload: { type: "greet", name: "Ada" }, ordering_key: "people" },
+      { payload: { type: "greet", name: "" }, ordering_key: "people" },
+    ] });
+    assert.equal(r.status, 202, r.text);
+    const [ada, blank] = r.json.jobs.map((j) => j.id);
+    const got = async (id) => (await w.api("GET", `/orderly/jobs/${id}`)).json.job;
+    await waitFor(async () => (await got(ada)).status === "DONE", "the template's greet job DONE");
+    assert.deepEqual((await got(ada)).result, { greeting: "Hello, Ada!" });
+    await waitFor(async () => (await got(blank)).status === "DEAD", "the empty name DEAD");
+    assert.match((await got(blank)).last_error, /no name to greet/);
   } finally {
     await w.dispose();
   }
