@@ -36,3 +36,8 @@ export function chunks<J>(jobs: readonly J[], limits?: { maxBytes?: number; maxJ
 export function orderlyHandler<T, E = unknown>(
   setup: (env: E) => Promise<{ federation: Federation<T>; queue: OrderlyMessageQueue; contextData: T }> | { federation: Federation<T>; queue: OrderlyMessageQueue; contextData: T },
 ): new (...args: any[]) => { fetch(request: Request): Promise<Response> };
+
+/** The "fedify" job type's handler in a Worker that embeds orderly (`orderly({ handlers: { fedify: fedifyHandler(setup) } })`). */
+export function fedifyHandler<T, Env = any>(
+  setup: (env: Env) => { federation: Federation<T>; queue: OrderlyMessageQueue; contextData?: T } | Promise<{ federation: Federation<T>; queue: OrderlyMessageQueue; contextData?: T }>,
+): (job: { id: string; type: string; payload: any }, ctx: { env: Env }) => Promise<unknown>;

@@ -4,6 +4,8 @@
 // `federation.processQueuedTask` for each job. Types: fedify.d.ts. Needs `nodejs_compat` (for
 // AsyncLocalStorage), which Fedify itself needs on Workers.
 //
+// - In one Worker with orderly embedded (`orderly-queues/worker`), `fedifyHandler(setup)` is the
+//   "fedify" type's handler and the queue submits through `app.service(env)`: no second Worker.
 // - Jobs are of type "fedify", sensitive (their payloads carry private keys: orderly seals them
 //   under PAYLOAD_KEY and shows them "redacted"), keyed by Fedify's `orderingKey` as given.
 // - An outbox delivery's limit key is its inbox's origin (design §20): a policy in orderly's
@@ -27,6 +29,7 @@
 //   orderly retries it (the jobs already in are duplicates then, by their ids).
 import { AsyncLocalStorage } from "node:async_hooks";
 import { WorkerEntrypoint } from "cloudflare:workers";
+import { PermanentError, snooze } from "./answers.js";
 import { OrderlyClient } from "./index.js";
 
 /** The task running in this async context: {jobId, messageId, pending: [], snooze, ended}. */
@@ -197,6 +200,22 @@ export class OrderlyMessageQueue {
     if (task.pending.length > 0) await this.#submit(task.pending);
     return task.snooze;
   }
+}
+
+/**
+ * The `fedify` job type's handler for a Worker that embeds orderly (`orderly-queues/worker`,
+ * design §13c): Fedify's tasks run in the same isolate, `orderly({ handlers: { fedify:
+ * fedifyHandler(setup) } })`. `setup(env)` returns the worker's `{federation, queue,
+ * contextData?}`; its queue submits through `app.service(env)`, a call in the isolate, not a hop.
+ */
+export function fedifyHandler(setup) {
+  return async (job, { env }) => {
+    if (job.payload?.message == null) throw new PermanentError(`not a fedify job: ${JSON.stringify(job.type)}`);
+    const { federation, queue, contextData } = await setup(env);
+    const next = await queue.runTask(federation, contextData, job);
+    // The snooze's payload is the job's next: Fedify's re-enqueued message.
+    return next == null ? { done: true } : snooze(next.seconds, { message: next.message });
+  };
 }
 
 /**

@@ -13,9 +13,11 @@ export interface Job<P = unknown> {
 }
 
 /** What a handler gets beside its job. */
-export interface RunContext {
+export interface RunContext<Env = any> {
   /** Aborted when orderly gives up on the run (its timeout). */
   readonly signal: AbortSignal;
+  /** The Worker's bindings. */
+  readonly env: Env;
 }
 
 /** A handler's answer to run the job again later. */
@@ -62,7 +64,10 @@ export interface OrderlyOptions<Env = unknown> {
 }
 
 /** The Worker's default export: orderly's queue consumer, cron and API, with your handlers. */
-export function orderly<Env = unknown>(options?: OrderlyOptions<Env>): OrderlyWorker<Env>;
+export function orderly<Env = unknown>(options?: OrderlyOptions<Env>): OrderlyWorker<Env> & {
+  /** orderly's API as a service binding in this isolate, for `OrderlyClient({ service })`. */
+  service(env: Env): { fetch(request: Request): Promise<Response> };
+};
 
 /** The ledger's Durable Object class (`LEDGER = "do"`): export it from your Worker. */
 export const OrderlyLedger: any;

@@ -14,45 +14,19 @@
 // else to be retried with backoff. Your own `fetch` serves every request outside `mount` (orderly's
 // API and dashboard), when given.
 import Orderly, { OrderlyLedger } from "../dist/worker/orderly.js";
+import { PermanentError, RetryAfter, Snooze, snooze } from "./answers.js";
 
-export { OrderlyLedger };
+export { OrderlyLedger, PermanentError, RetryAfter, Snooze, snooze };
 
 /** The name under which the handlers are put in `env` for orderly (`SERVICE_HANDLERS`). */
 export const HANDLERS_BINDING = "ORDERLY_JS_HANDLERS";
 /** Longest snooze or Retry-After orderly takes, seconds (Queues' longest delay). */
 const MAX_DELAY_SECONDS = 86_400;
 
-/** A handler's answer to run the job again in `seconds`, with `payload` for that run if given. */
-export class Snooze {
-  constructor(seconds, payload) {
-    this.seconds = seconds;
-    this.payload = payload;
-  }
-}
-
-/** Returned by a handler: run the job again in `seconds` (1..86,400), no attempt spent. */
-export function snooze(seconds, payload) {
-  return new Snooze(seconds, payload);
-}
-
-/** Thrown by a handler: the job is DEAD at once, with this message as its error. */
-export class PermanentError extends Error {
-  name = "PermanentError";
-}
-
-/** Thrown by a handler: retry the job in `seconds` (a remote's Retry-After), its attempt spent. */
-export class RetryAfter extends Error {
-  name = "RetryAfter";
-  constructor(seconds, message = `retry after ${seconds} s`) {
-    super(message);
-    this.seconds = seconds;
-  }
-}
-
 const clampDelay = (s) => Math.min(Math.max(Math.ceil(Number(s) || 1), 1), MAX_DELAY_SECONDS);
 
 /** Runs one job as orderly's service handler contract says (design §13b), in this isolate. */
-async function run(handlers, request) {
+async function run(handlers, request, env) {
   const job = await request.json();
   const handler = Object.hasOwn(handlers, job.type) ? handlers[job.type] : undefined;
   if (typeof handler !== "function") {
@@ -67,7 +41,7 @@ async function run(handlers, request) {
     payload: job.payload,
   };
   try {
-    const out = await handler(view, { signal: request.signal });
+    const out = await handler(view, { signal: request.signal, env });
     if (out instanceof Snooze) {
       // The next run's payload is of the same type: orderly keeps a job's type in its payload.
       const next = out.payload !== null && typeof out.payload === "object" && !Array.isArray(out.payload)
@@ -96,16 +70,18 @@ export function orderly({ handlers = {}, fetch: own, mount = "/orderly" } = {}) 
     if (typeof f !== "function") throw new TypeError(`handlers.${type} must be a function`);
   }
   const types = Object.keys(handlers);
-  const binding = { fetch: (request) => run(handlers, request) };
-  // orderly reads its handlers from env: each type named in SERVICE_HANDLERS, bound to `binding`.
+  // orderly reads its handlers from env: each type named in SERVICE_HANDLERS, bound to an object
+  // whose fetch runs the type's function with this event's env.
   const withHandlers = (env) => {
     if (types.length === 0) return env;
     const named = types.map((t) => `${t}=${HANDLERS_BINDING}`);
     const listed = [env.SERVICE_HANDLERS, ...named].filter(Boolean).join(",");
-    return { ...env, SERVICE_HANDLERS: listed, [HANDLERS_BINDING]: binding };
+    return { ...env, SERVICE_HANDLERS: listed, [HANDLERS_BINDING]: { fetch: (request) => run(handlers, request, env) } };
   };
   const prefix = mount.endsWith("/") ? mount.slice(0, -1) : mount;
   const inMount = (path) => path === prefix || path.startsWith(`${prefix}/`);
+  /** orderly's API for a request already meant for it (no mount prefix). */
+  const api = (request, env, ctx) => new Orderly(ctx, withHandlers(env)).fetch(request);
   return {
     async fetch(request, env, ctx) {
       const url = new URL(request.url);
@@ -114,13 +90,29 @@ export function orderly({ handlers = {}, fetch: own, mount = "/orderly" } = {}) 
         url.pathname = url.pathname.slice(prefix.length) || "/";
         request = new Request(url, request);
       }
-      return new Orderly(ctx, withHandlers(env)).fetch(request);
+      return api(request, env, ctx);
     },
     async queue(batch, env, ctx) {
       return new Orderly(ctx, withHandlers(env)).queue(batch);
     },
     async scheduled(event, env, ctx) {
       return new Orderly(ctx, withHandlers(env)).scheduled(event);
+    },
+    /**
+     * orderly's API as a service binding in this isolate, for `OrderlyClient({ service })` (and
+     * Fedify's `OrderlyMessageQueue`): a submission is a call, not a network hop. It may outlive
+     * the event that made it (a Fedify queue is made once per isolate), so it takes no event's
+     * context: what orderly hands `waitUntil` is awaited by the call itself.
+     */
+    service(env) {
+      return {
+        fetch: async (request) => {
+          const pending = [];
+          const response = await api(request, env, { waitUntil: (p) => pending.push(p), passThroughOnException() {} });
+          await Promise.allSettled(pending);
+          return response;
+        },
+      };
     },
   };
 }

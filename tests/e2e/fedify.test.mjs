@@ -23,7 +23,7 @@ const PAYLOAD_KEY = `k1:${Buffer.alloc(32, 9).toString("base64")}`;
 /** The example, bundled as wrangler bundles it, importing orderly's package by name from its tarball. */
 async function bundle() {
   const taken = await bundleWorker(join(root, "examples/fedify-worker/src/index.js"), join(root, "build/fedify-worker.mjs"));
-  assert.deepEqual(taken.sort(), ["client/fedify.js", "client/index.js"], "orderly's adapter from the packed package");
+  assert.deepEqual(taken.sort(), ["client/answers.js", "client/fedify.js", "client/index.js"], "orderly's adapter from the packed package, without the compiled worker");
 }
 
 /** Three inbox servers: a.test healthy; b.test 503 for its first 4 requests, c.test 429 with
@@ -105,6 +105,57 @@ test("a Fedify app's deliveries run through orderly in each inbox's order, once 
     // Fedify re-enqueued the message it was running (Retry-After): the job snoozed in place, no
     // new job behind the note's later activities.
     assert.deepEqual(await history("c.test"), ["snooze", "done", "done", "done", "done"]);
+  } finally {
+    await w.dispose();
+  }
+});
+
+test("in one Worker: a Fedify app with orderly embedded delivers in each inbox's order, its tasks run in the same isolate", async () => {
+  const pass = process.env.ORDERLY_E2E_LEDGER === "do" ? "do" : "d1";
+  const out = join(root, `build/fedify-one-worker-${pass}`);
+  mkdirSync(out, { recursive: true });
+  const taken = await bundleWorker(join(root, "examples/fedify-one-worker/src/index.js"), join(out, "index.mjs"));
+  for (const f of ["client/fedify.js", "client/worker.js", "dist/worker/orderly.js"]) assert.ok(taken.includes(f), `${f}: ${taken}`);
+  const inbox = inboxes();
+  const w = await start({
+    vars: { ORDERING_MODE: "strict", PAYLOAD_KEY, PRODUCER_TOKEN: PRODUCER },
+    workerOptions: {
+      scriptPath: join(out, "index.mjs"),
+      modulesRoot: out,
+      compatibilityFlags: ["nodejs_compat"],
+      outboundService: (request) => inbox.handle(request),
+    },
+  });
+  try {
+    const recipients = ["a.test", "b.test", "c.test"].map((h) => ({ id: `https://${h}/users/bob`, inbox: `https://${h}/inbox` }));
+    const object = "https://fedify.test/notes/1";
+    const sends = [["Create", 1], ["Update", 2], ["Delete", 3]];
+    for (const [kind, n] of sends) {
+      const r = await w.mf.dispatchFetch("https://fedify.test/send", { method: "POST", body: JSON.stringify({ kind, n, object, recipients }) });
+      assert.equal(r.status, 202, await r.text());
+    }
+    const want = sends.map(([, n]) => `https://fedify.test/activities/${n}`);
+    for (const host of Object.keys(inbox.got)) {
+      await waitFor(() => inbox.got[host].length >= 3, `${host}: three activities`, 60_000);
+    }
+    for (const host of Object.keys(inbox.got)) {
+      assert.deepEqual(inbox.got[host].map((a) => a.id), want, `${host} received the note's activities in order, once each`);
+      assert.ok(inbox.got[host].every((a) => a.signed), "signed by Fedify");
+    }
+    // One job per activity and inbox, every one run by the Worker's own fedify handler.
+    const jobs = (await w.api("GET", "/orderly/jobs?type=fedify&limit=100")).json.jobs;
+    assert.equal(jobs.length, 9, JSON.stringify(jobs));
+    assert.ok(jobs.every((j) => j.status === "DONE"), JSON.stringify(jobs.map((j) => j.status)));
+    assert.equal((await w.api("GET", `/orderly/jobs/${encodeURIComponent(jobs[0].id)}`)).json.job.payload, "redacted", "sealed: the API never shows it");
+    const history = async (host) => {
+      const outcomes = [];
+      for (const j of jobs.filter((x) => x.ordering_key.endsWith(`https://${host}`))) {
+        outcomes.push(...(await w.api("GET", `/orderly/jobs/${encodeURIComponent(j.id)}`)).json.history.map((e) => e.outcome));
+      }
+      return outcomes;
+    };
+    assert.ok((await history("b.test")).includes("retry"), "b.test's 503s retried by orderly");
+    assert.ok((await history("c.test")).includes("snooze"), "c.test's Retry-After snoozed the job in place");
   } finally {
     await w.dispose();
   }
