@@ -8,9 +8,11 @@ import { execFileSync } from "node:child_process";
 import { copyFileSync, mkdirSync, readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { bundleWorker, packedPackage, start, waitFor, writeAtomically } from "./harness.mjs";
+import { chromium } from "playwright-core";
+import { bundleWorker, packedPackage, start, waitFor, writeAtomically, TOKEN } from "./harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const pass = process.env.ORDERLY_E2E_LEDGER === "do" ? "do" : "d1";
 const out = join(root, `build/js-worker-${pass}`);
 mkdirSync(out, { recursive: true });
@@ -80,3 +82,23 @@ for (const mode of ["strict", "lock"]) {
     }
   });
 }
+
+test("orderly's dashboard works under the Worker's mount: it calls the API where it is served", async () => {
+  const w = await start({ workerOptions: { scriptPath: bundle, modulesRoot: out } });
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+  try {
+    const r = await w.api("POST", "/orderly/jobs", { payload: { type: "doomed" } });
+    assert.equal(r.status, 202, r.text);
+    const id = r.json.jobs[0].id;
+    await waitFor(async () => (await w.api("GET", `/orderly/jobs/${id}`)).json?.job.status === "DEAD", "a dead letter");
+    const page = await browser.newPage();
+    await page.goto(new URL("/orderly/", w.url).href);
+    await page.fill("#token", TOKEN);
+    await page.click("button[type=submit]");
+    await page.waitForSelector(`tr[data-id="${id}"]`);
+    assert.equal(await page.textContent('[data-status="DEAD"] b'), "1");
+  } finally {
+    await browser.close();
+    await w.dispose();
+  }
+});
