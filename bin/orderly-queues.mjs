@@ -3,8 +3,9 @@
 // in TypeScript, on the compiled orderly this package ships: no Rust toolchain; or with `--rust`, a
 // Rust worker on the crate), with orderly's bindings, `npm start` and `npm run deploy`, its name
 // taken from the folder's, on the same orderly release as this package, with a local ADMIN_TOKEN
-// in `.dev.vars`. `npx orderly-queues migrations`: where the ledger's migrations are (for a
-// wrangler.toml's `migrations_dir`).
+// in `.dev.vars`. `npx orderly-queues provision`: the Worker's queues, KV and D1 on Cloudflare
+// (bin/provision.mjs). `npx orderly-queues migrations`: where the ledger's migrations are (for a
+// wrangler config's `migrations_dir`).
 import { randomBytes } from "node:crypto";
 import { cpSync, existsSync, readFileSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
@@ -19,7 +20,10 @@ function usage(code) {
   npx orderly-queues new <dir>           a new worker on orderly in <dir> (which must not exist or be
                                          empty), its job handlers in TypeScript
   npx orderly-queues new <dir> --rust    the same in Rust (needs Rust and worker-build)
-  npx orderly-queues migrations    the folder of the ledger's migrations`);
+  npx orderly-queues provision [--config F]   the queues, KV namespace and D1 database the Worker's
+                                         wrangler config names, created (or found) and their ids
+                                         written into it
+  npx orderly-queues migrations          the folder of the ledger's migrations`);
   process.exit(code);
 }
 
@@ -59,4 +63,5 @@ const rust = args.includes("--rust");
 const [command, arg] = args.filter((a) => a !== "--rust");
 if (command === "new" && arg && !arg.startsWith("-")) create(arg, rust);
 else if (command === "migrations") console.log(join(here, "migrations"));
+else if (command === "provision") (await import("./provision.mjs")).run();
 else usage(command ? 1 : 0);

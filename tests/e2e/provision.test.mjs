@@ -1,6 +1,7 @@
 // `npm run provision` against a stub wrangler (tests/e2e/stub/wrangler) that keeps an account's
 // resources and answers like wrangler 4: it creates what is missing, finds what exists, writes the
-// ids into wrangler.toml, and is idempotent.
+// ids into wrangler.toml, and is idempotent; and `npx orderly-queues provision`, from the package,
+// in the TypeScript template's Worker, on its wrangler.jsonc.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
@@ -9,6 +10,7 @@ import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 import { ONCE } from "./harness.mjs";
+import { withoutComments } from "../../bin/provision.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -17,7 +19,7 @@ function setup(account = {}) {
   copyFileSync(join(root, "wrangler.toml"), join(dir, "wrangler.toml"));
   const state = join(dir, "account.json");
   writeFileSync(state, JSON.stringify(account));
-  const run = () => spawnSync(process.execPath, [join(root, "scripts/provision.mjs"), "--config", join(dir, "wrangler.toml")], {
+  const run = () => spawnSync(process.execPath, [join(root, "bin/provision.mjs"), "--config", join(dir, "wrangler.toml")], {
     encoding: "utf8",
     env: { ...process.env, PATH: `${join(root, "tests/e2e/stub")}:${process.env.PATH}`, STUB_STATE: state },
   });
@@ -93,4 +95,39 @@ test("provision writes no id it did not check, and nothing at all when one is ba
     assert.match(r.stderr, /is not one|placeholder/);
     assert.equal(p.toml(), before, "wrangler.toml is left exactly as it was");
   }
+});
+
+test("`npx orderly-queues provision` provisions the TypeScript template's worker from its wrangler.jsonc, comments kept", ONCE, () => {
+  const dir = mkdtempSync(join(tmpdir(), "orderly-provision-ts-"));
+  const made = spawnSync(process.execPath, [join(root, "bin/orderly-queues.mjs"), "new", "shop"], { cwd: dir, encoding: "utf8" });
+  assert.equal(made.status, 0, made.stderr);
+  const app = join(dir, "shop");
+  const state = join(dir, "account.json");
+  writeFileSync(state, JSON.stringify({ kv: [{ id: "d".repeat(32), title: "ORDERING_KV" }] }));
+  const run = () => spawnSync(process.execPath, [join(root, "bin/orderly-queues.mjs"), "provision"], {
+    cwd: app,
+    encoding: "utf8",
+    env: { ...process.env, PATH: `${join(root, "tests/e2e/stub")}:${process.env.PATH}`, STUB_STATE: state },
+  });
+  const r = run();
+  assert.equal(r.status, 0, r.stderr);
+  const account = JSON.parse(readFileSync(state, "utf8"));
+  assert.deepEqual(account.queues.sort(), ["shop-dlq", "shop-jobs"]);
+  const config = readFileSync(join(app, "wrangler.jsonc"), "utf8");
+  assert.match(config, new RegExp(`"id": "${"d".repeat(32)}"`), "the namespace the account had");
+  assert.match(config, new RegExp(`"database_id": "${account.d1[0].uuid}"`));
+  assert.match(config, /\/\/ The ledger's migrations ship with orderly/, "its comments kept");
+  assert.match(r.stdout, /wrangler\.jsonc: ids written/);
+  const again = run();
+  assert.equal(again.status, 0, again.stderr);
+  assert.equal(readFileSync(join(app, "wrangler.jsonc"), "utf8"), config, "idempotent");
+});
+
+test("a JSONC config's comments and trailing commas are read, and strings with slashes are kept", () => {
+  const text = `{
+  // a comment with "quotes"
+  "a": "http://x.test/*not a comment*/", /* a block */
+  "b": [1, 2,],
+}`;
+  assert.deepEqual(JSON.parse(withoutComments(text)), { a: "http://x.test/*not a comment*/", b: [1, 2] });
 });

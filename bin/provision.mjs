@@ -1,16 +1,23 @@
 #!/usr/bin/env node
-// `npm run provision`: creates what orderly needs on Cloudflare (its queues, the KV namespace
-// and the D1 database named in wrangler.toml) with wrangler, finding existing ones instead of
-// creating them twice, and writes the KV and D1 ids into wrangler.toml. Says what it did.
-// Run it once per account (again any time: it is idempotent); then `npm run deploy`.
+// `npx orderly-queues provision` (`npm run provision` here): creates what orderly needs on
+// Cloudflare (its queues, the KV namespace and the D1 database named in the Worker's wrangler
+// config: wrangler.toml, or the wrangler.jsonc `npm create cloudflare` and the TypeScript template
+// make) with wrangler, finding existing ones instead of creating them twice, and writes the KV and
+// D1 ids into the config. Says what it did. Run it once per account (again any time: it is
+// idempotent); then `npm run deploy`. It ships in the npm package, so any Worker that embeds
+// orderly provisions without a clone of this repository.
 //
-// Usage: node scripts/provision.mjs [--config wrangler.toml]
+// Usage: node bin/provision.mjs [--config wrangler.jsonc|wrangler.toml]
 import { spawnSync } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 
 const args = process.argv.slice(2);
 const configAt = args.indexOf("--config");
-const configPath = configAt >= 0 && args[configAt + 1] ? args[configAt + 1] : "wrangler.toml";
+/** The config: as given, else the first of wrangler.jsonc, wrangler.json and wrangler.toml here. */
+const configPath = configAt >= 0 && args[configAt + 1]
+  ? args[configAt + 1]
+  : (["wrangler.jsonc", "wrangler.json"].find((f) => existsSync(f)) ?? "wrangler.toml");
+const jsonConfig = /\.jsonc?$/.test(configPath);
 const PLACEHOLDER_KV = /^0+$/;
 const PLACEHOLDER_D1 = /^0{8}-0{4}-0{4}-0{4}-0{12}$/;
 /** What Cloudflare's ids look like: a KV namespace id is 32 hex digits, a D1 database id a UUID. */
@@ -51,6 +58,43 @@ export function jsonIn(text) {
   throw new Error(`expected JSON from wrangler, got: ${text.trim().slice(0, 200)}`);
 }
 
+/** A JSONC text without its comments (outside strings), for JSON.parse. */
+export function withoutComments(text) {
+  let out = "";
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      const end = /"(?:[^"\\\n]|\\.)*"/y;
+      end.lastIndex = i;
+      const m = end.exec(text);
+      const s = m ? m[0] : text.slice(i);
+      out += s;
+      i += s.length - 1;
+    } else if (c === "/" && text[i + 1] === "/") {
+      while (i < text.length && text[i] !== "\n") i++;
+      out += "\n";
+    } else if (c === "/" && text[i + 1] === "*") {
+      const close = text.indexOf("*/", i + 2);
+      i = close < 0 ? text.length : close + 1;
+    } else {
+      out += c;
+    }
+  }
+  // Trailing commas, which JSONC allows.
+  return out.replace(/,(\s*[}\]])/g, "$1");
+}
+
+/** The resources a wrangler.jsonc names. */
+export function resourcesOfJson(text) {
+  const c = JSON.parse(withoutComments(text));
+  const q = c.queues ?? {};
+  const queues = [...new Set([...(q.producers ?? []).map((p) => p.queue), ...(q.consumers ?? []).flatMap((k) => [k.queue, k.dead_letter_queue])].filter(Boolean))];
+  const kv = (c.kv_namespaces ?? [])[0];
+  const d1 = (c.d1_databases ?? [])[0];
+  if (!kv || !d1) throw new Error(`${configPath} lacks a kv_namespaces or d1_databases entry`);
+  return { queues, kv: { binding: kv.binding, id: kv.id ?? "" }, d1: { name: d1.database_name, id: d1.database_id ?? "" } };
+}
+
 /** The resources wrangler.toml names. */
 export function resourcesOf(toml) {
   const queues = [...new Set([...toml.matchAll(/^\s*queue\s*=\s*"([^"]+)"/gm), ...toml.matchAll(/^\s*dead_letter_queue\s*=\s*"([^"]+)"/gm)].map((m) => m[1]))];
@@ -60,9 +104,9 @@ export function resourcesOf(toml) {
   return { queues, kv: { binding: kv[1], id: kv[2] }, d1: { name: d1[1], id: d1[2] } };
 }
 
-function main() {
+export function main() {
   let toml = readFileSync(configPath, "utf8");
-  const want = resourcesOf(toml);
+  const want = jsonConfig ? resourcesOfJson(toml) : resourcesOf(toml);
   const did = [];
 
   for (const q of want.queues) {
@@ -107,8 +151,13 @@ function main() {
   // Every id is checked above; the file is written only now, and with function replacements, so
   // no text wrangler printed is read as a replacement pattern.
   const before = toml;
-  toml = toml.replace(/(\[\[kv_namespaces\]\][^[]*?\bid\s*=\s*")([^"]*)(")/s, (_, a, _old, c) => a + kvId + c);
-  toml = toml.replace(/(\[\[d1_databases\]\][^[]*?database_id\s*=\s*")([^"]*)(")/s, (_, a, _old, c) => a + dbId + c);
+  if (jsonConfig) {
+    toml = toml.replace(/("kv_namespaces"[\s\S]*?"id"\s*:\s*")([^"]*)(")/, (_, a, _old, c) => a + kvId + c);
+    toml = toml.replace(/("d1_databases"[\s\S]*?"database_id"\s*:\s*")([^"]*)(")/, (_, a, _old, c) => a + dbId + c);
+  } else {
+    toml = toml.replace(/(\[\[kv_namespaces\]\][^[]*?\bid\s*=\s*")([^"]*)(")/s, (_, a, _old, c) => a + kvId + c);
+    toml = toml.replace(/(\[\[d1_databases\]\][^[]*?database_id\s*=\s*")([^"]*)(")/s, (_, a, _old, c) => a + dbId + c);
+  }
   // The placeholders' "replace with ..." hints are done with.
   toml = toml.replace(/(id = "[0-9a-f]{32}")\s*#.*$/m, (_, a) => a).replace(/(database_id = "[0-9a-f-]{36}")\s*#.*$/m, (_, a) => a);
   if (toml !== before) {
@@ -121,7 +170,8 @@ function main() {
   console.log("orderly provision: done; next: `npm run deploy` (migrations, then the worker)");
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+/** Runs `main`, stopping with the reason (and the likely cause) when it fails. */
+export function run() {
   try {
     main();
   } catch (e) {
@@ -130,3 +180,5 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     process.exit(1);
   }
 }
+
+if (import.meta.url === `file://${process.argv[1]}`) run();
