@@ -150,6 +150,17 @@ test("a new TypeScript worker from the template, with no Rust toolchain on PATH:
   mkdirSync(join(app, "node_modules/orderly-queues"), { recursive: true });
   run("tar", ["xzf", tgz, "-C", join(app, "node_modules/orderly-queues"), "--strip-components=1"], scratch);
   for (const dep of ["wrangler", "typescript"]) symlinkSync(join(root, "node_modules", dep), join(app, "node_modules", dep));
+  // The user adds a job type beside the template's: one that fails its first run when asked to,
+  // and says its place among the isolate's runs (the test reads each key's order from it).
+  const source = join(app, "src/index.ts");
+  const added = readFileSync(source, "utf8").replace("  handlers: {\n", `  handlers: {
+    record: async (job: Job<{ fail?: boolean }>) => {
+      if (job.payload.fail && job.attempt < 2) throw new Error("not yet");
+      return { place: ++places };
+    },
+`);
+  assert.notEqual(added, readFileSync(source, "utf8"), "the template lists its handlers as the test expects");
+  writeFileSync(source, `let places = 0;\n${added}`);
   run(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "."], app, bare);
   const out = run(process.execPath, ["node_modules/wrangler/bin/wrangler.js", "deploy", "--dry-run", "--outdir", "dist"], app,
     { ...bare, WRANGLER_SEND_METRICS: "false" });
@@ -167,19 +178,35 @@ test("a new TypeScript worker from the template, with no Rust toolchain on PATH:
   });
   try {
     assert.match(await (await w.mf.dispatchFetch("http://greeter.test/")).text(), /orderly's API and dashboard are at \/orderly\//);
+    // An empty database: refused, naming the command; the command; then jobs run.
+    const refused = await w.api("POST", "/orderly/jobs", { payload: { type: "greet", name: "Ada" } });
+    assert.equal(refused.status, 503);
+    assert.match(refused.json.error, /POST \/admin\/migrate/);
     const migrated = await w.api("POST", "/orderly/admin/migrate", {});
     assert.equal(migrated.status, 200, migrated.text);
     const r = await w.api("POST", "/orderly/jobs", { jobs: [
       { payload: { type: "greet", name: "Ada" }, ordering_key: "people" },
       { payload: { type: "greet", name: "" }, ordering_key: "people" },
+      { payload: { type: "record", fail: true }, ordering_key: "k" },
+      { payload: { type: "record" }, ordering_key: "k" },
+      { payload: { type: "record" }, ordering_key: "k" },
     ] });
     assert.equal(r.status, 202, r.text);
-    const [ada, blank] = r.json.jobs.map((j) => j.id);
-    const got = async (id) => (await w.api("GET", `/orderly/jobs/${id}`)).json.job;
-    await waitFor(async () => (await got(ada)).status === "DONE", "the template's greet job DONE");
-    assert.deepEqual((await got(ada)).result, { greeting: "Hello, Ada!" });
-    await waitFor(async () => (await got(blank)).status === "DEAD", "the empty name DEAD");
-    assert.match((await got(blank)).last_error, /no name to greet/);
+    const [ada, blank, ...records] = r.json.jobs.map((j) => j.id);
+    const got = async (id) => (await w.api("GET", `/orderly/jobs/${id}`)).json;
+    await waitFor(async () => (await got(ada)).job.status === "DONE", "the template's greet job DONE");
+    assert.deepEqual((await got(ada)).job.result, { greeting: "Hello, Ada!" });
+    await waitFor(async () => (await got(blank)).job.status === "DEAD", "the empty name DEAD");
+    assert.match((await got(blank)).job.last_error, /no name to greet/);
+    // The key's jobs in order, the first retried before the others ran.
+    for (const id of records) await waitFor(async () => (await got(id)).job.status === "DONE", `${id} DONE`);
+    const done = await Promise.all(records.map(got));
+    assert.deepEqual(done.map((j) => j.job.result.place), [1, 2, 3]);
+    assert.deepEqual(done[0].history.map((e) => e.outcome), ["retry", "done"]);
+    // The dashboard answers under the Worker's mount.
+    const page = await w.mf.dispatchFetch("http://greeter.test/orderly/");
+    assert.equal(page.status, 200);
+    assert.match(await page.text(), /<title>orderly/);
   } finally {
     await w.dispose();
   }
