@@ -3,7 +3,8 @@
 // in TypeScript, on the compiled orderly this package ships: no Rust toolchain; or with `--rust`, a
 // Rust worker on the crate), with orderly's bindings, `npm start` and `npm run deploy`, its name
 // taken from the folder's, on the same orderly release as this package, with a local ADMIN_TOKEN
-// in `.dev.vars`. `npx orderly-queues provision`: the Worker's queues, KV and D1 on Cloudflare
+// in `.dev.vars`. `npx orderly-queues init`: orderly's bindings added to an existing Worker's
+// wrangler.jsonc (bin/init.mjs). `npx orderly-queues provision`: the Worker's queues, KV and D1 on Cloudflare
 // (bin/provision.mjs). `npx orderly-queues migrations`: where the ledger's migrations are (for a
 // wrangler config's `migrations_dir`).
 import { randomBytes } from "node:crypto";
@@ -20,6 +21,7 @@ function usage(code) {
   npx orderly-queues new <dir>           a new worker on orderly in <dir> (which must not exist or be
                                          empty), its job handlers in TypeScript
   npx orderly-queues new <dir> --rust    the same in Rust (needs Rust and worker-build)
+  npx orderly-queues init [--config F]        orderly's bindings added to this Worker's wrangler.jsonc
   npx orderly-queues provision [--config F]   the queues, KV namespace and D1 database the Worker's
                                          wrangler config names, created (or found) and their ids
                                          written into it
@@ -64,4 +66,5 @@ const [command, arg] = args.filter((a) => a !== "--rust");
 if (command === "new" && arg && !arg.startsWith("-")) create(arg, rust);
 else if (command === "migrations") console.log(join(here, "migrations"));
 else if (command === "provision") (await import("./provision.mjs")).run();
+else if (command === "init") (await import("./init.mjs")).run(args);
 else usage(command ? 1 : 0);

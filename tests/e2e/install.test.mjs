@@ -213,6 +213,67 @@ test("a new TypeScript worker from the template, with no Rust toolchain on PATH:
   rmSync(scratch, { recursive: true, force: true });
 });
 
+test("`npx orderly-queues init` adds orderly's bindings to an existing Worker's wrangler.jsonc, which wrangler then bundles and whose jobs run", { skip, timeout: 300_000 }, async () => {
+  const scratch = mkdtempSync(join(tmpdir(), "orderly-init-"));
+  const tgz = join(scratch, run("npm", ["pack", "--silent", "--pack-destination", scratch], root).trim().split("\n").pop());
+  const app = join(scratch, "my-app");
+  mkdirSync(join(app, "src"), { recursive: true });
+  // A Worker as `npm create cloudflare` makes it (tabs, comments, a trailing comma), with vars of its own.
+  const before = `/**
+ * For more details on how to configure Wrangler, refer to:
+ * https://developers.cloudflare.com/workers/wrangler/configuration/
+ */
+{
+\t"$schema": "node_modules/wrangler/config-schema.json",
+\t"name": "my-app",
+\t"main": "src/index.ts",
+\t"compatibility_date": "2026-08-01",
+\t"observability": {
+\t\t"enabled": true
+\t},
+\t// "vars": { "MY_VARIABLE": "production_value" },
+\t"vars": { "GREETING": "hi" },
+}
+`;
+  writeFileSync(join(app, "wrangler.jsonc"), before);
+  writeFileSync(join(app, "src/index.ts"), `import { orderly } from "orderly-queues/worker";
+export default orderly({ handlers: { hello: async (job) => ({ hello: job.payload.to }) }, fetch: async () => new Response("my app") });
+`);
+  const bare = { PATH: [dirname(process.execPath), "/usr/bin", "/bin"].join(":") };
+  const said = run(process.execPath, [join(root, "bin/orderly-queues.mjs"), "init"], app, bare);
+  assert.match(said, /added the queue producer JOBS \(my-app-jobs\)/);
+  const config = readFileSync(join(app, "wrangler.jsonc"), "utf8");
+  assert.ok(config.includes('// "vars": { "MY_VARIABLE": "production_value" },'), "its comments kept");
+  assert.match(config, /\t\t"GREETING": "hi",/, "its vars kept, indented with its tabs");
+  assert.match(config, /"migrations_dir": "node_modules\/orderly-queues\/migrations"/);
+  assert.match(run(process.execPath, [join(root, "bin/orderly-queues.mjs"), "init"], app, bare), /has orderly's bindings already/);
+  assert.equal(readFileSync(join(app, "wrangler.jsonc"), "utf8"), config, "a second init changes nothing");
+
+  mkdirSync(join(app, "node_modules/orderly-queues"), { recursive: true });
+  run("tar", ["xzf", tgz, "-C", join(app, "node_modules/orderly-queues"), "--strip-components=1"], scratch);
+  symlinkSync(join(root, "node_modules/wrangler"), join(app, "node_modules/wrangler"));
+  const out = run(process.execPath, ["node_modules/wrangler/bin/wrangler.js", "deploy", "--dry-run", "--outdir", "dist"], app,
+    { ...bare, WRANGLER_SEND_METRICS: "false" });
+  for (const binding of ["env.JOBS (my-app-jobs)", "env.ORDERING_KV", "env.DB (my-app)", 'env.GREETING ("hi")', 'env.ORDERING_MODE ("strict")']) {
+    assert.ok(out.includes(binding), `wrangler reads ${binding}: ${out}`);
+  }
+  const w = await start({
+    ledger: null,
+    vars: { ORDERING_MODE: "strict" },
+    workerOptions: { scriptPath: join(app, "dist/index.js"), modulesRoot: join(app, "dist") },
+  });
+  try {
+    const r = await w.api("POST", "/orderly/jobs", { payload: { type: "hello", to: "world" } });
+    assert.equal(r.status, 202, r.text);
+    const id = r.json.jobs[0].id;
+    await waitFor(async () => (await w.api("GET", `/orderly/jobs/${id}`)).json.job.status === "DONE", "the job DONE");
+    assert.deepEqual((await w.api("GET", `/orderly/jobs/${id}`)).json.job.result, { hello: "world" });
+  } finally {
+    await w.dispose();
+  }
+  rmSync(scratch, { recursive: true, force: true });
+});
+
 /** A user's Fedify app on orderly, as the README shows it: only package imports. */
 const FEDIFY_APP = `
 import { createFederation, generateCryptoKeyPair, MemoryKvStore } from "@fedify/fedify";
