@@ -240,7 +240,7 @@ impl HttpClient for WorkerFetch {
 
 /// A service handler's binding (`SERVICE_HANDLERS`): a service binding to another Worker, or any
 /// object in `env` with a `fetch(request)` method, such as the JavaScript handlers of the Worker
-/// that embeds orderly (`orderly-queues/worker`, design §13b), called in the same isolate.
+/// that embeds orderly (`orderly-queues/worker`, design §13c), called in the same isolate.
 /// workers-rs's `Env::service` takes only an object whose constructor is named `Fetcher`; the
 /// call is the same `fetch`.
 pub fn handler_binding(env: &Env, name: &str) -> Result<worker::Fetcher, SendError> {

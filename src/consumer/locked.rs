@@ -653,4 +653,3 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         .await;
     }
 }
-
