@@ -7,12 +7,12 @@
 //   export { OrderlyLedger } from "orderly-queues/worker"; // for LEDGER = "do"
 //   export default orderly({ handlers: { email: async (job) => ({ sent: job.payload.to }) } });
 //
-// A handler gets `job` ({id, type, attempt, orderingKey, priority, payload}) and returns the job's
-// result (anything JSON), or `snooze(seconds, payload?)` to run again later (no attempt spent, its
-// key held; `payload`, if given, is the next run's, of the same type); it throws `new PermanentError(message)` to
-// end the job DEAD at once, `new RetryAfter(seconds, message)` to be retried then, or anything
-// else to be retried with backoff. Your own `fetch` serves every request outside `mount` (orderly's
-// API and dashboard), when given.
+// A handler gets `job` ({id, type, attempt, orderingKey, priority, payload}) and `{signal, env}`,
+// and returns the job's result (anything JSON), or `snooze(seconds, payload?)` to run again later
+// (no attempt spent, its key held; `payload`, if given, is the next run's, of the same type); it
+// throws `new PermanentError(message)` to end the job DEAD at once, `new RetryAfter(seconds,
+// message)` to be retried then, or anything else to be retried with backoff. Your own `fetch`
+// serves every request outside `mount` (orderly's API and dashboard), when given.
 import Orderly, { OrderlyLedger } from "../dist/worker/orderly.js";
 import { PermanentError, RetryAfter, Snooze, snooze } from "./answers.js";
 
