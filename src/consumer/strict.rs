@@ -70,6 +70,9 @@ pub(super) struct Member {
 enum Stop {
     /// A retryable failure (or a snooze) holds the key until this job runs again.
     Retry(Box<JobRow>, u32),
+    /// Its limit key put it off for a time (the throttle's next start, a breaker's cool-down):
+    /// the key waits for it, and its message is a wake-up (see `Consumer::give_back`).
+    PutOff(Box<JobRow>, u32),
     /// A DEAD head under `ON_DEAD = block`: an operator decides.
     Blocked,
     /// The invocation's run or time budget is spent.
@@ -355,6 +358,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             match stop {
                 Some(Stop::Retry(job, delay)) => return producer::message_for(&job, delay),
+                // A job put off by its limit key may hold a slot handed to it (woken while the
+                // breaker was open, it waits for the cool-down): should its key's order change
+                // meanwhile (an operator's redrive puts an earlier job back ahead), its message,
+                // claiming nothing, must give that slot back, as a wake-up does. As a plain
+                // message it gave nothing, and the job ahead, parked behind the slot, waited for
+                // maintenance (the soak's line check found it).
+                Some(Stop::PutOff(job, delay)) => return producer::woken_message(&job, delay),
                 Some(Stop::Blocked | Stop::LeaseLost | Stop::Parked) => return None,
                 Some(Stop::Budget) => {
                     let head = step.state.head.filter(|h| h.status == Status::Pending)?;
@@ -449,7 +459,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 }
                 // Parked in its limit key's line: a freed slot wakes it, no message needed.
                 RunEnd::Limited(w) if w.parked => stop = Some(Stop::Parked),
-                RunEnd::Limited(w) => stop = Some(Stop::Retry(Box::new(job.clone()), w.delay_seconds)),
+                RunEnd::Limited(w) => stop = Some(Stop::PutOff(Box::new(job.clone()), w.delay_seconds)),
             }
             if stop.is_none() {
                 prev = Some(job.id.clone());

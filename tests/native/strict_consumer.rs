@@ -728,6 +728,33 @@ fn a_job_woken_behind_its_keys_head_gives_its_slot_back_to_the_line_at_once() {
 }
 
 #[test]
+fn a_head_put_off_for_its_breaker_s_cool_down_comes_back_as_a_wake_up() {
+    // Issue 38, found by the soak's line check: a head put off for the cool-down may hold a slot
+    // handed to it; should an operator's redrive put an earlier job of its key back ahead of it,
+    // its message, claiming nothing, must give that slot back as a wake-up does. Sent as a plain
+    // message, it gave nothing, and the job ahead waited for maintenance.
+    let mut w = World::new(OnDead::Skip);
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"host": {"trip_after": 1, "cooldown_seconds": 30}}"#).unwrap();
+    let ledger = Ledger::new(&w.db);
+    let x = x_ask(&w);
+    block_on(ledger.acquire(&x, T0)).unwrap();
+    let failed = orderly::ledger::limit::Release {
+        limit_key: "host",
+        job_id: "x",
+        until: x.until,
+        verdict: orderly::flow::RunVerdict::Failed { retry_after_ms: 0 },
+        policy: x.policy,
+    };
+    block_on(ledger.release(&failed, T0)).unwrap();
+    assert_eq!(w.run(&[limited_message("a", "k", T0 + 1)]), vec![Outcome::Ack]);
+    assert!(w.runs().is_empty(), "the breaker is open");
+    let sent = w.queue.sent();
+    let back = sent.last().expect("a's message, put off for the cool-down");
+    assert_eq!(back.meta.id.as_deref(), Some("a"));
+    assert!(back.meta.woken, "put off by its limit key, it comes back as a wake-up");
+}
+
+#[test]
 fn an_unkeyed_job_parked_for_its_limit_key_stays_due_so_its_wake_up_runs_it() {
     // Issue 38: an unkeyed job takes the lock-mode path, whose claim does not read a wake-up's
     // mark; parked not due, as a keyed head is, its wake-up found it not due and was put off to

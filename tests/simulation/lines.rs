@@ -9,10 +9,11 @@
 //!   woken jobs) fill its concurrency (a key without one has no reason to park but a pause or a
 //!   probe);
 //! - **a waker**: a live permit (its run's release hands the next slot; a woken job that cannot
-//!   start gives its slot back, which hands it on), a
-//!   job of the key RUNNING (it asks, then releases or parks), or a message on its way for a job
-//!   of the key outside the line whose ordering key has nothing in the line (it will ask: a job
-//!   put off for the throttle or the breaker's cool-down, or just submitted).
+//!   start gives its slot back, which hands it on), a job of the key RUNNING (it asks, then
+//!   releases or parks), or a message on its way for a job of the key outside the line: a
+//!   wake-up (its job asks, or gives back what it may hold, which hands the line its free slots),
+//!   or any message whose job's ordering key has nothing in the line (it will ask: a job just
+//!   submitted).
 //!
 //! A fault that loses a waker (an invocation crashed or stalled, a ledger call or a send lost)
 //! leaves the line to maintenance, as designed: a line is excused while such a fault fired at most
@@ -91,18 +92,28 @@ fn read(dbs: &[Rc<Sqlite>], now: i64) -> (BTreeMap<String, Key>, BTreeMap<String
     (keys, jobs)
 }
 
+/// The messages on their way (waiting, put off, or in an invocation's hands), by job.
+#[derive(Clone, Copy)]
+pub struct OnTheWay<'a> {
+    /// Jobs with any message on its way.
+    pub messages: &'a BTreeSet<String>,
+    /// Jobs with a wake-up on its way: delivered, its job asks, or gives back the slot it may hold,
+    /// which hands the line the slots free, whatever its ordering key.
+    pub wake_ups: &'a BTreeSet<String>,
+}
+
 /// The lines that wait with no reason to, or with nothing to wake them, each as a sentence.
-/// `queued`: the jobs with a message on its way (waiting, put off, or in an invocation's hands);
 /// `faults`: when a fault that may lose a waker fired; `lease_ms`: how long a lost run's permit
 /// holds its slot.
 pub fn check(
     dbs: &[Rc<Sqlite>],
     now: i64,
     policies: &Policies,
-    queued: &BTreeSet<String>,
+    on_the_way: OnTheWay<'_>,
     faults: &[i64],
     lease_ms: i64,
 ) -> Vec<String> {
+    let queued = on_the_way.messages;
     // Most steps see no line at all: nothing more to read.
     let waits = |db: &Rc<Sqlite>| {
         db.conn.prepare_cached("SELECT 1 FROM limit_wait LIMIT 1").is_ok_and(|mut st| st.exists([]).unwrap_or(false))
@@ -140,7 +151,7 @@ pub fn check(
         let coming = of_key.clone().any(|(id, (_, (ordering, _)))| {
             queued.contains(id)
                 && !in_line.contains(id.as_str())
-                && ordering.as_deref().is_none_or(|o| !parked_keys.contains(o))
+                && (on_the_way.wake_ups.contains(id) || ordering.as_deref().is_none_or(|o| !parked_keys.contains(o)))
         });
         if k.permits == 0 && !running && !coming {
             out.push(format!(
@@ -165,9 +176,14 @@ mod tests {
     }
 
     fn check_at(dbs: &[Rc<Sqlite>], queued: &[&str], faults: &[i64]) -> Vec<String> {
+        check_with(dbs, queued, &[], faults)
+    }
+
+    fn check_with(dbs: &[Rc<Sqlite>], queued: &[&str], wake_ups: &[&str], faults: &[i64]) -> Vec<String> {
         let policies = Policies::parse(POLICIES).unwrap();
-        let queued = queued.iter().map(|s| (*s).to_string()).collect();
-        check(dbs, 1_000, &policies, &queued, faults, 100)
+        let set = |ids: &[&str]| ids.iter().map(|s| (*s).to_string()).collect::<BTreeSet<String>>();
+        let (messages, wake_ups) = (set(queued), set(wake_ups));
+        check(dbs, 1_000, &policies, OnTheWay { messages: &messages, wake_ups: &wake_ups }, faults, 100)
     }
 
     /// `b` waits in `key`'s line (since 500); `a`, of another ordering key, is PENDING outside it.
@@ -203,6 +219,7 @@ mod tests {
         assert!(found[0].contains("nothing to wake them"), "{found:?}");
         assert!(check_at(&open, &["a"], &[]).is_empty(), "a comes back for the cool-down and probes");
         assert_eq!(check_at(&open, &["c"], &[]).len(), 1, "c is behind b in its ordering key: it asks nothing");
+        assert!(check_with(&open, &["c"], &["c"], &[]).is_empty(), "c's wake-up gives back what it holds: a waker");
         assert_eq!(check_at(&open, &["b"], &[]).len(), 1, "a message of a parked job wakes nothing");
     }
 

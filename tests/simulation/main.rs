@@ -853,11 +853,20 @@ impl Sim {
                 drop(o);
                 let mut found = permits.step(&self.dbs, self.sched.now(), by.as_deref(), &alive, &excused);
                 let queued = self.broker.borrow().queued_jobs(&BTreeSet::new());
+                let wake_ups = self.broker.borrow().queued_wake_ups();
                 let o = self.obs.borrow();
                 let faults: Vec<i64> = o.fault_times.iter().chain(&o.lost_sends).copied().collect();
                 drop(o);
                 let lease_ms = i64::from(self.cfg.lease_seconds) * 1000;
-                found.extend(lines::check(&self.dbs, self.sched.now(), &self.cfg.limits, &queued, &faults, lease_ms));
+                let on_the_way = lines::OnTheWay { messages: &queued, wake_ups: &wake_ups };
+                found.extend(lines::check(
+                    &self.dbs,
+                    self.sched.now(),
+                    &self.cfg.limits,
+                    on_the_way,
+                    &faults,
+                    lease_ms,
+                ));
                 if let Ok(key) = std::env::var("SIM_TRACE_LIMIT") {
                     let now = self.sched.now();
                     let snap = limit_snapshot(&self.dbs, &key);

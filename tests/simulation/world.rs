@@ -539,6 +539,16 @@ impl Broker {
         let all = self.pending.iter().chain(inflight).chain(&self.dead_letters);
         all.filter(|m| !except.contains(&m.id)).filter_map(|m| job_of(&m.body)).collect()
     }
+
+    /// The jobs with a wake-up on its way (`__orderly_job__.woken`): waiting, put off, or in an
+    /// invocation's hands.
+    pub fn queued_wake_ups(&self) -> BTreeSet<String> {
+        let inflight = self.inflight.values().flatten();
+        let woken = |body: &Value| {
+            body.get(orderly::envelope::JOB_FIELD).and_then(|m| m.get("woken")) == Some(&Value::Bool(true))
+        };
+        self.pending.iter().chain(inflight).filter(|m| woken(&m.body)).filter_map(|m| job_of(&m.body)).collect()
+    }
 }
 
 /// The job a message names (`__orderly_job__.id`).
