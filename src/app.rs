@@ -22,7 +22,7 @@ use serde_json::Value;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::handlers::webhook::Webhook;
-use crate::handlers::{self, service, Done, HttpClient, JobContext, JobError, JobHandler, Runner, Services};
+use crate::handlers::{self, service, Cancellation, Done, HttpClient, JobContext, JobError, JobHandler, Runner, Services};
 
 /// A job's payload, typed: what the handler is given. Derefs to the payload.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,12 +57,32 @@ pub struct Cx<E> {
     /// 0 most urgent .. 9.
     pub priority: u8,
     env: E,
+    cancel: Cancellation,
 }
 
 impl<E> Cx<E> {
     /// The context of a run of job `id`.
     pub(crate) fn new(id: String, attempt: u32, ordering_key: Option<String>, priority: u8, env: E) -> Self {
-        Cx { id, attempt, ordering_key, priority, env }
+        Cx { id, attempt, ordering_key, priority, env, cancel: Cancellation::default() }
+    }
+
+    /// This context, cancelled by `cancel` (design §22.1).
+    pub(crate) fn cancelled_by(self, cancel: Cancellation) -> Self {
+        Cx { cancel, ..self }
+    }
+
+    /// Whether an operator cancelled the running job (design §22.1): stop, and return what you
+    /// have; whatever you return, the job ends DEAD "cancelled" (a result is kept).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Completes once an operator cancels the running job (never, if nobody does): select on it
+    /// beside long work to stop early. A handler that has not ended
+    /// [`crate::consumer::CANCEL_GRACE_MS`] after the cancel reached it is dropped at its next
+    /// await.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await;
     }
 
     /// The worker's environment: on Workers, `worker::Env` with your bindings.
@@ -282,15 +302,18 @@ impl<E: Clone + 'static, H: HttpClient, C: Clock> Runner for AppRunner<'_, E, H,
                 job.ordering_key.map(str::to_string),
                 job.priority,
                 self.env.clone(),
-            );
+            )
+            .cancelled_by(job.cancel.clone());
             // Noted as running while polled: a panic inside is recorded as this job's failure.
             return crate::panics::Noted::new(job.id, job.attempt, h.run(job.payload.clone(), cx)).await;
         }
+        // The built-in handlers stop as soon as a cancel reaches the run: their request is
+        // aborted (design §22.1).
         if self.handlers.webhook && t == Webhook::TYPE {
-            return Webhook::run(job, &self.services).await;
+            return job.cancel.or_cancelled(Webhook::run(job, &self.services)).await;
         }
         match self.services.service_handlers.iter().find(|(s, _)| s == t) {
-            Some((_, binding)) => service::run(job, t, binding, &self.services).await,
+            Some((_, binding)) => job.cancel.or_cancelled(service::run(job, t, binding, &self.services)).await,
             None => Err(self.handlers.unknown(t, self.cfg)),
         }
     }
@@ -320,7 +343,9 @@ mod tests {
     }
 
     fn ctx(payload: &Value) -> JobContext<'_> {
-        JobContext { id: "j", attempt: 2, payload, ordering_key: Some("k"), priority: 5, timeout_ms: None }
+        // Leaked: a test's context lives as long as the test.
+        let cancel = Box::leak(Box::new(Cancellation::default()));
+        JobContext { id: "j", attempt: 2, payload, ordering_key: Some("k"), priority: 5, timeout_ms: None, cancel }
     }
 
     struct NoHttp;

@@ -198,6 +198,7 @@ impl HttpClient for WorkerFetch {
             Request::new_with_init(&req.url, &init).map_err(|e| SendError::Invalid(format!("bad request: {e}")))?;
         let controller = AbortController::default();
         let signal = controller.signal();
+        let _abort = AbortOnDrop(Some(controller));
         // The signal rides in the request itself, so the timeout aborts a service binding's call
         // too (`Fetcher::fetch_request` takes no signal): a handler orderly has given up on must
         // not go on running beside the retry.
@@ -230,10 +231,22 @@ impl HttpClient for WorkerFetch {
         match select(fetch, timeout).await {
             Either::Left((Ok(resp), _)) => Ok(resp),
             Either::Left((Err(e), _)) => Err(SendError::Network(format!("network error: {e}"))),
-            Either::Right(_) => {
-                controller.abort();
-                Err(SendError::Network(format!("timed out after {timeout_ms} ms")))
-            }
+            // The request is aborted as `_abort` drops.
+            Either::Right(_) => Err(SendError::Network(format!("timed out after {timeout_ms} ms"))),
+        }
+    }
+}
+
+/// Aborts its request when dropped: on a timeout, and when the run is given up on before its
+/// answer (its job cancelled, design §22.1, drops the request's future), so a handler orderly
+/// has stopped waiting for is stopped too. Aborting a request already answered and read does
+/// nothing.
+struct AbortOnDrop(Option<AbortController>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(controller) = self.0.take() {
+            controller.abort();
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::config::{Config, OnDead, OrderingMode};
 use crate::error::InfraError;
 use crate::ledger::strict::Skip;
-use crate::ledger::{Cancel, JobRow, Ledger, Redrive, Sql, Status};
+use crate::ledger::{Cancel, CancelFilter, JobRow, Ledger, Redrive, Sql, Status};
 use crate::producer::{self, QueueSender};
 
 /// The ports an operation works with, for one request.
@@ -38,10 +38,24 @@ pub enum Cancelled {
         /// Why the wake-up was not sent.
         unsent: Option<InfraError>,
     },
+    /// RUNNING, now asked to stop (design §22.1): its run learns of it within
+    /// [`crate::consumer::CANCEL_REACH_MS`] and ends it DEAD "cancelled"; its key moves on then.
+    Requested(Box<JobRow>),
     /// No such job.
     NotFound,
-    /// Not PENDING (its row given): only a PENDING job is cancelled; a handler is never stopped.
-    NotPending(Box<JobRow>),
+    /// Finished already, or RUNNING and asked to stop already (its row given).
+    Refused(Box<JobRow>),
+}
+
+/// What cancelling the PENDING jobs matching a filter did (design §22.2).
+#[derive(Debug)]
+pub struct CancelledMatching {
+    /// The jobs cancelled, DEAD "cancelled".
+    pub cancelled: Vec<JobRow>,
+    /// PENDING jobs matching the filter still (past this call's limit).
+    pub remaining: i64,
+    /// Why the wake-ups of the keys moved on were not sent (maintenance sends them).
+    pub unsent: Option<InfraError>,
 }
 
 /// What redriving a DEAD job did.
@@ -82,24 +96,65 @@ pub enum Skipped {
 }
 
 impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
-    /// Cancels a PENDING job (DEAD "cancelled", audited in its history) and wakes its key's next
-    /// job, so a key whose head was cancelled moves on without waiting for a delivery.
+    /// Cancels a job (design §22.1): a PENDING one is DEAD "cancelled" at once, and its ordering
+    /// key's next job and its limit key's line move on without waiting for a delivery; a RUNNING
+    /// one is asked to stop, and its run's end moves them on. Audited in the job's history.
     pub async fn cancel(&self, id: &str) -> Result<Cancelled, InfraError> {
         let now = self.clock.now_ms();
         let job = match self.ledger.cancel(id, now).await? {
             Cancel::Cancelled(job) => job,
+            Cancel::Requested(job) => return Ok(Cancelled::Requested(Box::new(job))),
             Cancel::NotFound => return Ok(Cancelled::NotFound),
-            Cancel::Refused(job) => return Ok(Cancelled::NotPending(Box::new(job))),
+            Cancel::Refused(job) => return Ok(Cancelled::Refused(Box::new(job))),
         };
-        let Some(key) = job.ordering_key.as_deref() else {
-            return Ok(Cancelled::Done { job: Box::new(job), woken: None, unsent: None });
+        let (woken, unsent) = match self.moved_on(std::slice::from_ref(&job), now).await {
+            Ok(woken) => (woken.into_iter().next(), None),
+            Err(e) => (None, Some(e)),
         };
-        let next = self.ledger.key_to_wake(key, self.cfg.ordering_mode, self.cfg.on_dead, now).await?;
-        let delay = next.as_ref().map_or(0, |n| crate::limits::seconds_until(now, n.next_run_at));
-        let wake = next.as_ref().and_then(|n| producer::message_for(n, delay));
-        let woken = wake.as_ref().and(next.as_ref().map(|n| n.id.clone()));
-        let unsent = producer::send_all(self.queue, wake.into_iter().collect()).await.err();
         Ok(Cancelled::Done { job: Box::new(job), woken, unsent })
+    }
+
+    /// Cancels PENDING jobs matching `filter`, at most `limit` per shard (design §22.2), and moves
+    /// their keys on; RUNNING jobs are left to run.
+    pub async fn cancel_matching(&self, filter: &CancelFilter, limit: u32) -> Result<CancelledMatching, InfraError> {
+        let now = self.clock.now_ms();
+        let cancelled = self.ledger.cancel_matching(filter, now, limit).await?;
+        let unsent = self.moved_on(&cancelled, now).await.err();
+        let remaining = self.ledger.pending_matching(filter).await?;
+        Ok(CancelledMatching { cancelled, remaining, unsent })
+    }
+
+    /// After cancelling `jobs`: each ordering key's next job is woken (in strict mode the key's
+    /// new head; in lock mode a job put off behind the cancelled holder), and each limit key's
+    /// line gives up their places and hands on the slots handed to them. The ids of the ordering
+    /// keys' jobs woken.
+    pub async fn moved_on(&self, jobs: &[JobRow], now: i64) -> Result<Vec<String>, InfraError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut keys: Vec<&str> = jobs.iter().filter_map(|j| j.ordering_key.as_deref()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let (mut msgs, mut woken) = (Vec::new(), Vec::new());
+        for key in keys {
+            let next = self.ledger.key_to_wake(key, self.cfg.ordering_mode, self.cfg.on_dead, now).await?;
+            let delay = next.as_ref().map_or(0, |n| crate::limits::seconds_until(now, n.next_run_at));
+            if let Some((n, msg)) = next.as_ref().and_then(|n| Some((n, producer::message_for(n, delay)?))) {
+                woken.push(n.id.clone());
+                msgs.push(msg);
+            }
+        }
+        let mut limits: Vec<&str> = jobs.iter().filter_map(|j| j.limit_key.as_deref()).collect();
+        limits.sort_unstable();
+        limits.dedup();
+        let mut handed = Vec::new();
+        for key in limits {
+            let ids: Vec<&str> = jobs.iter().filter(|j| j.limit_key.as_deref() == Some(key)).map(|j| j.id.as_str()).collect();
+            handed.extend(self.ledger.forget(key, &ids, &self.cfg.limits.for_key(key), now).await?);
+        }
+        producer::send_all(self.queue, msgs).await?;
+        producer::wake(self.ledger, self.queue, &handed, 1, None).await?;
+        Ok(woken)
     }
 
     /// Makes a DEAD job PENDING again, a new run from its first attempt, and sends it.

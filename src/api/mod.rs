@@ -35,12 +35,12 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::ledger::{JobRow, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
+use crate::ledger::{CancelFilter, Enqueued, JobRow, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
 use crate::operations::{Cancelled, Redriven};
 use crate::producer::{self, QueueSender};
 #[cfg(any(test, feature = "testing"))]
 pub use submission::BadInput;
-use submission::{parse_dead_filter, parse_job, Parsed};
+use submission::{parse_cancel_filter, parse_dead_filter, parse_job, Parsed};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -90,6 +90,14 @@ pub struct Submitted {
     pub status: Status,
     /// Whether it was already there.
     pub duplicate: bool,
+    /// `on_duplicate: "replace"` (or a debounce): the PENDING job holding the dedupe key took this
+    /// submission's payload and options (it is `id`, and `duplicate`; design §22.3).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replaced: bool,
+    /// The job holding the dedupe key that this new job superseded: cancelled, or left to finish
+    /// its run (design §22.3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded: Option<String>,
 }
 
 /// Why a submission was refused, nothing recorded.
@@ -136,6 +144,8 @@ fn submit_of<'a>(cfg: &Config, job: &'a Parsed, now: i64) -> Submit<'a> {
         spec: &job.spec,
         due_at: now + i64::from(job.delay) * 1000,
         parks_until: parks.then(|| now + i64::from(crate::flow::PARKED_RECHECK_SECONDS) * 1000),
+        on_duplicate: job.on_duplicate,
+        debounce_until: job.debounce_until,
     }
 }
 
@@ -270,6 +280,14 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Route::Job(id) => self.get(&id).await,
             Route::Redrive(id) => self.redrive(cfg, &id).await,
             Route::Cancel(id) => self.cancel(cfg, &id).await,
+            Route::CancelMatching => match parse_cancel_filter(&req.body) {
+                Ok((filter, dry_run)) => self.cancel_matching(cfg, filter, dry_run).await,
+                Err(e) => Ok(ApiResponse::error(e.status(), e.to_string())),
+            },
+            Route::CancelKey(key) => {
+                let filter = CancelFilter { ordering_key: Some(key), ..CancelFilter::default() };
+                self.cancel_matching(cfg, filter, false).await
+            }
             Route::Keys => self.keys(cfg, &req.query).await,
             Route::ChangeKey(key) => self.change_key(cfg, &key, &req.body).await,
             Route::SkipKey(key) => self.skip(cfg, &key).await,
@@ -345,12 +363,22 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             }
         }
         let due: Vec<Submit<'_>> = jobs.iter().map(|j| submit_of(cfg, j, now)).collect();
-        let recorded = self.ledger.enqueue_all(&due, now).await?;
+        let recorded = self.ledger.submit_all(&due, now).await?;
         let parks: Vec<bool> = due.iter().map(|d| d.parks_until.is_some()).collect();
         let mut answer = Vec::with_capacity(jobs.len());
-        let (mut to_send, mut lined) = (Vec::new(), Vec::new());
-        for (((job, inserted), Parsed { msg, .. }), parks) in recorded.into_iter().zip(jobs).zip(parks) {
-            answer.push(Submitted { id: job.id.clone(), status: job.status, duplicate: !inserted });
+        let (mut to_send, mut lined, mut cancelled) = (Vec::new(), Vec::new(), Vec::new());
+        for ((recorded, Parsed { msg, .. }), parks) in recorded.into_iter().zip(jobs).zip(parks) {
+            let Enqueued { job, inserted, superseded } = recorded;
+            let replaced = !inserted && superseded.as_ref().is_some_and(|held| held.id == job.id);
+            answer.push(Submitted {
+                id: job.id.clone(),
+                status: job.status,
+                duplicate: !inserted,
+                replaced,
+                superseded: superseded.as_ref().filter(|_| inserted).map(|held| held.id.clone()),
+            });
+            // A PENDING holder cancelled: its keys move on as after an operator's cancel.
+            cancelled.extend(superseded.filter(|held| held.status == Status::Dead));
             match (inserted, job.parked, parks) {
                 (false, ..) => {}
                 // The head of its key's jobs: it waits in its limit key's line (design §20.12).
@@ -363,7 +391,8 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         }
         let sent = producer::send_all(self.queue, to_send).await;
         let woken = self.line_up(cfg, &lined, now).await;
-        if let Err(e) = sent.and(woken) {
+        let moved_on = self.operations(cfg).moved_on(&cancelled, now).await;
+        if let Err(e) = sent.and(woken).and(moved_on) {
             return Ok(Submission::Unsent { jobs: answer, error: e.to_string() });
         }
         Ok(Submission::Accepted(answer))
@@ -490,11 +519,13 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         Ok(ApiResponse::json(200, json!({ "job": job })))
     }
 
-    /// `POST /jobs/{id}/cancel`: a PENDING job becomes DEAD "cancelled"; a running or finished
-    /// job is refused (409), so a handler is never cancelled underneath. The cancelled job may
-    /// have been what its key waited for (strict mode: a head waiting for its delay or retry;
-    /// lock mode: a failed job holding the key's lock): the key's next job is woken at once (in
-    /// lock mode it then takes over the finished holder's lock).
+    /// `POST /jobs/{id}/cancel` (design §22.1): a PENDING job becomes DEAD "cancelled" (200); a
+    /// RUNNING one is asked to stop (202): its run learns of it within
+    /// [`crate::consumer::CANCEL_REACH_MS`] and ends it DEAD "cancelled". A finished job, or one
+    /// asked already, is refused (409). The cancelled job may have been what its key waited for
+    /// (strict mode: a head waiting for its delay or retry; lock mode: a failed job holding the
+    /// key's lock): the key's next job is woken at once (in lock mode it then takes over the
+    /// finished holder's lock).
     async fn cancel(&self, cfg: &Config, id: &str) -> Result<ApiResponse, crate::error::InfraError> {
         Ok(match self.operations(cfg).cancel(id).await? {
             Cancelled::Done { job, woken, unsent } => {
@@ -507,12 +538,47 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 }
                 ApiResponse::json(200, answer)
             }
+            Cancelled::Requested(job) => ApiResponse::json(
+                202,
+                json!({"job": job, "cancel_requested": true,
+                       "within_ms": crate::consumer::CANCEL_REACH_MS}),
+            ),
             Cancelled::NotFound => ApiResponse::error(404, format!("no job {id:?}")),
-            Cancelled::NotPending(j) => ApiResponse::json(
+            Cancelled::Refused(j) if j.status == Status::Running => ApiResponse::json(
                 409,
-                json!({"error": format!("job is {}, only PENDING jobs can be cancelled", j.status.as_str()), "status": j.status}),
+                json!({"error": "job is RUNNING and was asked to stop already", "status": j.status}),
+            ),
+            Cancelled::Refused(j) => ApiResponse::json(
+                409,
+                json!({"error": format!("job is {}: a finished job cannot be cancelled", j.status.as_str()), "status": j.status}),
             ),
         })
+    }
+
+    /// `POST /jobs/cancel` and `POST /keys/{key}/cancel` (design §22.2): PENDING jobs matching a
+    /// filter counted (`"dry_run": true`) or cancelled, at most `BULK_REDRIVE_LIMIT` per call and
+    /// shard (oldest submission first); `remaining` says how many match still. RUNNING jobs are
+    /// left to run (`POST /jobs/{id}/cancel` asks one to stop).
+    async fn cancel_matching(
+        &self,
+        cfg: &Config,
+        filter: CancelFilter,
+        dry_run: bool,
+    ) -> Result<ApiResponse, crate::error::InfraError> {
+        let now = self.clock.now_ms();
+        if dry_run {
+            let matched = self.ledger.pending_matching(&filter).await?;
+            return Ok(ApiResponse::json(200, json!({ "dry_run": true, "matched": matched, "as_of": now })));
+        }
+        let done = self.operations(cfg).cancel_matching(&filter, cfg.bulk_redrive_limit).await?;
+        let ids: Vec<&str> = done.cancelled.iter().map(|j| j.id.as_str()).collect();
+        let mut answer = json!({
+            "dry_run": false, "cancelled": ids.len(), "ids": ids, "remaining": done.remaining, "as_of": now,
+        });
+        if let Some(e) = done.unsent {
+            answer["warning"] = json!(format!("{e}; the keys' next jobs run when maintenance sends them"));
+        }
+        Ok(ApiResponse::json(200, answer))
     }
 
     /// `POST /jobs/redrive`: DEAD jobs matching a filter, counted (`"dry_run": true`) or redriven,

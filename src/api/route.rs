@@ -28,6 +28,10 @@ pub enum Route {
     Redrive(String),
     /// `POST /jobs/{id}/cancel`.
     Cancel(String),
+    /// `POST /jobs/cancel`: PENDING jobs matching a filter cancelled (design §22.2).
+    CancelMatching,
+    /// `POST /keys/{key}/cancel`: an ordering key's PENDING jobs cancelled (design §22.2).
+    CancelKey(String),
     /// `GET /keys`.
     Keys,
     /// `PUT /keys/{key}`: pause or resume an ordering key.
@@ -67,12 +71,14 @@ const TABLE: &[Entry] = &[
     ("GET", "/jobs/counts", |_| Route::Counts),
     ("GET", "/jobs/activity", |_| Route::Activity),
     ("POST", "/jobs/redrive", |_| Route::RedriveMatching),
+    ("POST", "/jobs/cancel", |_| Route::CancelMatching),
     ("GET", "/jobs/{id}", Route::Job),
     ("POST", "/jobs/{id}/redrive", Route::Redrive),
     ("POST", "/jobs/{id}/cancel", Route::Cancel),
     ("GET", "/keys", |_| Route::Keys),
     ("PUT", "/keys/{key}", Route::ChangeKey),
     ("POST", "/keys/{key}/skip", Route::SkipKey),
+    ("POST", "/keys/{key}/cancel", Route::CancelKey),
     ("GET", "/limits", |_| Route::Limits),
     ("GET", "/limits/{key}", Route::Limit),
     ("PUT", "/limits/{key}", Route::ChangeLimit),
@@ -149,6 +155,8 @@ impl Route {
             | Route::RedriveMatching
             | Route::Redrive(_)
             | Route::Cancel(_)
+            | Route::CancelMatching
+            | Route::CancelKey(_)
             | Route::Keys
             | Route::ChangeKey(_)
             | Route::SkipKey(_)
@@ -170,6 +178,8 @@ mod tests {
         assert_eq!(Route::parse("GET", "/jobs/a%2Fb"), Ok((Route::Job("a/b".into()), "/jobs/{id}")));
         assert_eq!(Route::parse("POST", "/jobs//redrive"), Ok((Route::Redrive(String::new()), "/jobs/{id}/redrive")));
         assert_eq!(Route::parse("POST", "/jobs/redrive"), Ok((Route::RedriveMatching, "/jobs/redrive")));
+        assert_eq!(Route::parse("POST", "/jobs/cancel"), Ok((Route::CancelMatching, "/jobs/cancel")));
+        assert_eq!(Route::parse("POST", "/jobs/cancel/cancel"), Ok((Route::Cancel("cancel".into()), "/jobs/{id}/cancel")));
         assert_eq!(Route::parse("GET", "/jobs/"), Ok((Route::List, "/jobs")));
         assert_eq!(Route::parse("POST", "/admin/migrate"), Ok((Route::Migrate { apply: true }, "/admin/migrate")));
         assert_eq!(Route::parse("DELETE", "/jobs/x"), Err(NotRouted::WrongMethod));

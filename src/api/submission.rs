@@ -9,7 +9,7 @@ use crate::config::{Config, MAX_DELAY_SECONDS};
 use crate::envelope::{
     checked_id, checked_key, checked_max_attempts, checked_priority, checked_timeout, Envelope, JobMeta,
 };
-use crate::ledger::{DeadFilter, JobSpec, DEFAULT_PRIORITY};
+use crate::ledger::{CancelFilter, DeadFilter, JobSpec, OnDuplicate, DEFAULT_PRIORITY};
 use crate::limits::MAX_DEADLINE_SECONDS;
 use crate::producer::{self, OutMessage, MAX_MESSAGE_BYTES, MAX_PAYLOAD_BYTES};
 use crate::seal::FEDIFY_TYPE;
@@ -46,7 +46,16 @@ pub(super) struct Parsed {
     pub(super) delay: u32,
     /// Its payload (and result) are sealed at rest; its message carries no payload.
     pub(super) sensitive: bool,
+    /// What it does to an open job holding its dedupe key (design §22.3).
+    pub(super) on_duplicate: OnDuplicate,
+    /// Debounced (design §22.4): the latest newer submissions may put its start off to, ms.
+    pub(super) debounce_until: Option<i64>,
 }
+
+/// The longest a debounce may hold a job from its first submission: Queues' longest delay.
+pub const MAX_DEBOUNCE_SECONDS: u32 = MAX_DELAY_SECONDS;
+/// A debounce's cap when none is given: this many quiet periods from the first submission.
+pub const DEFAULT_DEBOUNCE_CAP_PERIODS: u32 = 10;
 
 /// A job object's fields besides its payload, each checked.
 struct Fields {
@@ -60,6 +69,9 @@ struct Fields {
     priority: Option<u8>,
     deadline_seconds: Option<u32>,
     timeout_seconds: Option<u32>,
+    on_duplicate: OnDuplicate,
+    /// (quiet period, cap), seconds.
+    debounce: Option<(u32, u32)>,
 }
 
 fn key_field(o: &mut Map<String, Value>, f: &str) -> Result<Option<String>, BadInput> {
@@ -100,6 +112,9 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
         Some(_) => return Err(BadInput::invalid("\"sensitive\" must be true or false")),
     };
     let delay = seconds_field(&mut o, "delay_seconds", 0, MAX_DELAY_SECONDS)?.unwrap_or(0);
+    let (on_duplicate, debounce) = superseding(&mut o, dedupe_key.is_some(), delay)?;
+    // A debounced job first waits out its quiet period.
+    let delay = debounce.map_or(delay, |(quiet, _)| quiet);
     let invalid = |e: crate::envelope::OutOfRange| BadInput::invalid(e.to_string());
     let max_attempts = match o.remove("max_attempts") {
         None | Some(Value::Null) => None,
@@ -133,7 +148,67 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
         priority,
         deadline_seconds,
         timeout_seconds,
+        on_duplicate,
+        debounce,
     })
+}
+
+/// Reads `on_duplicate`, `debounce_seconds` and `debounce_max_seconds` (design §22.3, §22.4):
+/// both need a dedupe key (the key names what is superseded), a debounce replaces (it is the
+/// point of one) and takes no `delay_seconds` of its own (its quiet period is its delay).
+fn superseding(
+    o: &mut Map<String, Value>,
+    deduped: bool,
+    delay: u32,
+) -> Result<(OnDuplicate, Option<(u32, u32)>), BadInput> {
+    let on_duplicate = match o.remove("on_duplicate") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(OnDuplicate::parse(&s).ok_or_else(|| {
+            BadInput::invalid(format!("on_duplicate must be \"keep\", \"replace\" or \"cancel\", got {s:?}"))
+        })?),
+        Some(_) => return Err(BadInput::invalid("on_duplicate must be a string")),
+    };
+    let quiet = seconds_field(o, "debounce_seconds", 1, MAX_DEBOUNCE_SECONDS)?;
+    let cap = seconds_field(o, "debounce_max_seconds", 1, MAX_DEBOUNCE_SECONDS)?;
+    let needs_key = |what: &str| BadInput::invalid(format!("{what} needs a dedupe_key: it names the job superseded"));
+    if on_duplicate.is_some_and(|d| d != OnDuplicate::Keep) && !deduped {
+        return Err(needs_key("on_duplicate"));
+    }
+    let Some(quiet) = quiet else {
+        if cap.is_some() {
+            return Err(BadInput::invalid("debounce_max_seconds is only for a debounced job (debounce_seconds)"));
+        }
+        return Ok((on_duplicate.unwrap_or_default(), None));
+    };
+    if !deduped {
+        return Err(needs_key("debounce_seconds"));
+    }
+    if on_duplicate.is_some_and(|d| d != OnDuplicate::Replace) {
+        return Err(BadInput::invalid("a debounced job replaces its pending duplicate: on_duplicate must be \"replace\" or absent"));
+    }
+    if delay > 0 {
+        return Err(BadInput::invalid("a debounced job waits its debounce_seconds; give it no delay_seconds"));
+    }
+    let cap = cap.unwrap_or_else(|| quiet.saturating_mul(DEFAULT_DEBOUNCE_CAP_PERIODS).min(MAX_DEBOUNCE_SECONDS));
+    if cap < quiet {
+        return Err(BadInput::invalid("debounce_max_seconds must be at least debounce_seconds"));
+    }
+    Ok((OnDuplicate::Replace, Some((quiet, cap))))
+}
+
+/// The payload as JSON text, if it is within the one size limit every job has, sealed or not: a
+/// sensitive job's message is a stub, but its row is read whole by claims, lists and redrives, so
+/// it may be no larger than a plain job's.
+fn within_size(payload: &Value) -> Result<String, BadInput> {
+    let plain = payload.to_string();
+    if plain.len() > MAX_PAYLOAD_BYTES {
+        return Err(BadInput::TooLarge(format!(
+            "payload is {} bytes as JSON; a job's payload is at most {MAX_PAYLOAD_BYTES} (what one Cloudflare \
+             Queues message of 128,000 bytes carries), sealed or not",
+            plain.len()
+        )));
+    }
+    Ok(plain)
 }
 
 /// Reads one submitted job at `now`: its ledger spec, its message and its delay. `sealing`:
@@ -158,16 +233,7 @@ pub(super) fn parse_job(
              set it with `wrangler secret put PAYLOAD_KEY` (docs/operations.md: Secrets at rest)",
         ));
     }
-    let plain = payload.to_string();
-    // One limit for every job, sealed or not: a sensitive job's message is a stub, but its row is
-    // read whole by claims, lists and redrives, so it may be no larger than a plain job's.
-    if plain.len() > MAX_PAYLOAD_BYTES {
-        return Err(BadInput::TooLarge(format!(
-            "payload is {} bytes as JSON; a job's payload is at most {MAX_PAYLOAD_BYTES} (what one Cloudflare \
-             Queues message of 128,000 bytes carries), sealed or not",
-            plain.len()
-        )));
-    }
+    let plain = within_size(&payload)?;
     let deadline_at = f.deadline_seconds.map(|s| now + i64::from(s) * 1000);
     let meta = JobMeta {
         id: Some(f.id.clone()),
@@ -206,12 +272,13 @@ pub(super) fn parse_job(
         max_attempts: f.max_attempts.unwrap_or(cfg.max_attempts),
         priority: f.priority.unwrap_or(DEFAULT_PRIORITY),
     };
-    Ok(Parsed { spec, msg, delay: f.delay, sensitive })
+    let debounce_until = f.debounce.map(|(_, cap)| now + i64::from(cap) * 1000);
+    Ok(Parsed { spec, msg, delay: f.delay, sensitive, on_duplicate: f.on_duplicate, debounce_until })
 }
 
-/// Reads a bulk redrive's body: `{"filter": {"type"?, "ordering_key"?, "error"?, "from"?, "to"?},
-/// "dry_run"?: bool}` (times in ms since the epoch; `error` is text the job's error contains).
-pub(super) fn parse_dead_filter(body: &[u8]) -> Result<(DeadFilter, bool), BadInput> {
+/// A bulk operation's body, `{"filter": {...}, "dry_run"?: bool}`: its filter's fields and
+/// whether it is a dry run. Any other field is refused.
+fn bulk_body(body: &[u8]) -> Result<(Map<String, Value>, bool), BadInput> {
     let v: Value = serde_json::from_slice(body).map_err(|e| BadInput::invalid(format!("body is not JSON: {e}")))?;
     let Value::Object(mut o) = v else { return Err(BadInput::invalid("body must be an object")) };
     let dry_run = match o.remove("dry_run") {
@@ -219,7 +286,7 @@ pub(super) fn parse_dead_filter(body: &[u8]) -> Result<(DeadFilter, bool), BadIn
         Some(Value::Bool(b)) => b,
         Some(_) => return Err(BadInput::invalid("\"dry_run\" must be true or false")),
     };
-    let mut f = match o.remove("filter") {
+    let f = match o.remove("filter") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(f)) => f,
         Some(_) => return Err(BadInput::invalid("\"filter\" must be an object")),
@@ -227,25 +294,67 @@ pub(super) fn parse_dead_filter(body: &[u8]) -> Result<(DeadFilter, bool), BadIn
     if let Some(k) = o.keys().next() {
         return Err(BadInput::invalid(format!("unknown field {k:?}")));
     }
-    let mut text = |k: &str| match f.remove(k) {
+    Ok((f, dry_run))
+}
+
+/// A filter's text field (empty is none).
+fn filter_text(f: &mut Map<String, Value>, k: &str) -> Result<Option<String>, BadInput> {
+    match f.remove(k) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err(BadInput::invalid(format!("filter.{k} must be a string"))),
-    };
-    let (job_type, ordering_key, error) = (text("type")?, text("ordering_key")?, text("error")?);
-    let mut time = |k: &str| match f.remove(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| BadInput::invalid(format!("filter.{k} must be milliseconds since the epoch"))),
-    };
-    let (from, to) = (time("from")?, time("to")?);
-    if let Some(k) = f.keys().next() {
-        return Err(BadInput::invalid(format!("unknown filter field {k:?}")));
     }
+}
+
+/// A filter's time field, ms since the epoch.
+fn filter_time(f: &mut Map<String, Value>, k: &str) -> Result<Option<i64>, BadInput> {
+    match f.remove(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => {
+            v.as_i64().map(Some).ok_or_else(|| BadInput::invalid(format!("filter.{k} must be milliseconds since the epoch")))
+        }
+    }
+}
+
+fn no_more(f: &Map<String, Value>) -> Result<(), BadInput> {
+    match f.keys().next() {
+        Some(k) => Err(BadInput::invalid(format!("unknown filter field {k:?}"))),
+        None => Ok(()),
+    }
+}
+
+/// Reads a bulk redrive's body: `{"filter": {"type"?, "ordering_key"?, "error"?, "from"?, "to"?},
+/// "dry_run"?: bool}` (times in ms since the epoch; `error` is text the job's error contains).
+pub(super) fn parse_dead_filter(body: &[u8]) -> Result<(DeadFilter, bool), BadInput> {
+    let (mut f, dry_run) = bulk_body(body)?;
+    let (job_type, ordering_key, error) =
+        (filter_text(&mut f, "type")?, filter_text(&mut f, "ordering_key")?, filter_text(&mut f, "error")?);
+    let (from, to) = (filter_time(&mut f, "from")?, filter_time(&mut f, "to")?);
+    no_more(&f)?;
     Ok((DeadFilter { job_type, ordering_key, error, from, to }, dry_run))
+}
+
+/// Reads a bulk cancel's body (design §22.2): `{"filter": {"type"?, "ordering_key"?,
+/// "limit_key"?, "error"?, "from"?, "to"?}, "dry_run"?: bool}`, times bounding when the jobs were
+/// submitted. An empty filter is refused: cancelling every PENDING job is never a default.
+pub(super) fn parse_cancel_filter(body: &[u8]) -> Result<(CancelFilter, bool), BadInput> {
+    let (mut f, dry_run) = bulk_body(body)?;
+    let filter = CancelFilter {
+        job_type: filter_text(&mut f, "type")?,
+        ordering_key: filter_text(&mut f, "ordering_key")?,
+        limit_key: filter_text(&mut f, "limit_key")?,
+        error: filter_text(&mut f, "error")?,
+        from: filter_time(&mut f, "from")?,
+        to: filter_time(&mut f, "to")?,
+    };
+    no_more(&f)?;
+    if filter == CancelFilter::default() {
+        return Err(BadInput::invalid(
+            "a cancel's filter must name at least one of type, ordering_key, limit_key, error, from, to",
+        ));
+    }
+    Ok((filter, dry_run))
 }
 
 #[cfg(test)]

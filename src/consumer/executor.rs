@@ -9,7 +9,7 @@ use super::gate::{Gate, Waits};
 use super::ports::Consumer;
 use crate::clock::Clock;
 use crate::error::InfraError;
-use crate::handlers::{bounded_result, Done, JobContext, JobError, Runner};
+use crate::handlers::{bounded_result, Cancellation, Done, JobContext, JobError, Runner, CANCELLED};
 use crate::ledger::history::{Run, RunOutcome};
 use crate::ledger::{JobRow, Record, Sql, Status, Transition};
 use crate::lock::Kv;
@@ -20,6 +20,17 @@ use crate::seal::is_sealed;
 
 /// How long a sealed job whose payload cannot be opened waits before it is tried again.
 pub const SEAL_WAIT_SECONDS: u32 = 300;
+
+/// How often a run asks the ledger whether its job was cancelled (design §22.1): one read by id
+/// per running job per period, none for a run shorter than it.
+pub const CANCEL_CHECK_MS: i64 = 2_000;
+/// How long a run whose job was cancelled has to end by itself before it is dropped at its next
+/// await (the built-in handlers end at once: their request is aborted).
+pub const CANCEL_GRACE_MS: i64 = 1_000;
+/// The bound on a cancel's reaching a run in any invocation and the run's ending, ledger round
+/// trips aside: one check period, then the grace. The job's lease is given up when its run's
+/// transition is recorded right after.
+pub const CANCEL_REACH_MS: i64 = CANCEL_CHECK_MS + CANCEL_GRACE_MS;
 
 /// A claimed job's handler run, as both modes record it.
 pub(super) struct Ran {
@@ -43,6 +54,9 @@ pub(super) enum RunEnd {
     },
     /// Not run: its limit key refused it a start (design §20). Its key waits; no attempt spent.
     Limited(Waits),
+    /// Cancelled while it ran (design §22.1): DEAD "cancelled" and skipped, so its key moves on
+    /// (strict mode, even under `ON_DEAD = block`).
+    Cancelled,
 }
 
 impl RunEnd {
@@ -51,7 +65,7 @@ impl RunEnd {
         match self {
             RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => Some(*delay_seconds),
             RunEnd::Limited(waits) => Some(waits.delay_seconds),
-            RunEnd::Done | RunEnd::Dead => None,
+            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled => None,
         }
     }
 }
@@ -109,6 +123,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             let (transition, waits) = self.refused(job, gate);
             return Ran { record: Record { transition, run: None }, end: RunEnd::Limited(waits) };
         }
+        let cancel = Cancellation::default();
         let result = match payload.map(|v| serde_json::from_str::<Value>(&v).ok()) {
             Some(Some(payload)) => {
                 let cx = JobContext {
@@ -118,15 +133,77 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     ordering_key: job.ordering_key.as_deref(),
                     priority: job.priority,
                     timeout_ms: self.timeout_ms(job),
+                    cancel: &cancel,
                 };
-                self.timed(job, self.runner.run(&cx)).await
+                self.watched(job, &cancel, self.timed(job, self.runner.run(&cx))).await
             }
             Some(None) | None => Err(JobError::permanent("the ledger row has no readable payload")),
         };
         if let Gate::Held { until } = gate {
-            self.release(job, until, &result).await;
+            self.release(job, until, &result, cancel.is_cancelled()).await;
+        }
+        if cancel.is_cancelled() {
+            return self.cancelled(job, started_at, result, sealed).await;
         }
         self.ran(job, &self.owner, started_at, result, sealed).await
+    }
+
+    /// `run`, watched for a cancel (design §22.1): every [`CANCEL_CHECK_MS`] the ledger is asked
+    /// whether an operator cancelled the job; once one has, `cancel` is set (the built-in
+    /// handlers stop at once, a Rust handler sees it on its `Cx`) and the run has
+    /// [`CANCEL_GRACE_MS`] to end, else it is dropped at its next await. A check that fails is
+    /// tried again at the next period. Without a sleep port (native tests that drive none) the
+    /// run is not watched.
+    async fn watched(
+        &self,
+        job: &JobRow,
+        cancel: &Cancellation,
+        run: impl std::future::Future<Output = Result<Done, JobError>>,
+    ) -> Result<Done, JobError> {
+        use futures::future::{select, Either};
+        let Some(sleep) = self.sleep else { return run.await };
+        let mut run = std::pin::pin!(run);
+        let watch = async {
+            loop {
+                sleep(CANCEL_CHECK_MS).await;
+                if self.ledger.cancel_asked(&job.id, job.route()).await.unwrap_or(false) {
+                    return;
+                }
+            }
+        };
+        if let Either::Left((result, _)) = select(run.as_mut(), std::pin::pin!(watch)).await {
+            return result;
+        }
+        cancel.cancel();
+        match select(run, sleep(CANCEL_GRACE_MS)).await {
+            Either::Left((result, _)) => result,
+            Either::Right(_) => Err(JobError::permanent(CANCELLED)),
+        }
+    }
+
+    /// What a cancelled run records (design §22.1): DEAD "cancelled" whatever it returned, a
+    /// result it returned kept (the completion's batch ends the job DEAD,
+    /// `settle_cancelled.sql`), and its line in the job's history.
+    async fn cancelled(&self, job: &JobRow, started_at: i64, result: Result<Done, JobError>, sealed: bool) -> Ran {
+        let now = self.clock.now_ms();
+        let (transition, http_status) = match result {
+            Ok(done) => {
+                let status = done.http_status;
+                (self.done(job, &self.owner, now, done, sealed).await.0, status)
+            }
+            Err(e) => (self.fail(job, &self.owner, now, Status::Dead, now, CANCELLED), e.http_status()),
+        };
+        let run = Run {
+            job_id: job.id.clone(),
+            attempt: job.attempts,
+            started_at,
+            finished_at: now,
+            outcome: RunOutcome::Dead,
+            error: Some(CANCELLED.to_string()),
+            http_status,
+            actor: self.owner.clone(),
+        };
+        Ran { record: Record { transition, run: Some(run) }, end: RunEnd::Cancelled }
     }
 
     /// The job's own time limit for a run, ms, never past the configured run bound (design §20).
@@ -169,7 +246,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             RunEnd::Dead => RunOutcome::Dead,
             RunEnd::Retry { .. } => RunOutcome::Retry,
             RunEnd::Snooze { .. } => RunOutcome::Snooze,
-            RunEnd::Limited(_) => unreachable!("a refused start is never a run"),
+            RunEnd::Limited(_) | RunEnd::Cancelled => unreachable!("a refused start is never a run, a cancelled one is recorded by `cancelled`"),
         };
         // A success is described by the job's DONE row (complete.sql), not by a history row:
         // one row written less per job. (A success whose completion is refused, our lease lost,

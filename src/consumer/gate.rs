@@ -178,12 +178,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         (defer, waits)
     }
 
-    /// After a permitted run: frees the permit, tells the breaker how the run went, and sends again
+    /// After a permitted run: frees the permit, tells the breaker how the run went (nothing, for a
+    /// run stopped by a cancel), and sends again
     /// the job woken to take the slot. Best effort: a permit not freed lapses with the job's lease,
     /// a wake-up not sent leaves its job to maintenance.
-    pub(super) async fn release(&self, job: &JobRow, until: i64, result: &Result<Done, JobError>) {
+    pub(super) async fn release(&self, job: &JobRow, until: i64, result: &Result<Done, JobError>, cancelled: bool) {
         let Some(limit_key) = job.limit_key.as_deref() else { return };
         let verdict = match result {
+            // A run stopped by an operator's cancel says nothing of what it called (design §22.1).
+            _ if cancelled => RunVerdict::Neither,
             Ok(_) => RunVerdict::Succeeded,
             Err(JobError::Snooze { .. }) => RunVerdict::Neither,
             Err(JobError::Retryable { retry_after, .. }) => {

@@ -612,7 +612,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             g.hold_for = Some((job.id.clone(), delay_seconds));
         }
         let (outcome, waits) = match ran.end {
-            RunEnd::Done | RunEnd::Dead => (Outcome::Ack, false),
+            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled => (Outcome::Ack, false),
             RunEnd::Retry { delay_seconds } => (Outcome::Retry { delay_seconds }, false),
             // Not a failed attempt: the message is put off like a busy key's.
             RunEnd::Snooze { delay_seconds } => (Outcome::Defer { delay_seconds }, true),

@@ -25,8 +25,9 @@ mod message;
 mod ports;
 mod strict;
 
+pub use executor::CANCEL_REACH_MS;
 #[cfg(any(test, feature = "testing"))]
-pub use executor::SEAL_WAIT_SECONDS;
+pub use executor::{CANCEL_CHECK_MS, CANCEL_GRACE_MS, SEAL_WAIT_SECONDS};
 #[cfg(any(test, feature = "testing"))]
 pub use locked::RESEND_WAITING_AFTER_MS;
 pub use message::{role_of, Incoming, Outcome, Role, INFRA_RETRY_DELAY_SECONDS};

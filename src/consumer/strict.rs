@@ -448,7 +448,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             let end = ran.end;
             records.push(ran.record);
             match end {
-                RunEnd::Done => {}
+                // A cancelled job is skipped: its key moves on, as after a success.
+                RunEnd::Done | RunEnd::Cancelled => {}
                 RunEnd::Dead => {
                     if self.cfg.on_dead == OnDead::Block {
                         stop = Some(Stop::Blocked);

@@ -128,7 +128,69 @@ pub struct JobContext<'a> {
     pub priority: u8,
     /// The job's own time limit for this run, ms, if it has one: outbound HTTP waits no longer.
     pub timeout_ms: Option<u32>,
+    /// Set when an operator cancels the running job (design §22.1).
+    pub cancel: &'a Cancellation,
 }
+
+/// A run's cancellation (design §22.1): set once an operator's cancel of the running job reaches
+/// its run. The built-in handlers stop at once (their request is aborted); a Rust handler awaits
+/// [`Cancellation::cancelled`] or polls [`Cancellation::is_cancelled`] to stop on its own, within
+/// [`crate::consumer::CANCEL_GRACE_MS`], after which it is dropped at its next await.
+#[derive(Clone, Default)]
+pub struct Cancellation(std::rc::Rc<CancelState>);
+
+#[derive(Default)]
+struct CancelState {
+    set: std::cell::Cell<bool>,
+    waiting: std::cell::RefCell<Vec<std::task::Waker>>,
+}
+
+impl std::fmt::Debug for Cancellation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Cancellation").field(&self.is_cancelled()).finish()
+    }
+}
+
+impl Cancellation {
+    /// Sets it, waking every run awaiting it.
+    pub fn cancel(&self) {
+        self.0.set.set(true);
+        for w in self.0.waiting.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Whether the run was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.set.get()
+    }
+
+    /// Completes once the run is cancelled (never, if it is not).
+    pub fn cancelled(&self) -> impl std::future::Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.is_cancelled() {
+                return std::task::Poll::Ready(());
+            }
+            self.0.waiting.borrow_mut().push(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+    }
+
+    /// `run`, or a permanent "cancelled" error as soon as the run is cancelled (`run` is then
+    /// dropped: a request it made is aborted).
+    pub async fn or_cancelled<T>(
+        &self,
+        run: impl std::future::Future<Output = Result<T, JobError>>,
+    ) -> Result<T, JobError> {
+        match futures::future::select(std::pin::pin!(run), std::pin::pin!(self.cancelled())).await {
+            futures::future::Either::Left((result, _)) => result,
+            futures::future::Either::Right(_) => Err(JobError::permanent(CANCELLED)),
+        }
+    }
+}
+
+/// The reason a cancelled job ends DEAD with (design §22.1).
+pub const CANCELLED: &str = "cancelled";
 
 /// Runs a job of any type: what the consumer calls.
 #[allow(async_fn_in_trait)]

@@ -20,8 +20,8 @@ use crate::config::Config;
 #[cfg(any(test, feature = "testing"))]
 pub use contract::MAX_RESULT_BYTES;
 pub use contract::{
-    bounded_result, Done, HttpClient, HttpRequest, HttpResponse, JobContext, JobError, JobHandler, Runner, SendError,
-    Services,
+    bounded_result, Cancellation, Done, HttpClient, HttpRequest, HttpResponse, JobContext, JobError, JobHandler, Runner, SendError,
+    Services, CANCELLED,
 };
 
 /// Declares the job types: each listed handler is routed to by its `TYPE`.

@@ -162,6 +162,7 @@ pub async fn run<H: HttpClient, C: Clock>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handlers::Cancellation;
 
     fn resp(status: u16, body: &str, retry_after: Option<&str>, snooze: Option<&str>) -> HttpResponse {
         HttpResponse {
@@ -183,6 +184,7 @@ mod tests {
             ordering_key: Some("acct/1"),
             priority: 2,
             timeout_ms: None,
+            cancel: &Cancellation::default(),
         };
         let req = request(&job, "email", "APP", Some(b"key"), 1_700_000_000);
         assert_eq!((req.method.as_str(), req.url.as_str(), req.via.as_deref()), ("POST", RUN_URL, Some("APP")));

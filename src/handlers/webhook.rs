@@ -260,6 +260,7 @@ pub fn retry_after_seconds(v: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handlers::Cancellation;
     use crate::clock::ManualClock;
     use futures::executor::block_on;
     use serde_json::json;
@@ -423,7 +424,7 @@ mod tests {
         };
         let payload = json!({"type": "webhook", "url": "https://user:hunter2@h.test/x"});
         let err = block_on(Webhook::run(
-            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None },
+            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None, cancel: &Cancellation::default() },
             &services,
         ))
         .unwrap_err();
@@ -473,6 +474,7 @@ mod tests {
                 ordering_key: None,
                 priority: 5,
                 timeout_ms: None,
+                cancel: &Cancellation::default(),
             },
             &services,
         ))
@@ -508,7 +510,7 @@ mod tests {
         };
         let payload = json!({"type": "webhook", "url": "http://h/", "body": 1});
         let got = block_on(Webhook::run(
-            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None },
+            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None, cancel: &Cancellation::default() },
             &services,
         ));
         assert_eq!(got, Err(JobError::retry("http://h/: timed out")));

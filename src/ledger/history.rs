@@ -24,7 +24,7 @@ pub const ACTIVITY_MINUTES: i64 = 60;
 
 /// What kind of event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// A handler run (or a run whose lease expired).
     Attempt,
@@ -34,6 +34,11 @@ pub enum Kind {
     Redrive,
     /// An operator let the job's key move past it.
     Skip,
+    /// An operator asked the running job to stop (design §22.1).
+    CancelRequested,
+    /// A newer submission with its dedupe key replaced its payload, or took the key over while it
+    /// ran (design §22.3).
+    Superseded,
 }
 
 impl Kind {
@@ -43,10 +48,13 @@ impl Kind {
             Kind::Cancel => "cancel",
             Kind::Redrive => "redrive",
             Kind::Skip => "skip",
+            Kind::CancelRequested => "cancel_requested",
+            Kind::Superseded => "superseded",
         }
     }
     fn parse(s: &str) -> Option<Kind> {
-        [Kind::Attempt, Kind::Cancel, Kind::Redrive, Kind::Skip].into_iter().find(|k| k.as_str() == s)
+        [Kind::Attempt, Kind::Cancel, Kind::Redrive, Kind::Skip, Kind::CancelRequested, Kind::Superseded]
+            .into_iter().find(|k| k.as_str() == s)
     }
 }
 

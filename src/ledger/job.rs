@@ -119,6 +119,16 @@ pub struct JobRow {
     /// (design §20.3, §20.12).
     #[serde(skip)]
     pub parked: bool,
+    /// ms, when an operator asked the job to stop while it ran (design §22.1): it ends DEAD
+    /// "cancelled" whatever its run returns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_requested_at: Option<i64>,
+    /// ms, when a newer submission with its dedupe key took the key over while it ran (§22.3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded_at: Option<i64>,
+    /// Debounced: the latest newer submissions may put its start off to, ms (§22.4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debounce_until: Option<i64>,
 }
 
 // serde's `serialize_with` hands over the field as it is: `&Option<String>`.
@@ -182,6 +192,10 @@ impl JobRow {
             http_status: int("http_status"),
             // Before migration 0014 there is no such column: nothing parked.
             parked: int("parked") == Some(1),
+            // Before migration 0015 there are no such columns: none of them.
+            cancel_requested_at: int("cancel_requested_at"),
+            superseded_at: int("superseded_at"),
+            debounce_until: int("debounce_until"),
         })
     }
 
@@ -229,14 +243,60 @@ pub struct Submit<'a> {
     /// due at this recheck time, if no open job of its ordering key comes before it (the
     /// recorded row's `parked` says whether it was); it then waits in its limit key's line.
     pub parks_until: Option<i64>,
+    /// What it does to an open job holding its dedupe key (design §22.3).
+    pub on_duplicate: OnDuplicate,
+    /// Debounced (design §22.4): the latest it may be put off to by newer submissions (its first
+    /// submission plus its cap). A replacement then puts the holder's start off to `due_at`.
+    pub debounce_until: Option<i64>,
 }
 
 #[cfg(any(test, feature = "testing"))]
 impl<'a> Submit<'a> {
     /// A job due at `due_at`, sent as ever.
     pub fn due(spec: &'a JobSpec, due_at: i64) -> Self {
-        Submit { spec, due_at, parks_until: None }
+        Submit { spec, due_at, parks_until: None, on_duplicate: OnDuplicate::Keep, debounce_until: None }
     }
+}
+
+/// What a submission does when an open job holds its dedupe key (design §22.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDuplicate {
+    /// It is a duplicate of that job: nothing is recorded (the default).
+    #[default]
+    Keep,
+    /// A PENDING holder takes its payload and options, keeping its place; a RUNNING one is left
+    /// to finish and the submission is recorded as a new job beside it.
+    Replace,
+    /// The holder is cancelled (a RUNNING one asked to stop) and the submission recorded.
+    Cancel,
+}
+
+impl OnDuplicate {
+    /// As `POST /jobs` names it.
+    pub fn parse(s: &str) -> Option<OnDuplicate> {
+        [OnDuplicate::Keep, OnDuplicate::Replace, OnDuplicate::Cancel].into_iter().find(|o| o.as_str() == s)
+    }
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnDuplicate::Keep => "keep",
+            OnDuplicate::Replace => "replace",
+            OnDuplicate::Cancel => "cancel",
+        }
+    }
+}
+
+/// A submission as recorded (design §22.3).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Enqueued {
+    /// The job recorded, or the open job it duplicates (a PENDING holder replaced: its row now).
+    pub job: JobRow,
+    /// Whether a new job was recorded.
+    pub inserted: bool,
+    /// The holder of its dedupe key it superseded: replaced in place, cancelled, or left running
+    /// beside the new job.
+    pub superseded: Option<JobRow>,
 }
 
 /// What a job is, as known from its message or API request.
@@ -355,6 +415,23 @@ pub struct DeadFilter {
     pub to: Option<i64>,
 }
 
+/// Which PENDING jobs an operator cancels at once (design §22.2); each `None` matches any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CancelFilter {
+    /// Payload type.
+    pub job_type: Option<String>,
+    /// Ordering key.
+    pub ordering_key: Option<String>,
+    /// Limit key.
+    pub limit_key: Option<String>,
+    /// Text the job's last error contains (a job waiting for its retry).
+    pub error: Option<String>,
+    /// Submitted at or after, ms.
+    pub from: Option<i64>,
+    /// Submitted before, ms.
+    pub to: Option<i64>,
+}
+
 /// A claim's verdict on one delivered job.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Claimed {
@@ -403,9 +480,11 @@ pub(crate) struct DeadFound {
 pub enum Cancel {
     /// Now DEAD "cancelled".
     Cancelled(JobRow),
+    /// RUNNING, now asked to stop: its run ends it DEAD "cancelled" (design §22.1).
+    Requested(JobRow),
     /// No such job.
     NotFound,
-    /// Not PENDING (its row given): it runs, or has finished.
+    /// Finished (its row given), or RUNNING and asked to stop already.
     Refused(JobRow),
 }
 

@@ -225,6 +225,16 @@ pub(crate) fn give_back_stmts(key: &str, job: &str, policy: &Policy, now: i64) -
         .collect()
 }
 
+/// The statements of cancelled jobs' leaving `key`'s line (design §22.1): out of the line, the
+/// slots handed to them given back and handed on; the last one's rows are the jobs woken.
+pub(crate) fn forget_stmts(key: &str, jobs: &[&str], policy: &Policy, now: i64) -> Vec<Stmt> {
+    let leave = |job: &str| {
+        let at = [("limit_key", Param::from(key)), ("job_id", job.into())];
+        [Stmt::bind(sql!("limit_forget"), at.clone()), Stmt::bind(sql!("limit_give_back"), at)]
+    };
+    jobs.iter().flat_map(|j| leave(j)).chain(wake_stmts(key, WAKE_AT_ONCE, policy, now)).collect()
+}
+
 /// Hands the oldest jobs in `key`'s line, at most `n`, the slots free now (none while it is
 /// paused) and takes them out of it; the last statement's rows are the jobs woken.
 pub(crate) fn wake_stmts(key: &str, n: u32, policy: &Policy, now: i64) -> [Stmt; 2] {
@@ -394,6 +404,13 @@ impl<S: Sql> Shard<S> {
     /// batch. The jobs woken to take it come back.
     pub async fn give_back(&self, key: &str, job: &str, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
         let out = self.sql.batch(give_back_stmts(key, job, policy, now)).await?;
+        Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
+    }
+
+    /// Cancelled jobs leave `key`'s line and give back the slots handed to them: one batch. The
+    /// jobs woken to take the slots come back.
+    pub async fn forget(&self, key: &str, jobs: &[&str], policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
+        let out = self.sql.batch(forget_stmts(key, jobs, policy, now)).await?;
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 

@@ -53,7 +53,7 @@ pub mod transition;
 pub use crate::limits::{DEFAULT_PRIORITY, MAX_PRIORITY};
 #[cfg(any(test, feature = "testing"))]
 pub use job::{Counts, DeadMatches};
-pub use job::{Cancel, Claimed, DeadFilter, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Status, Submit};
+pub use job::{Cancel, CancelFilter, Claimed, DeadFilter, Enqueued, JobRow, JobSpec, Lease, ListFilter, OnDuplicate, Redrive, Sent, Status, Submit};
 pub use route::Route;
 pub use shards::Ledger;
 #[cfg(any(test, feature = "testing"))]

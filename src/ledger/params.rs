@@ -94,7 +94,11 @@ fn every_statement() -> Vec<Stmt> {
         stmt::skip("k", 1),
         stmt::stalled_heads(1, OnDead::Block, 10),
         stmt::mark_resent("a", 1, 2),
-        stmt::enqueue(&super::job::Submit { spec: &spec, due_at: 2, parks_until: Some(3) }, 1),
+        stmt::enqueue(&super::job::Submit { debounce_until: Some(4), ..super::job::Submit::due(&spec, 2) }, 1),
+        stmt::cancel_asked("a"),
+        stmt::settle_cancelled("a", 1),
+        stmt::cancel_matching(&CancelFilter::default(), 1, 10),
+        stmt::pending_matching(&CancelFilter::default()),
         stmt::existing("a", Some("d")),
         stmt::counts(),
         stmt::list_filtered(&filter, Some((1, "a")), 10),
@@ -127,6 +131,10 @@ fn every_statement() -> Vec<Stmt> {
     all.extend(limit::release_stmts(&limit::Release { limit_key: "l", job_id: "a", until: 2, verdict, policy }, 1));
     all.extend(limit::line_stmts("l", &[("a", Route::key("k"))], &policy, 1));
     all.extend(limit::give_back_stmts("l", "a", &policy, 1));
+    all.extend(limit::forget_stmts("l", &["a"], &policy, 1));
+    for on_duplicate in [super::job::OnDuplicate::Replace, super::job::OnDuplicate::Cancel] {
+        all.extend(stmt::supersede(&super::job::Submit { on_duplicate, debounce_until: Some(9), ..super::job::Submit::due(&spec, 2) }, 1));
+    }
     let change = limit::Change { paused: Some(true), policy: Some(Some(policy)) };
     all.push(limit::set_stmt("l", &change, 1));
     all.push(limit::states_stmt("a", 1, 10));

@@ -6,9 +6,9 @@
 use serde_json::Value;
 
 use super::history::{self, Kind, Minute, ACTIVITY_MINUTES};
-use super::job::{int_of, Cancel, Claimed, Counts, DeadFilter, DeadFound, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
+use super::job::{int_of, Cancel, CancelFilter, Claimed, Counts, DeadFilter, DeadFound, Enqueued, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::stmt;
-use super::store::Sql;
+use super::store::{Sql, Stmt};
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 
@@ -107,13 +107,36 @@ impl<S: Sql> Shard<S> {
         out.pop().ok_or_else(|| InfraError::new("D1", "enqueue returned no result"))
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Records many API jobs PENDING in one round trip, in order (one statement each): for each,
     /// `(job, inserted)`; when not inserted, the job it duplicates (same id, or the active holder of
     /// its dedupe key), read in a second round trip only when there are duplicates.
     pub async fn enqueue_all(&self, jobs: &[&Submit<'_>], now: i64) -> Result<Vec<(JobRow, bool)>, InfraError> {
-        let out = self.sql.batch(jobs.iter().map(|s| stmt::enqueue(s, now)).collect()).await?;
-        let inserted: Vec<Option<JobRow>> = out.iter().map(|rows| JobRow::first(rows)).collect::<Result<_, _>>()?;
-        let missing: Vec<usize> = (0..jobs.len()).filter(|&i| inserted.get(i).is_none_or(Option::is_none)).collect();
+        Ok(self.submit_all(jobs, now).await?.into_iter().map(|e| (e.job, e.inserted)).collect())
+    }
+
+    /// Records submissions in one round trip, in order, each after what its `on_duplicate` does
+    /// to the open job holding its dedupe key (design §22.3); a job not recorded is answered with
+    /// the job it duplicates (read in a second round trip). What was superseded is audited in its
+    /// history, best effort.
+    pub async fn submit_all(&self, jobs: &[&Submit<'_>], now: i64) -> Result<Vec<Enqueued>, InfraError> {
+        let mut stmts = Vec::with_capacity(jobs.len());
+        // Per job: where its supersede statements start, and where its insert is.
+        let mut at = Vec::with_capacity(jobs.len());
+        for s in jobs {
+            let before = stmts.len();
+            stmts.extend(stmt::supersede(s, now));
+            at.push((before, stmts.len()));
+            stmts.push(stmt::enqueue(s, now));
+        }
+        let out = self.sql.batch(stmts).await?;
+        let rows = |i: usize| out.get(i).map(Vec::as_slice).unwrap_or_default();
+        let mut recorded = Vec::with_capacity(jobs.len());
+        for &(from, insert) in &at {
+            let superseded = (from..insert).map(|i| JobRow::first(rows(i))).find_map(Result::transpose).transpose()?;
+            recorded.push((JobRow::first(rows(insert))?, superseded));
+        }
+        let missing: Vec<usize> = (0..jobs.len()).filter(|&i| recorded[i].0.is_none()).collect();
         let existing = if missing.is_empty() {
             Vec::new()
         } else {
@@ -122,16 +145,43 @@ impl<S: Sql> Shard<S> {
             self.sql.batch(reads).await?
         };
         let mut existing = missing.iter().zip(existing).collect::<std::collections::HashMap<_, _>>();
-        inserted
+        let answer = recorded
             .into_iter()
             .enumerate()
-            .map(|(i, job)| match job {
-                Some(j) => Ok((j, true)),
+            .map(|(i, (job, superseded))| match job {
+                Some(job) => Ok(Enqueued { job, inserted: true, superseded }),
                 None => JobRow::first(existing.remove(&i).as_deref().unwrap_or_default())?
-                    .map(|j| (j, false))
+                    .map(|job| Enqueued { job, inserted: false, superseded })
                     .ok_or_else(|| InfraError::new("D1", "enqueue wrote nothing and found no conflicting job")),
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        self.audit_superseded(&answer, now).await;
+        Ok(answer)
+    }
+
+    /// The history lines of holders a submission superseded: "superseded" (replaced, or left
+    /// running beside the new job), "cancel" (a PENDING one cancelled) and "cancel_requested" (a
+    /// RUNNING one asked to stop). Best effort: the submission stands without them.
+    async fn audit_superseded(&self, answer: &[Enqueued], now: i64) {
+        let lines: Vec<Stmt> = answer
+            .iter()
+            .filter_map(|e| e.superseded.as_ref())
+            .flat_map(|held| {
+                let mut lines = vec![];
+                if held.status == Status::Dead {
+                    lines.push(stmt::action_applied(&held.id, now, history::Kind::Cancel, Status::Dead));
+                } else {
+                    lines.push(stmt::action_applied(&held.id, now, history::Kind::Superseded, held.status));
+                }
+                if held.status == Status::Running && held.cancel_requested_at == Some(now) {
+                    lines.push(stmt::action_applied(&held.id, now, history::Kind::CancelRequested, Status::Running));
+                }
+                lines
+            })
+            .collect();
+        if !lines.is_empty() {
+            let _ = self.sql.batch(lines).await;
+        }
     }
 
     /// DEAD -> PENDING, or why not; audited in the job's history.
@@ -193,18 +243,40 @@ impl<S: Sql> Shard<S> {
         Ok(JobRow::first(&self.sql.query(read).await?)?.filter(|j| j.status == Status::Pending))
     }
 
-    /// PENDING -> DEAD "cancelled", or why not; audited in the job's history.
+    /// How many PENDING jobs match `filter` (design §22.2).
+    pub async fn pending_matching(&self, filter: &CancelFilter) -> Result<i64, InfraError> {
+        let rows = self.sql.query(stmt::pending_matching(filter)).await?;
+        Ok(rows.first().and_then(|r| r.get("matched")).and_then(int_of).unwrap_or(0))
+    }
+
+    /// Cancels at most `limit` PENDING jobs matching `filter`, oldest submission first, each
+    /// audited in its history (best effort): the jobs cancelled.
+    pub async fn cancel_matching(&self, filter: &CancelFilter, now: i64, limit: u32) -> Result<Vec<JobRow>, InfraError> {
+        let rows = self.sql.query(stmt::cancel_matching(filter, now, limit)).await?;
+        let cancelled = JobRow::all(&rows)?;
+        if !cancelled.is_empty() {
+            let lines = cancelled.iter().map(|j| stmt::action_applied(&j.id, now, Kind::Cancel, Status::Dead)).collect();
+            let _ = self.sql.batch(lines).await;
+        }
+        Ok(cancelled)
+    }
+
+    /// PENDING -> DEAD "cancelled", RUNNING -> asked to stop (design §22.1), or why not; audited
+    /// in the job's history ("cancel", or "cancel_requested"). A cancelled job's place in its
+    /// limit key's line is the caller's to give up ([`Ledger::forget`](super::Ledger::forget)).
     pub async fn cancel(&self, id: &str, now: i64) -> Result<Cancel, InfraError> {
         let out = self
             .sql
             .batch(vec![
                 stmt::cancel(id, now),
                 stmt::action(id, now, history::Kind::Cancel, Status::Dead),
+                stmt::action_applied(id, now, history::Kind::CancelRequested, Status::Running),
                 stmt::get(id),
             ])
             .await?;
         let first = |i: usize| JobRow::first(out.get(i).map(Vec::as_slice).unwrap_or_default());
-        Ok(match (first(0)?, first(2)?) {
+        Ok(match (first(0)?, first(3)?) {
+            (Some(j), _) if j.status == Status::Running => Cancel::Requested(j),
             (Some(j), _) => Cancel::Cancelled(j),
             (None, Some(j)) => Cancel::Refused(j),
             (None, None) => Cancel::NotFound,

@@ -16,7 +16,7 @@ use super::history::{Event, Minute};
 use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
-use super::job::{Cancel, Claimed, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
+use super::job::{Cancel, CancelFilter, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
 use super::transition::{Record, RecordedDead};
 use super::route::Route;
 use super::shard::Shard;
@@ -209,11 +209,18 @@ impl<S: Sql> Ledger<S> {
         self.at(job.route()).enqueue(job, now, next_run_at).await
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Records many API jobs PENDING, in order, one round trip per shard: for each, `(job,
     /// inserted)`; when not inserted, the job it duplicates (same id, or the active holder of its
     /// dedupe key in its shard).
     pub async fn enqueue_all(&self, jobs: &[Submit<'_>], now: i64) -> Result<Vec<(JobRow, bool)>, InfraError> {
         self.routed(jobs, |j| j.spec.route(), async |s, part| s.enqueue_all(&part, now).await).await
+    }
+
+    /// Records submissions, each in its shard, after what its `on_duplicate` does to the job
+    /// holding its dedupe key there (design §22.3): in order, one round trip per shard.
+    pub async fn submit_all(&self, jobs: &[Submit<'_>], now: i64) -> Result<Vec<Enqueued>, InfraError> {
+        self.routed(jobs, |j| j.spec.route(), async |s, part| s.submit_all(&part, now).await).await
     }
 
     /// DEAD -> PENDING, or why not; audited in the job's history.
@@ -264,6 +271,23 @@ impl<S: Sql> Ledger<S> {
         })
     }
 
+    /// How many PENDING jobs match `filter`, over the shards that may hold them (design §22.2).
+    pub async fn pending_matching(&self, filter: &CancelFilter) -> Result<i64, InfraError> {
+        Ok(match filter.ordering_key.as_deref() {
+            Some(key) => self.at(Route::key(key)).pending_matching(filter).await?,
+            None => self.every(async |s| s.pending_matching(filter).await).await?.into_iter().sum(),
+        })
+    }
+
+    /// Cancels PENDING jobs matching `filter`, at most `limit` per shard holding them: the jobs
+    /// cancelled.
+    pub async fn cancel_matching(&self, filter: &CancelFilter, now: i64, limit: u32) -> Result<Vec<JobRow>, InfraError> {
+        Ok(match filter.ordering_key.as_deref() {
+            Some(key) => self.at(Route::key(key)).cancel_matching(filter, now, limit).await?,
+            None => self.every(async |s| s.cancel_matching(filter, now, limit).await).await?.into_iter().flatten().collect(),
+        })
+    }
+
     /// The job to wake once `key`'s holder is gone (cancelled): in strict mode the key's head; in
     /// lock mode its oldest PENDING job if it was put off behind the holder (made due now).
     /// `None` when there is no PENDING job to wake.
@@ -308,6 +332,11 @@ impl<S: Sql> Ledger<S> {
             return Ok(Vec::new());
         }
         Ok(self.every(async |s| s.end_leases(owners, now, why).await).await?.into_iter().flatten().collect())
+    }
+
+    /// Whether an operator asked running job `id` to stop (design §22.1): a run's watch.
+    pub async fn cancel_asked(&self, id: &str, route: Route) -> Result<bool, InfraError> {
+        Ok(!self.at(route).sql.query(super::stmt::cancel_asked(id)).await?.is_empty())
     }
 
     /// Extends `owner`'s leases on `jobs` (the jobs it claimed) until `until`: the ids still ours.
@@ -499,6 +528,12 @@ impl<S: Sql> Ledger<S> {
     /// shard: the jobs woken to take it.
     pub async fn give_back(&self, key: &str, job: &str, policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
         self.at(Route::key(key)).give_back(key, job, policy, now).await
+    }
+
+    /// Cancelled jobs leave `key`'s line and give back the slots handed to them, in the limit key's
+    /// shard: the jobs woken to take the slots.
+    pub async fn forget(&self, key: &str, jobs: &[&str], policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
+        self.at(Route::key(key)).forget(key, jobs, policy, now).await
     }
 
     #[cfg(any(test, feature = "testing"))]

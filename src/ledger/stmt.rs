@@ -225,7 +225,44 @@ pub fn enqueue(s: &super::job::Submit<'_>, now: i64) -> Stmt {
         spec_then(sql!("enqueue"), job, [("now", now.into()), ("next_run_at", s.due_at.into()), priority(job)]);
     st.names.push("parks_until");
     st.params.push(s.parks_until.map_or(Param::Null, Param::Int));
+    st.names.push("debounce_until");
+    st.params.push(s.debounce_until.map_or(Param::Null, Param::Int));
     st
+}
+/// What a submission with a dedupe key and `on_duplicate` does to the open job holding the key,
+/// before it is recorded (design §22.3): the PENDING holder replaced or cancelled, then a RUNNING
+/// one superseded (and asked to stop, for `cancel`). None for `keep`.
+pub fn supersede(s: &super::job::Submit<'_>, now: i64) -> Vec<Stmt> {
+    use super::job::OnDuplicate;
+    let (job, cancel) = (s.spec, s.on_duplicate == OnDuplicate::Cancel);
+    let Some(key) = job.dedupe_key.as_deref() else { return Vec::new() };
+    let held = || [("dedupe_key", Param::from(key)), ("id", job.id.as_str().into()), ("now", now.into())];
+    let pending = match s.on_duplicate {
+        OnDuplicate::Keep => return Vec::new(),
+        OnDuplicate::Replace => {
+            let options = [
+                ("payload", job.payload.clone().into()),
+                ("max_attempts", job.max_attempts.into()),
+                priority(job),
+                ("deadline_at", job.deadline_at.map_or(Param::Null, Param::Int)),
+                // A debounced submission puts the holder's start off to its own due time.
+                ("due_at", s.debounce_until.map_or(Param::Null, |_| Param::Int(s.due_at))),
+                ("timeout_seconds", job.timeout_seconds.map_or(Param::Null, |t| Param::Int(i64::from(t)))),
+            ];
+            Stmt::bind(sql!("replace"), held().into_iter().chain(options))
+        }
+        OnDuplicate::Cancel => Stmt::bind(sql!("supersede_cancel"), held()),
+    };
+    let running = Stmt::bind(sql!("supersede_running"), held().into_iter().chain([("cancel", i64::from(cancel).into())]));
+    vec![pending, running]
+}
+/// Whether an operator asked running job `id` to stop (design §22.1).
+pub fn cancel_asked(id: &str) -> Stmt {
+    with(sql!("cancel_asked"), [("id", id.into())])
+}
+/// A run's transition just applied: a job asked to stop meanwhile ends DEAD "cancelled".
+pub fn settle_cancelled(id: &str, now: i64) -> Stmt {
+    with(sql!("settle_cancelled"), [("id", id.into()), ("now", now.into())])
 }
 /// The job an enqueue collided with.
 pub fn existing(id: &str, dedupe_key: Option<&str>) -> Stmt {
@@ -287,9 +324,28 @@ pub fn dead_matching(filter: &DeadFilter, limit: u32) -> Stmt {
     ];
     with(sql!("dead_matching"), params)
 }
-/// PENDING -> DEAD "cancelled".
+/// PENDING -> DEAD "cancelled"; RUNNING: asked to stop (design §22.1).
 pub fn cancel(id: &str, now: i64) -> Stmt {
     with(sql!("cancel"), [("id", id.into()), ("now", now.into())])
+}
+/// The filter's parameters, in `cancel_matching.sql`'s and `pending_matching.sql`'s order.
+fn cancel_filter(f: &super::job::CancelFilter) -> [(&'static str, Param); 6] {
+    [
+        ("type", f.job_type.clone().into()),
+        ("ordering_key", f.ordering_key.clone().into()),
+        ("limit_key", f.limit_key.clone().into()),
+        ("error", f.error.clone().into()),
+        ("from", f.from.map_or(Param::Null, Param::Int)),
+        ("to", f.to.map_or(Param::Null, Param::Int)),
+    ]
+}
+/// PENDING jobs matching `filter` DEAD "cancelled", at most `limit` (design §22.2).
+pub fn cancel_matching(filter: &super::job::CancelFilter, now: i64, limit: u32) -> Stmt {
+    Stmt::bind(sql!("cancel_matching"), cancel_filter(filter).into_iter().chain([("now", now.into()), ("limit", limit.into())]))
+}
+/// How many PENDING jobs match `filter`.
+pub fn pending_matching(filter: &super::job::CancelFilter) -> Stmt {
+    with(sql!("pending_matching"), cancel_filter(filter))
 }
 /// Deletes DONE rows finished before `before`, after their history.
 pub fn purge(before: i64, limit: u32) -> [Stmt; 2] {
@@ -369,7 +425,7 @@ pub fn export_events(after: &str, last: &str) -> Stmt {
 }
 
 /// The columns of a job row, in `import_job.sql`'s order.
-pub const JOB_COLUMNS: [&str; 29] = [
+pub const JOB_COLUMNS: [&str; 32] = [
     "id",
     "type",
     "status",
@@ -399,6 +455,9 @@ pub const JOB_COLUMNS: [&str; 29] = [
     "deadline_at",
     "timeout_seconds",
     "parked",
+    "cancel_requested_at",
+    "debounce_until",
+    "superseded_at",
 ];
 /// The columns of a history row, in `import_event.sql`'s order.
 pub const EVENT_COLUMNS: [&str; 11] =

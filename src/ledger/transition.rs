@@ -136,14 +136,16 @@ impl Transition {
     fn stmts(&self) -> (Stmt, Option<Stmt>) {
         let one = |s| (s, None);
         match self {
+            // A run's end rides with the cancel rule: a job asked to stop while it ran ends DEAD
+            // "cancelled" whatever the run did (design §22.1).
             Transition::Complete { id, owner, at, result, http_status, .. } => {
-                one(stmt::complete(id, owner, *at, result.as_deref(), *http_status))
+                (stmt::complete(id, owner, *at, result.as_deref(), *http_status), Some(stmt::settle_cancelled(id, *at)))
             }
             Transition::Fail { id, owner, at, to, next_run_at, error, .. } => {
-                one(stmt::fail(id, owner, *at, *to, *next_run_at, error))
+                (stmt::fail(id, owner, *at, *to, *next_run_at, error), Some(stmt::settle_cancelled(id, *at)))
             }
             Transition::Snooze { id, owner, at, next_run_at, payload, .. } => {
-                one(stmt::snooze(id, owner, *at, *next_run_at, payload.as_deref()))
+                (stmt::snooze(id, owner, *at, *next_run_at, payload.as_deref()), Some(stmt::settle_cancelled(id, *at)))
             }
             Transition::Defer { id, owner, at, next_run_at, parked, .. } => {
                 one(stmt::defer(id, owner, *at, *next_run_at, *parked))

@@ -34,7 +34,10 @@ fn a_rust_producer_records_and_sends_with_every_option() {
     }
     .limited("host.example");
     let job = block_on(p.enqueue(webhook(1), &options)).unwrap();
-    assert_eq!(job, Submitted { id: "rs-1".into(), status: Status::Pending, duplicate: false });
+    assert_eq!(
+        job,
+        Submitted { id: "rs-1".into(), status: Status::Pending, duplicate: false, replaced: false, superseded: None }
+    );
     let row = block_on(w.ledger.get("rs-1")).unwrap().unwrap();
     assert_eq!(
         (row.ordering_key.as_deref(), row.dedupe_key.as_deref(), row.max_attempts, row.priority, row.next_run_at),

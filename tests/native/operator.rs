@@ -83,7 +83,8 @@ fn a_pending_job_is_cancelled_and_audited_and_nothing_else_is() {
     assert_eq!((again.status, again.json_body()["status"].as_str()), (409, Some("DEAD")));
     assert_eq!(w.history(&id).len(), 1);
 
-    // A RUNNING job is never cancelled underneath its handler.
+    // A RUNNING job is asked to stop (design §22.1): it stays RUNNING until its run ends, is
+    // never claimed again, and a second cancel is refused.
     let running = w.submit(json!({"payload": webhook("b")}));
     let spec = block_on(w.ledger.get(&running)).unwrap().unwrap().spec();
     let now = T0 + 1_000;
@@ -95,7 +96,12 @@ fn a_pending_job_is_cancelled_and_audited_and_nothing_else_is() {
     .unwrap();
     assert_eq!(claimed.len(), 1);
     let r = w.call("POST", &format!("/jobs/{running}/cancel"), None);
-    assert_eq!((r.status, r.json_body()["status"].as_str()), (409, Some("RUNNING")));
+    assert_eq!((r.status, r.json_body()["job"]["status"].as_str()), (202, Some("RUNNING")));
+    assert_eq!(r.json_body()["within_ms"], orderly::consumer::CANCEL_REACH_MS);
+    let asked = block_on(w.ledger.get(&running)).unwrap().unwrap();
+    assert!(asked.cancel_requested_at.is_some(), "{asked:?}");
+    let again = w.call("POST", &format!("/jobs/{running}/cancel"), None);
+    assert_eq!((again.status, again.json_body()["status"].as_str()), (409, Some("RUNNING")));
     assert_eq!(w.call("POST", "/jobs/nope/cancel", None).status, 404);
     assert_eq!(w.call("GET", "/jobs/job-002/cancel", None).status, 405);
 }

@@ -70,11 +70,16 @@ impl ConsumerWorld {
 
     /// One consumer invocation over these messages.
     pub fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
+        self.run_with(&self.runner, msgs)
+    }
+
+    /// One consumer invocation over these messages, its jobs run by `runner`.
+    pub fn run_with(&self, runner: &impl Runner, msgs: &[Incoming]) -> Vec<Outcome> {
         let consumer = Consumer::new(
             &self.cfg,
             &self.kv,
             &self.db,
-            &self.runner,
+            runner,
             &self.clock,
             &self.queue,
             format!("inv-{}", self.clock.now_ms()),
@@ -111,8 +116,41 @@ impl ConsumerWorld {
         }
     }
 
+    /// Delivers what was sent, as Queues would, until nothing is left: each message at its delay
+    /// (the clock moved to it), one per invocation, its jobs run by `runner`; a message the
+    /// consumer retries or defers comes back after its delay. At most 1,000 deliveries.
+    pub fn drain_with(&self, runner: &impl Runner) {
+        let mut waiting: Vec<(i64, Incoming)> = Vec::new();
+        for _ in 0..1_000 {
+            let now = self.clock.now_ms();
+            let delays: Vec<u32> = self.queue.batches.borrow().iter().flatten().map(|m| m.delay_seconds).collect();
+            let fresh = self.sent_since();
+            let start = delays.len() - fresh.len();
+            for (i, msg) in fresh.into_iter().enumerate() {
+                waiting.push((now + i64::from(delays[start + i]) * 1000, msg));
+            }
+            waiting.sort_by_key(|(at, _)| *at);
+            if waiting.is_empty() {
+                return;
+            }
+            let (at, msg) = waiting.remove(0);
+            self.clock.advance_ms((at - self.clock.now_ms()).max(10));
+            if let [Outcome::Retry { delay_seconds } | Outcome::Defer { delay_seconds }] =
+                self.run_with(runner, std::slice::from_ref(&msg))[..]
+            {
+                waiting.push((self.clock.now_ms() + i64::from(delay_seconds) * 1000, msg));
+            }
+        }
+        panic!("still delivering after 1,000 deliveries");
+    }
+
     /// An admin request; `path` may carry `?query`.
     pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+        block_on(self.call_async(method, path, body))
+    }
+
+    /// [`Self::call`], awaited (from inside a run or a sleep of the consumer's).
+    pub async fn call_async(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
         let ledger = Ledger::new(&self.db);
         let new_id = || "api-job".to_string();
         let api = Api {
@@ -134,7 +172,7 @@ impl ConsumerWorld {
             authorization: Some(format!("Bearer {TOKEN}")),
             body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
         };
-        block_on(api.handle(&req))
+        api.handle(&req).await
     }
 
     /// The job ids run so far, in order.

@@ -2,6 +2,7 @@
 -- PENDING and due, or RUNNING under an expired lease with attempts left (out of attempts, the
 -- reaper makes it DEAD: the dead run counted). No row back = not claimed (the caller reads
 -- the row to learn why). A new job whose dedupe key is active in another job is not inserted.
+-- A job whose cancel was requested (cancel.sql) is never claimed again.
 -- A job of a paused ordering key (key_pause, design §20.11) is not claimed: a new one is inserted
 -- PENDING and due (its row comes back PENDING), an existing one is left as it is. A new job's
 -- created_at is when its message was sent (?15, never after now): a key's jobs recorded in one
@@ -15,7 +16,7 @@ SELECT ?1, ?2, CASE WHEN paused THEN 'PENDING' ELSE 'RUNNING' END, ?3, ?4, ?5, 1
        CASE WHEN paused THEN NULL ELSE ?9 END, ?12, ?13, ?14
 FROM (SELECT EXISTS (SELECT 1 FROM key_pause WHERE ordering_key = ?3) AS paused)
 WHERE ?4 IS NULL OR NOT EXISTS (
-  SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND id <> ?1)
+  SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND superseded_at IS NULL AND id <> ?1)
 ON CONFLICT (id) DO UPDATE SET
   status = 'RUNNING',
   attempts = job.attempts + 1,
@@ -26,5 +27,6 @@ ON CONFLICT (id) DO UPDATE SET
   parked = 0
 WHERE ((job.status = 'PENDING' AND job.next_run_at <= ?10)
        OR (job.status = 'RUNNING' AND job.lease_until <= ?9 AND job.attempts < job.max_attempts))
+  AND job.cancel_requested_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM key_pause WHERE ordering_key = job.ordering_key)
 RETURNING *

@@ -11,7 +11,7 @@ FROM (
   SELECT id, finished_at,
          CASE WHEN payload IS NOT NULL AND (dedupe_key IS NULL OR NOT EXISTS (
            SELECT 1 FROM job AS other
-           WHERE other.dedupe_key = job.dedupe_key AND other.finished_at IS NULL
+           WHERE other.dedupe_key = job.dedupe_key AND other.finished_at IS NULL AND other.superseded_at IS NULL
              AND other.id <> job.id)) THEN 1 ELSE 0 END AS redrivable_now
   FROM job
   WHERE status = 'DEAD' AND (?1 IS NULL OR type = ?1) AND (?2 IS NULL OR ordering_key = ?2)

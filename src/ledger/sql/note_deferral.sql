@@ -6,7 +6,7 @@ INSERT INTO job (id, type, status, ordering_key, dedupe_key, payload, attempts, 
                  deferrals, next_run_at, created_at, updated_at, priority, limit_key, deadline_at, timeout_seconds)
 SELECT ?1, ?2, 'PENDING', ?3, ?4, ?5, 0, ?6, 1, ?8, ?7, ?7, ?9, ?10, ?11, ?12
 WHERE ?4 IS NULL OR NOT EXISTS (
-  SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND id <> ?1)
+  SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND superseded_at IS NULL AND id <> ?1)
 ON CONFLICT (id) DO UPDATE SET
   deferrals = job.deferrals + 1,
   updated_at = excluded.updated_at

@@ -13,7 +13,7 @@ WHERE NOT EXISTS (
     SELECT 1 FROM job AS had
     WHERE had.id = ?1 AND NOT (had.seq IS NULL AND had.ordering_key IS NOT NULL AND had.status = 'PENDING'))
   AND (?4 IS NULL OR NOT EXISTS (
-    SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND id <> ?1))
+    SELECT 1 FROM job WHERE dedupe_key = ?4 AND finished_at IS NULL AND superseded_at IS NULL AND id <> ?1))
 ON CONFLICT (id) DO UPDATE SET
   seq = (SELECT coalesce(max(k.seq), 0) + 1 FROM job AS k WHERE k.ordering_key = job.ordering_key AND k.seq IS NOT NULL),
   updated_at = excluded.updated_at
