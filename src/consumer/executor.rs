@@ -55,8 +55,11 @@ pub(super) enum RunEnd {
     /// Not run: its limit key refused it a start (design §20). Its key waits; no attempt spent.
     Limited(Waits),
     /// Cancelled while it ran (design §22.1): DEAD "cancelled" and skipped, so its key moves on
-    /// (strict mode, even under `ON_DEAD = block`).
-    Cancelled,
+    /// (strict mode, even under `ON_DEAD = block`). `recorded`: its record applied at once (its
+    /// lease given up without waiting for the rest of the batch), so the mode records it no more.
+    Cancelled {
+        recorded: bool,
+    },
 }
 
 impl RunEnd {
@@ -65,7 +68,7 @@ impl RunEnd {
         match self {
             RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => Some(*delay_seconds),
             RunEnd::Limited(waits) => Some(waits.delay_seconds),
-            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled => None,
+            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled { .. } => None,
         }
     }
 }
@@ -183,7 +186,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// What a cancelled run records (design §22.1): DEAD "cancelled" whatever it returned, a
     /// result it returned kept (the completion's batch ends the job DEAD,
-    /// `settle_cancelled.sql`), and its line in the job's history.
+    /// `settle_cancelled.sql`), and its line in the job's history. Recorded at once, so its lease
+    /// is given up within the cancel's bound, not when the batch's other runs end; should that
+    /// fail, the mode records it with the batch.
     async fn cancelled(&self, job: &JobRow, started_at: i64, result: Result<Done, JobError>, sealed: bool) -> Ran {
         let now = self.clock.now_ms();
         let (transition, http_status) = match result {
@@ -203,7 +208,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             http_status,
             actor: self.owner.clone(),
         };
-        Ran { record: Record { transition, run: Some(run) }, end: RunEnd::Cancelled }
+        let record = Record { transition, run: Some(run) };
+        let recorded = matches!(self.ledger.record_all(std::slice::from_ref(&record)).await.as_deref(), Ok([true]));
+        Ran { record, end: RunEnd::Cancelled { recorded } }
     }
 
     /// The job's own time limit for a run, ms, never past the configured run bound (design §20).
@@ -246,7 +253,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             RunEnd::Dead => RunOutcome::Dead,
             RunEnd::Retry { .. } => RunOutcome::Retry,
             RunEnd::Snooze { .. } => RunOutcome::Snooze,
-            RunEnd::Limited(_) | RunEnd::Cancelled => unreachable!("a refused start is never a run, a cancelled one is recorded by `cancelled`"),
+            RunEnd::Limited(_) | RunEnd::Cancelled { .. } => unreachable!("a refused start is never a run, a cancelled one is recorded by `cancelled`"),
         };
         // A success is described by the job's DONE row (complete.sql), not by a history row:
         // one row written less per job. (A success whose completion is refused, our lease lost,

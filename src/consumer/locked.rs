@@ -611,8 +611,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             g.stopped = Some(delay_seconds);
             g.hold_for = Some((job.id.clone(), delay_seconds));
         }
+        if let RunEnd::Cancelled { recorded: true } = ran.end {
+            // Recorded already, its lease given up at once (design §22.1).
+            g.settled.push(Settle::plain(i, Outcome::Ack));
+            return;
+        }
         let (outcome, waits) = match ran.end {
-            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled => (Outcome::Ack, false),
+            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled { .. } => (Outcome::Ack, false),
             RunEnd::Retry { delay_seconds } => (Outcome::Retry { delay_seconds }, false),
             // Not a failed attempt: the message is put off like a busy key's.
             RunEnd::Snooze { delay_seconds } => (Outcome::Defer { delay_seconds }, true),

@@ -446,10 +446,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             budget.runs.set(budget.runs.get() - 1);
             let ran = self.run_claimed(&job).await;
             let end = ran.end;
-            records.push(ran.record);
+            // A cancelled run recorded at once (design §22.1) is not recorded again.
+            if !matches!(end, RunEnd::Cancelled { recorded: true }) {
+                records.push(ran.record);
+            }
             match end {
                 // A cancelled job is skipped: its key moves on, as after a success.
-                RunEnd::Done | RunEnd::Cancelled => {}
+                RunEnd::Done | RunEnd::Cancelled { .. } => {}
                 RunEnd::Dead => {
                     if self.cfg.on_dead == OnDead::Block {
                         stop = Some(Stop::Blocked);

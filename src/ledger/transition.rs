@@ -137,7 +137,7 @@ impl Transition {
         let one = |s| (s, None);
         match self {
             // A run's end rides with the cancel rule: a job asked to stop while it ran ends DEAD
-            // "cancelled" whatever the run did (design §22.1).
+            // "cancelled" whatever the run did (design §22.1), as does one handed back unrun.
             Transition::Complete { id, owner, at, result, http_status, .. } => {
                 (stmt::complete(id, owner, *at, result.as_deref(), *http_status), Some(stmt::settle_cancelled(id, *at)))
             }
@@ -147,8 +147,10 @@ impl Transition {
             Transition::Snooze { id, owner, at, next_run_at, payload, .. } => {
                 (stmt::snooze(id, owner, *at, *next_run_at, payload.as_deref()), Some(stmt::settle_cancelled(id, *at)))
             }
+            // A job claimed and handed back unrun (a chain's budget, a lost lease) ends DEAD too
+            // when it was asked to stop meanwhile: PENDING, it would be claimed again.
             Transition::Defer { id, owner, at, next_run_at, parked, .. } => {
-                one(stmt::defer(id, owner, *at, *next_run_at, *parked))
+                (stmt::defer(id, owner, *at, *next_run_at, *parked), Some(stmt::settle_cancelled(id, *at)))
             }
             Transition::RecordDead { spec, at, error } => one(stmt::record_dead(spec, *at, error)),
             Transition::NoteDeferral { spec, at, next_run_at, slack_ms } => (

@@ -442,6 +442,29 @@ fn cancelling_a_lock_holder_wakes_the_job_put_off_behind_it() {
 }
 
 #[test]
+fn cancelling_a_lock_holder_never_cuts_short_a_snooze_of_the_job_behind_it() {
+    // The simulation's cancels found it: a job waiting out its own snooze (put off behind the
+    // holder once before) was made due at once by the holder's cancel.
+    let w = World::new();
+    let holder = w.submit(json!({"payload": webhook("h"), "ordering_key": "k"}));
+    w.clock.advance_ms(1);
+    let snoozed = w.submit(json!({"payload": webhook("s"), "ordering_key": "k"}));
+    let spec = block_on(w.ledger.get(&snoozed)).unwrap().unwrap().spec();
+    let now = T0 + 1;
+    let lease = Lease { now, until: now + 120_000, due_before: now };
+    let until = T0 + 3_600_000;
+    block_on(w.ledger.backend().batch(vec![
+        stmt::note_deferral(&spec, now, now),
+        stmt::claim(&spec, "inv", lease),
+        stmt::snooze(&snoozed, "inv", now, until, None),
+    ]))
+    .unwrap();
+    let r = w.call("POST", &format!("/jobs/{holder}/cancel"), None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(block_on(w.ledger.get(&snoozed)).unwrap().unwrap().next_run_at, until, "its snooze stands");
+}
+
+#[test]
 fn query_values_take_plus_as_a_space_and_bad_priorities_are_quoted() {
     let w = World::new();
     let spaced = w.submit(json!({"payload": webhook("s"), "ordering_key": "a b"}));

@@ -10,6 +10,7 @@
 //!   SIM_SETUPS=strict-c8-shards4,lock-c1-shards4 ...      only those setups
 //!   SIM_SETUP=strict-c16 SIM_SEED=7 cargo test --test simulation replay -- --ignored --nocapture
 
+mod cancels;
 mod exec;
 mod lines;
 mod order;
@@ -252,7 +253,23 @@ struct Planned {
     /// A body too large to read: must end DEAD, under its message's id, with the reason.
     poison: bool,
     at: i64,
+    /// API jobs: submitted again this many times with its dedupe key (design §22.3), each a newer
+    /// payload (`v` 1, 2, ...): replacing it while PENDING, recorded beside it while it runs.
+    revisions: u32,
+    /// Those submissions are a debounce of [`DEBOUNCE_SECONDS`] (design §22.4), the first too.
+    debounce: bool,
 }
+
+/// A debounced job's quiet period in the simulation, and how far apart its submissions come.
+const DEBOUNCE_SECONDS: u32 = 2;
+const DEBOUNCE_SPACING_MS: i64 = 500;
+/// When the operator cancels a job (ms after the start): a random one, PENDING, RUNNING or
+/// finished, as an operator would.
+const CANCELS_AT_MS: [i64; 6] = [5_000, 9_000, 13_000, 18_000, 24_000, 33_000];
+/// The invocation name of the operator who cancels (its ledger calls' faults are its own).
+const CANCELLING_OPERATOR: &str = "cancelling-operator";
+/// The producer's revisions of its jobs.
+const REVISER: &str = "reviser";
 
 struct Sim {
     setup: Setup,
@@ -369,7 +386,16 @@ impl Sim {
             // Strict mode holds a key behind a delayed job; lock mode, which promises order only
             // for jobs delivered in order, would let later jobs of the key pass it.
             let delayed = self.setup.mode == OrderingMode::Strict && !direct && rng.chance(0.1);
-            let delay_seconds = if delayed { rng.range(3, 30) as u32 } else { 0 };
+            let mut delay_seconds = if delayed { rng.range(3, 30) as u32 } else { 0 };
+            // Some API jobs are submitted again with newer payloads: replaced, or debounced (a
+            // debounce's quiet period is its delay).
+            let revisions = if !direct && rng.chance(0.12) { rng.range(1, 3) as u32 } else { 0 };
+            // A debounce delays its job: lock mode lets a key's later jobs pass a delayed one (it
+            // promises order only for jobs delivered in order), so there only unkeyed jobs are.
+            let debounce = revisions > 0 && (self.setup.mode == OrderingMode::Strict || key.is_none()) && rng.chance(0.5);
+            if debounce {
+                delay_seconds = 0;
+            }
             // An ordering key always has the same limit key; an unkeyed job any.
             let limit = (self.setup.limit_keys > 0).then(|| {
                 let n = match &key {
@@ -388,6 +414,8 @@ impl Sim {
                 delay_seconds,
                 poison,
                 at,
+                revisions,
+                debounce,
             });
         }
         // Production order is the order of `at` within a key.
@@ -482,13 +510,8 @@ impl Sim {
                 let ids: std::cell::RefCell<VecDeque<String>> =
                     std::cell::RefCell::new(planned[i..j].iter().map(|p| p.id.clone()).collect());
                 let new_id = || ids.borrow_mut().pop_front().unwrap_or_default();
-                let jobs: Vec<Value> = planned[i..j]
-                    .iter()
-                    .map(|p| {
-                        json!({"payload": p.payload, "ordering_key": p.key, "delay_seconds": p.delay_seconds,
-                               "limit_key": p.limit})
-                    })
-                    .collect();
+                let jobs: Vec<Value> = planned[i..j].iter().map(submission).collect();
+                let asked_at = sched.now();
                 // A delayed job may not run before its delay has passed from its submission.
                 for p in planned[i..j].iter().filter(|p| p.delay_seconds > 0) {
                     let due = sched.now() + i64::from(p.delay_seconds) * 1000 - EARLY_ALLOWANCE_MS;
@@ -507,6 +530,12 @@ impl Sim {
                     let r = api.handle(&req).await;
                     // 202, or 503 with the jobs recorded (maintenance sends them): done.
                     if r.status == 202 || r.json_body().get("jobs").is_some() {
+                        // A job to be revised: its first payload, as the ledger took it.
+                        for p in planned[i..j].iter().filter(|p| p.revisions > 0) {
+                            let quiet_ms = if p.debounce { i64::from(DEBOUNCE_SECONDS) * 1000 } else { 0 };
+                            let first = cancels::Revision { v: 0, asked_at, acked_at: sched.now(), quiet_ms };
+                            obs.borrow_mut().cancels.revisions.insert(p.id.clone(), vec![first]);
+                        }
                         break;
                     }
                     sched.pause(1_000).await;
@@ -514,6 +543,93 @@ impl Sim {
                 i = j;
             }
             done.set(true);
+        };
+        Task { fut: Box::pin(fut), wake_at: T0, tag: Tag::Background }
+    }
+
+    /// The producer's revisions (design §22.3, §22.4): each job planned with some is submitted
+    /// again, once its first submission was answered, with its dedupe key and a newer payload
+    /// (`v` 1, 2, ...), one answered before the next is asked, each asked again until answered.
+    /// What each was answered (the job it replaced, or a new one recorded beside a running holder)
+    /// is noted for the checks.
+    fn reviser(&self) -> Task<Tag> {
+        let revised: Vec<Planned> = self.planned.iter().filter(|p| p.revisions > 0).cloned().collect();
+        let (ledger, queue, sched, cfg, obs) =
+            (self.ledger(REVISER), self.queue(), self.sched.clone(), self.cfg.clone(), self.obs.clone());
+        let fut = async move {
+            for p in revised {
+                while !obs.borrow().cancels.revisions.contains_key(&p.id) {
+                    sched.pause(200).await;
+                }
+                for v in 1..=i64::from(p.revisions) {
+                    let spacing = if p.debounce { DEBOUNCE_SPACING_MS } else { sched.rng.borrow_mut().range(300, 3_000) };
+                    sched.pause(spacing).await;
+                    let id = format!("{}-r{v}", p.id);
+                    let mut job = submission(&p);
+                    job["id"] = json!(id);
+                    job["payload"]["body"] = json!({"key": p.key, "v": v});
+                    let new_id = String::new;
+                    let api = sim_api(&ledger, &queue, &sched, &cfg, &new_id);
+                    let asked_at = sched.now();
+                    let answer = loop {
+                        let r = api.handle(&api_request("POST", "/jobs", json!({"jobs": [job]}))).await;
+                        if r.status == 202 || r.json_body().get("jobs").is_some() {
+                            break r.json_body()["jobs"][0].clone();
+                        }
+                        sched.pause(1_000).await;
+                    };
+                    let quiet_ms = if p.debounce { i64::from(DEBOUNCE_SECONDS) * 1000 } else { 0 };
+                    let revision = cancels::Revision { v, asked_at, acked_at: sched.now(), quiet_ms };
+                    let took = answer["id"].as_str().unwrap_or_default().to_string();
+                    if std::env::var("SIM_TRACE").is_ok() {
+                        println!("+{:>6} producer revises {} to v{v}: {answer}", (sched.now() - T0) / 1000, p.id);
+                    }
+                    let mut o = obs.borrow_mut();
+                    if took == id {
+                        // Recorded anew (its holder ran, or had finished): its own first payload.
+                        o.cancels.extra.insert(id);
+                    }
+                    o.cancels.revisions.entry(took).or_default().push(revision);
+                }
+            }
+        };
+        Task { fut: Box::pin(fut), wake_at: T0, tag: Tag::Background }
+    }
+
+    /// The operator's cancels (design §22.1): at [`CANCELS_AT_MS`], a random job (planned, or
+    /// recorded by a revision), asked again while the ledger does not answer. A cancel answered
+    /// 200 (DEAD now) or 202 (RUNNING, asked to stop) is noted for the checks.
+    fn canceller(&self) -> Task<Tag> {
+        let ids: Vec<String> = self.planned.iter().map(|p| p.id.clone()).collect();
+        let (ledger, queue, sched, cfg, obs) =
+            (self.ledger(CANCELLING_OPERATOR), self.queue(), self.sched.clone(), self.cfg.clone(), self.obs.clone());
+        let fut = async move {
+            for at in CANCELS_AT_MS {
+                sched.pause(T0 + at - sched.now()).await;
+                let mut pool = ids.clone();
+                pool.extend(obs.borrow().cancels.extra.iter().cloned());
+                let id = pool[sched.rng.borrow_mut().range(0, pool.len() as i64 - 1) as usize].clone();
+                let new_id = String::new;
+                let api = sim_api(&ledger, &queue, &sched, &cfg, &new_id);
+                let status = loop {
+                    let r = api.handle(&api_request("POST", &format!("/jobs/{id}/cancel"), Value::Null)).await;
+                    if r.status != 503 {
+                        break r.status;
+                    }
+                    sched.pause(500).await;
+                };
+                if std::env::var("SIM_TRACE").is_ok() {
+                    println!("+{:>6} operator cancels {id}: {status}", (sched.now() - T0) / 1000);
+                }
+                let mut o = obs.borrow_mut();
+                if status == 200 || status == 202 {
+                    o.cancels.acked.insert(id.clone(), sched.now());
+                    o.cancels.ever.insert(id.clone());
+                }
+                if status == 202 {
+                    o.cancels.requested.insert(id, sched.now());
+                }
+            }
         };
         Task { fut: Box::pin(fut), wake_at: T0, tag: Tag::Background }
     }
@@ -717,18 +833,41 @@ impl Sim {
         Task { fut: Box::pin(fut), wake_at: self.sched.now(), tag: Tag::Background }
     }
 
+    /// After a step: a run asked to stop that still runs (or holds its lease, stopped) past the
+    /// cancel's bound (`cancels.rs`).
+    fn cancel_violation(&self) -> Option<String> {
+        let o = self.obs.borrow();
+        let now = self.sched.now();
+        for job in o.cancels.requested.keys() {
+            let Some(row) = self.dbs.iter().find_map(|db| world::row(db, job)) else { continue };
+            let owner = row.lease_owner.clone().unwrap_or_default();
+            let run = o
+                .runs
+                .iter()
+                .rev()
+                .find(|r| &r.job == job && r.inv == owner && row.started_at.is_some_and(|s| r.start >= s))
+                .map(|r| (r.start, r.end));
+            let excused = o.crashed.contains(&owner) || o.stalled.contains(&owner) || o.d1_faulted.contains(&owner);
+            if let Some(v) = o.cancels.lease_violation(job, &row, run, now, excused) {
+                return Some(v);
+            }
+        }
+        None
+    }
+
     fn all_finished(&self) -> bool {
         let finished = |db: &Sqlite| -> i64 {
             db.conn
                 .query_row("SELECT count(*) FROM job WHERE status IN ('DONE', 'DEAD')", [], |r| r.get(0))
                 .unwrap_or(0)
         };
-        self.dbs.iter().map(|db| finished(db)).sum::<i64>() as usize >= self.planned.len()
+        let extra = self.obs.borrow().cancels.extra.len();
+        self.dbs.iter().map(|db| finished(db)).sum::<i64>() as usize >= self.planned.len() + extra
     }
 
     /// Runs to completion (or the horizon) and checks the invariants.
     fn run(self) -> Outcome {
-        let mut tasks: Vec<Task<Tag>> = vec![self.producer()];
+        let mut tasks: Vec<Task<Tag>> = vec![self.producer(), self.reviser(), self.canceller()];
         let mut next_inv = 0u64;
         let mut next_cron = T0 + 60_000;
         let mut next_operator = T0 + 15_000;
@@ -837,6 +976,11 @@ impl Sim {
             };
             if poll_once(&self.sched, &mut tasks[pick]) {
                 tasks.swap_remove(pick);
+            }
+            if let Some(found) = self.cancel_violation() {
+                if !violations.contains(&found) {
+                    violations.push(found);
+                }
             }
             if self.setup.limit_keys > 0 {
                 self.obs.borrow_mut().note_breakers(&self.dbs, self.sched.now());
@@ -1037,6 +1181,28 @@ impl Sim {
                 _ => {}
             }
         }
+        // A job a revision recorded anew is a job like the planned ones: it finishes; a debounced
+        // job that ended DONE ran with the last payload submitted to it (cancels.rs).
+        for id in &obs.cancels.extra {
+            match rows.get(id) {
+                None => {
+                    t.lost += 1;
+                    violations.push(format!("{id} (a revision recorded anew) lost: no ledger row"));
+                }
+                Some(j) if !j.status.is_finished() => {
+                    t.stuck += 1;
+                    violations.push(format!("{id} (a revision recorded anew) stuck {}", j.status.as_str()));
+                }
+                _ => {}
+            }
+        }
+        for (id, j) in &rows {
+            let ran: Vec<i64> = obs.runs.iter().filter(|r| &r.job == id && r.ok == Some(true)).map(|r| r.v).collect();
+            if let Some(v) = obs.cancels.last_payload_violation(id, j, &ran) {
+                t.other_violations += 1;
+                violations.push(v);
+            }
+        }
         // History is written with the transition it describes (same D1 batch): a DONE job's
         // history (its row describes the successful run, history rows the others) holds the run
         // that made it DONE, and the ring never holds more than 20 events.
@@ -1134,6 +1300,10 @@ impl Sim {
             successes.entry(&r.job).or_default().push(&r.inv);
         }
         for (job, invs) in successes {
+            // Cancelled after it succeeded (DEAD "cancelled", the result kept), then redriven.
+            if obs.cancels.ever.contains(job) && obs.redriven.contains_key(job) {
+                continue;
+            }
             for inv in &invs[..invs.len() - 1] {
                 t.crash_repeats += 1;
                 if !obs.crashed.contains(*inv) && !obs.d1_faulted.contains(*inv) && !obs.stalled.contains(*inv) {
@@ -1183,6 +1353,36 @@ fn redrive(obs: &Obs, dbs: &[Rc<Sqlite>], id: &str) {
     let mut o = obs.borrow_mut();
     o.redriven.insert(id.to_string(), seq);
     o.not_before.remove(id);
+    o.cancels.redriven(id);
+}
+
+/// A submission of planned job `p` as the producer makes it (`POST /jobs`' job object): a job to
+/// be revised has a dedupe key, and replaces its holder (or debounces).
+fn submission(p: &Planned) -> Value {
+    let mut job = json!({"payload": p.payload, "ordering_key": p.key, "delay_seconds": p.delay_seconds,
+                         "limit_key": p.limit});
+    if p.revisions > 0 {
+        job["id"] = json!(p.id);
+        job["dedupe_key"] = json!(format!("dd-{}", p.id));
+        if p.debounce {
+            job["debounce_seconds"] = json!(DEBOUNCE_SECONDS);
+            job.as_object_mut().map(|o| o.remove("delay_seconds"));
+        } else {
+            job["on_duplicate"] = json!("replace");
+        }
+    }
+    job
+}
+
+/// An admin request to the simulated worker's API.
+fn api_request(method: &str, path: &str, body: Value) -> ApiRequest {
+    ApiRequest {
+        method: method.into(),
+        path: path.into(),
+        query: String::new(),
+        authorization: Some(format!("Bearer {SIM_TOKEN}")),
+        body: if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap_or_default() },
+    }
 }
 
 /// The real API as the simulated producer and operator call it.

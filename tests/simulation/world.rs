@@ -267,6 +267,8 @@ pub struct Observations {
     /// Per limit key, its breaker's current opening as first seen after a step: (its
     /// `open_until`, when it opened). A run granted before the opening may start after it.
     pub breaker_opened: BTreeMap<String, (i64, i64)>,
+    /// The operator's cancels and the producer's revisions (design §22), and their checks.
+    pub cancels: crate::cancels::Cancels,
 }
 
 impl Observations {
@@ -324,6 +326,10 @@ pub struct RunRecord {
     pub attempt: u32,
     /// The handler snoozed (not a failure; no attempt may be spent on it).
     pub snoozed: bool,
+    /// When the handler ended (returned, or was dropped), ms.
+    pub end: Option<i64>,
+    /// The version of the payload it ran (its body's `v`; 0 for a job's first payload).
+    pub v: i64,
 }
 
 /// How long a scripted snooze asks to wait.
@@ -621,18 +627,26 @@ fn min_backoff_ms(attempt: u32, (base, cap): (u32, u32)) -> i64 {
     full * 1000 / 2
 }
 
-/// Ends a run's "in progress" mark even when the invocation dies mid-run.
+/// Ends a run's "in progress" mark even when the invocation dies mid-run (or the run is dropped,
+/// its job cancelled), and notes when it ended.
 struct RunGuard {
     obs: Obs,
     key: Option<String>,
     limit: Option<String>,
     job: String,
     inv: String,
+    sched: Rc<Sched>,
+    /// Its place in `runs`.
+    at: usize,
 }
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
         let mut o = self.obs.borrow_mut();
+        let now = self.sched.now();
+        if let Some(r) = o.runs.get_mut(self.at) {
+            r.end.get_or_insert(now);
+        }
         if let Some(k) = &self.key {
             if let Some(v) = o.active.get_mut(k) {
                 v.retain(|(j, i)| !(j == &self.job && i == &self.inv));
@@ -676,6 +690,11 @@ impl Runner for SimRunner {
                 _ => {}
             }
             let now = self.sched.now();
+            if std::env::var("SIM_TRACE_JOB").is_ok_and(|j| j == job.id) {
+                let at = |t: i64| t - 1_700_000_000_000;
+                let row = me.as_ref().map(|j| (at(j.next_run_at), j.started_at.map(at), j.parked, j.attempts));
+                println!("+{} ms {} starts; its row (next_run_at, claimed, parked, attempts): {row:?}", at(now), job.id);
+            }
             if let Some(&due) = o.not_before.get(job.id) {
                 if now < due {
                     o.violations.push(format!(
@@ -715,6 +734,11 @@ impl Runner for SimRunner {
             if let Some(l) = me.as_ref().and_then(|j| j.limit_key.clone()) {
                 self.limit_oracle(&mut o, &l, job.id);
             }
+            let v = body.get("v").and_then(Value::as_i64).unwrap_or(0);
+            let claimed_at = me.as_ref().and_then(|j| j.started_at).unwrap_or(now);
+            if let Some(broken) = o.cancels.start_violation(job.id, claimed_at, now, v) {
+                o.violations.push(broken);
+            }
             // Nothing of a paused ordering key starts, unless it was claimed before the pause took
             // hold (a claim sets started_at; a chunk claimed then runs on).
             if let (Some(from), until, Some(PAUSED_KEY)) = (o.key_paused.from, o.key_paused.until, key.as_deref()) {
@@ -734,6 +758,8 @@ impl Runner for SimRunner {
                 ok: None,
                 attempt: job.attempt,
                 snoozed: false,
+                end: None,
+                v: body.get("v").and_then(Value::as_i64).unwrap_or(0),
             });
         }
         let at = self.obs.borrow().runs.len() - 1;
@@ -741,8 +767,15 @@ impl Runner for SimRunner {
         let earlier_runs = self.obs.borrow().runs.iter().filter(|r| r.job == job.id).count() as u64 - 1;
         let snooze = earlier_runs < body.get("snooze").and_then(Value::as_u64).unwrap_or(0);
         let limit = me.as_ref().and_then(|j| j.limit_key.clone());
-        let _guard =
-            RunGuard { obs: self.obs.clone(), key: key.clone(), limit, job: job.id.to_string(), inv: self.inv.clone() };
+        let _guard = RunGuard {
+            obs: self.obs.clone(),
+            key: key.clone(),
+            limit,
+            job: job.id.to_string(),
+            inv: self.inv.clone(),
+            sched: self.sched.clone(),
+            at,
+        };
 
         let hang = !snooze && self.sched.chance(self.faults.hang);
         let result = if snooze {

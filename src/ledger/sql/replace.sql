@@ -8,6 +8,9 @@
 -- params: ?1 dedupe_key, ?2 id, ?3 now, ?4 payload, ?5 max_attempts, ?6 priority, ?7 deadline_at, ?8 due_at, ?9 timeout_seconds
 UPDATE job
 SET payload = ?4, max_attempts = ?5, priority = ?6, deadline_at = ?7, timeout_seconds = ?9, updated_at = ?3,
-    next_run_at = CASE WHEN ?8 IS NULL THEN next_run_at ELSE min(?8, coalesce(debounce_until, ?8)) END
+    next_run_at = CASE WHEN ?8 IS NULL THEN next_run_at
+                       ELSE max(CASE WHEN parked = 1 THEN ?3 ELSE next_run_at END,
+                                min(?8, coalesce(debounce_until, ?8))) END,
+    parked = CASE WHEN ?8 IS NULL THEN parked ELSE 0 END
 WHERE dedupe_key = ?1 AND status = 'PENDING' AND finished_at IS NULL AND superseded_at IS NULL AND id <> ?2
 RETURNING *

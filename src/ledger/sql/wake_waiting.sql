@@ -1,7 +1,9 @@
 -- Lock mode, after an operator cancelled a job that held its key: the key's oldest PENDING job
 -- that was put off because the key was held (deferrals > 0) becomes due now, so the message sent
 -- to wake it runs it (taking over the finished holder's lock) instead of waiting out the hold.
--- A job that was never put off keeps its own delay. Reads the key's first open job of each kind:
+-- A job that was never put off keeps its own delay, and so does one waiting for its own retry or
+-- snooze (it has run: a wake-up must never cut its backoff short; the simulation's cancels found
+-- a snoozed job woken early). Reads the key's first open job of each kind:
 -- unsequenced (job_lock_key) and sequenced (API submissions, job_key_open).
 -- params: ?1 ordering_key, ?2 now
 UPDATE job
@@ -16,5 +18,5 @@ WHERE id = (SELECT id FROM (
                              ORDER BY seq LIMIT 1))
             ORDER BY created_at, id
             LIMIT 1)
-  AND deferrals > 0
+  AND deferrals > 0 AND attempts = 0 AND snoozes = 0
 RETURNING *
