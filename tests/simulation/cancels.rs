@@ -74,12 +74,8 @@ impl Cancels {
         let mine = revisions.iter().find(|r| r.v == v && r.quiet_ms > 0)?;
         // Past its cap (from the job's first submission) a debounced job runs at once.
         let cap = revisions.first().map_or(i64::MAX, |first| first.asked_at + CAP_PERIODS * first.quiet_ms);
-        (started < (mine.asked_at + mine.quiet_ms).min(cap)).then(|| {
-            format!(
-                "{job} ran debounced payload v{v} {} ms into its quiet period",
-                started - mine.asked_at
-            )
-        })
+        (started < (mine.asked_at + mine.quiet_ms).min(cap))
+            .then(|| format!("{job} ran debounced payload v{v} {} ms into its quiet period", started - mine.asked_at))
     }
 
     /// After a step at `now`: whether `job`, asked to stop, still runs, or holds its lease after
@@ -101,11 +97,18 @@ impl Cancels {
             return None;
         }
         match ended {
-            None => Some(format!("{job}: its run, asked to stop at +{asked}, still runs {} ms past the bound", now - bound)),
+            None => {
+                Some(format!("{job}: its run, asked to stop at +{asked}, still runs {} ms past the bound", now - bound))
+            }
             // Ended once a check could have seen the cancel: the cancel stopped it, and its record
             // gives the lease up at once.
-            Some(end) if end >= asked + CANCEL_CHECK_MS + ROUND_TRIPS_MS && row.lease_until.is_some_and(|u| u > now) => {
-                Some(format!("{job}: stopped by its cancel at +{end}, it still holds its lease {} ms past the bound", now - bound))
+            Some(end)
+                if end >= asked + CANCEL_CHECK_MS + ROUND_TRIPS_MS && row.lease_until.is_some_and(|u| u > now) =>
+            {
+                Some(format!(
+                    "{job}: stopped by its cancel at +{end}, it still holds its lease {} ms past the bound",
+                    now - bound
+                ))
             }
             Some(_) => None,
         }
@@ -183,7 +186,9 @@ mod tests {
         assert!(c.lease_violation("j", &held, None, bound + 1, false).is_none(), "its handler has not started");
         assert!(c.lease_violation("j", &held, Some((2_000, None)), bound + 1, false).is_none(), "from its start");
         let stopped = Some((500, Some(1_000 + CANCEL_CHECK_MS + ROUND_TRIPS_MS)));
-        assert!(c.lease_violation("j", &held, stopped, bound + 1, false).is_some_and(|v| v.contains("holds its lease")));
+        assert!(c
+            .lease_violation("j", &held, stopped, bound + 1, false)
+            .is_some_and(|v| v.contains("holds its lease")));
         let ended_by_itself = Some((500, Some(1_500)));
         assert!(c.lease_violation("j", &held, ended_by_itself, bound + 1, false).is_none(), "recorded with its batch");
         let given_up = row(Status::Dead, None);

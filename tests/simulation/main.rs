@@ -270,6 +270,13 @@ const CANCELS_AT_MS: [i64; 6] = [5_000, 9_000, 13_000, 18_000, 24_000, 33_000];
 const CANCELLING_OPERATOR: &str = "cancelling-operator";
 /// The producer's revisions of its jobs.
 const REVISER: &str = "reviser";
+/// What every setup's seeds must have done (counted in `fired` beside the faults, not as faults):
+/// a running job cancelled, a pending one replaced, a debounced one put off.
+const COVERED: [(&str, &str); 3] = [
+    ("cancel_running", "a cancel of a running job"),
+    ("replaced", "a replacement of a pending job"),
+    ("debounced", "a debounce of a pending job"),
+];
 
 struct Sim {
     setup: Setup,
@@ -392,7 +399,8 @@ impl Sim {
             let revisions = if !direct && rng.chance(0.12) { rng.range(1, 3) as u32 } else { 0 };
             // A debounce delays its job: lock mode lets a key's later jobs pass a delayed one (it
             // promises order only for jobs delivered in order), so there only unkeyed jobs are.
-            let debounce = revisions > 0 && (self.setup.mode == OrderingMode::Strict || key.is_none()) && rng.chance(0.5);
+            let debounce =
+                revisions > 0 && (self.setup.mode == OrderingMode::Strict || key.is_none()) && rng.chance(0.5);
             if debounce {
                 delay_seconds = 0;
             }
@@ -562,7 +570,8 @@ impl Sim {
                     sched.pause(200).await;
                 }
                 for v in 1..=i64::from(p.revisions) {
-                    let spacing = if p.debounce { DEBOUNCE_SPACING_MS } else { sched.rng.borrow_mut().range(300, 3_000) };
+                    let spacing =
+                        if p.debounce { DEBOUNCE_SPACING_MS } else { sched.rng.borrow_mut().range(300, 3_000) };
                     sched.pause(spacing).await;
                     let id = format!("{}-r{v}", p.id);
                     let mut job = submission(&p);
@@ -585,6 +594,9 @@ impl Sim {
                         println!("+{:>6} producer revises {} to v{v}: {answer}", (sched.now() - T0) / 1000, p.id);
                     }
                     let mut o = obs.borrow_mut();
+                    if answer["replaced"] == true {
+                        *o.fired.entry(if p.debounce { "debounced" } else { "replaced" }).or_default() += 1;
+                    }
                     if took == id {
                         // Recorded anew (its holder ran, or had finished): its own first payload.
                         o.cancels.extra.insert(id);
@@ -606,13 +618,24 @@ impl Sim {
         let fut = async move {
             for at in CANCELS_AT_MS {
                 sched.pause(T0 + at - sched.now()).await;
+                // Half the time a job whose handler runs now, if any: cancels of running jobs are
+                // the ones with something to stop.
+                let running: Vec<String> =
+                    obs.borrow().runs.iter().filter(|r| r.end.is_none()).map(|r| r.job.clone()).collect();
                 let mut pool = ids.clone();
                 pool.extend(obs.borrow().cancels.extra.iter().cloned());
+                if !running.is_empty() && sched.chance(0.5) {
+                    pool = running;
+                }
                 let id = pool[sched.rng.borrow_mut().range(0, pool.len() as i64 - 1) as usize].clone();
                 let new_id = String::new;
                 let api = sim_api(&ledger, &queue, &sched, &cfg, &new_id);
                 let status = loop {
                     let r = api.handle(&api_request("POST", &format!("/jobs/{id}/cancel"), Value::Null)).await;
+                    // Asked already: an earlier try landed, its answer lost.
+                    if r.status == 409 && r.json_body()["status"] == "RUNNING" {
+                        break 202;
+                    }
                     if r.status != 503 {
                         break r.status;
                     }
@@ -628,6 +651,7 @@ impl Sim {
                 }
                 if status == 202 {
                     o.cancels.requested.insert(id, sched.now());
+                    *o.fired.entry("cancel_running").or_default() += 1;
                 }
             }
         };
@@ -1463,6 +1487,12 @@ fn coverage_gaps(s: &Setup, seeds: u64, fired: &BTreeMap<&'static str, u64>, dea
         .filter(|&(kind, p)| p > 0.0 && fired.get(kind).copied().unwrap_or(0) == 0)
         .map(|(kind, p)| format!("{}: the fault {kind} (p = {p}) never fired in {seeds} seed(s)", s.name))
         .collect();
+    // What the operator and the producer do in every setup (design §22): each must have happened.
+    for (kind, what) in COVERED {
+        if fired.get(kind).copied().unwrap_or(0) == 0 {
+            gaps.push(format!("{}: {what} never happened in {seeds} seed(s)", s.name));
+        }
+    }
     if s.max_retries <= 3 && dead_lettered == 0 {
         gaps.push(format!(
             "{}: max_retries {} and no job dead-lettered by Queues in {seeds} seed(s)",
@@ -1666,18 +1696,33 @@ fn a_pause_that_never_took_hold_is_a_violation() {
 #[test]
 fn a_fault_that_never_fired_and_a_dead_letter_queue_never_used_are_gaps() {
     let chaos = setup("lock-c4-chaos-shards4");
-    let mut fired: BTreeMap<&'static str, u64> =
-        chaos.faults.kinds().into_iter().chain(chaos.shard_faults.kinds()).map(|(k, _)| (k, 1)).collect();
+    let covered = COVERED.iter().map(|&(k, _)| (k, 1));
+    let mut fired: BTreeMap<&'static str, u64> = chaos
+        .faults
+        .kinds()
+        .into_iter()
+        .chain(chaos.shard_faults.kinds())
+        .map(|(k, _)| (k, 1))
+        .chain(covered.clone())
+        .collect();
     assert!(coverage_gaps(&chaos, 40, &fired, 0).is_empty(), "max_retries 100: no dead letters needed");
     fired.remove("stall");
     fired.remove("shard_skew");
     assert_eq!(coverage_gaps(&chaos, 40, &fired, 0).len(), 2);
+    fired.insert("stall", 1);
+    fired.insert("shard_skew", 1);
+    fired.remove("cancel_running");
+    assert_eq!(
+        coverage_gaps(&chaos, 40, &fired, 0),
+        vec!["lock-c4-chaos-shards4: a cancel of a running job never happened in 40 seed(s)"]
+    );
     let retries3 = setup("lock-c4-chaos-retries3");
-    let fired: BTreeMap<&'static str, u64> = retries3.faults.kinds().into_iter().map(|(k, _)| (k, 1)).collect();
+    let fired: BTreeMap<&'static str, u64> =
+        retries3.faults.kinds().into_iter().map(|(k, _)| (k, 1)).chain(covered.clone()).collect();
     assert_eq!(
         coverage_gaps(&retries3, 40, &fired, 0),
         vec!["lock-c4-chaos-retries3: max_retries 3 and no job dead-lettered by Queues in 40 seed(s)"]
     );
     assert!(coverage_gaps(&retries3, 40, &fired, 1).is_empty());
-    assert!(coverage_gaps(&setup("lock-c1"), 40, &BTreeMap::new(), 0).is_empty(), "no faults configured");
+    assert!(coverage_gaps(&setup("lock-c1"), 40, &covered.collect(), 0).is_empty(), "no faults configured");
 }

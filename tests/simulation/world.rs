@@ -647,6 +647,11 @@ impl Drop for RunGuard {
         if let Some(r) = o.runs.get_mut(self.at) {
             r.end.get_or_insert(now);
         }
+        // Dropped without a result: the invocation died (it runs nothing more), or the run was
+        // stopped by its cancel, its job DEAD and skipped: its chain may go on past it.
+        if o.runs.get(self.at).is_some_and(|r| r.ok.is_none()) {
+            o.finished_by.entry(self.inv.clone()).or_default().insert(self.job.clone());
+        }
         if let Some(k) = &self.key {
             if let Some(v) = o.active.get_mut(k) {
                 v.retain(|(j, i)| !(j == &self.job && i == &self.inv));
@@ -693,7 +698,11 @@ impl Runner for SimRunner {
             if std::env::var("SIM_TRACE_JOB").is_ok_and(|j| j == job.id) {
                 let at = |t: i64| t - 1_700_000_000_000;
                 let row = me.as_ref().map(|j| (at(j.next_run_at), j.started_at.map(at), j.parked, j.attempts));
-                println!("+{} ms {} starts; its row (next_run_at, claimed, parked, attempts): {row:?}", at(now), job.id);
+                println!(
+                    "+{} ms {} starts; its row (next_run_at, claimed, parked, attempts): {row:?}",
+                    at(now),
+                    job.id
+                );
             }
             if let Some(&due) = o.not_before.get(job.id) {
                 if now < due {
@@ -928,13 +937,15 @@ fn passable(job: &JobRow, on_dead: OnDead) -> bool {
     job.status == Status::Done || (job.status == Status::Dead && (on_dead == OnDead::Skip || job.skipped_at.is_some()))
 }
 
-/// Whether invocation `inv` may have moved past `lower` within its own chain: a success, or a
-/// DEAD job under `skip` (not yet recorded when the next job of the chunk starts). A snooze
+/// Whether invocation `inv` may have moved past `lower` within its own chain: a success, a
+/// DEAD job under `skip` (not yet recorded when the next job of the chunk starts), or a run its
+/// cancel stopped (dropped without a result, its job DEAD and skipped: design §22.1). A snooze
 /// never lets its key move on.
 fn chained_past(o: &Observations, inv: &str, lower: &JobRow, on_dead: OnDead) -> bool {
     let last = o.runs.iter().rev().find(|r| r.job == lower.id && r.inv == inv);
     match last.map(|r| (r.ok, r.snoozed)) {
         Some((Some(true), _)) => true,
+        Some((None, _)) => last.is_some_and(|r| r.end.is_some()) && o.cancels.ever.contains(&lower.id),
         Some((Some(false), false)) => on_dead == OnDead::Skip,
         _ => false,
     }
