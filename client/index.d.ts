@@ -26,6 +26,17 @@ export interface EnqueueOptions {
   id?: string;
   /** Sealed at rest under orderly's PAYLOAD_KEY, shown "redacted". */
   sensitive?: boolean;
+  /** With a dedupeKey, what the job does to the open job holding it: "keep" (a duplicate, the
+   * default), "replace" (a PENDING holder takes this payload and options and keeps its place; a
+   * RUNNING one is left to finish and this job is recorded beside it), "cancel" (the holder is
+   * cancelled, a RUNNING one asked to stop, and this job recorded). */
+  onDuplicate?: "keep" | "replace" | "cancel";
+  /** With a dedupeKey: the job starts only after this many seconds without a newer submission of
+   * its key, each newer one replacing its payload (1..86400; no delaySeconds). */
+  debounceSeconds?: number;
+  /** A debounce's cap: the longest newer submissions may hold the job from its first (default
+   * 10 x debounceSeconds, at most 86400). */
+  debounceMaxSeconds?: number;
 }
 
 export interface EnqueuedJob {
@@ -33,6 +44,11 @@ export interface EnqueuedJob {
   status: Status;
   /** True when the job already existed (same id, or its dedupe key active in another job). */
   duplicate: boolean;
+  /** onDuplicate "replace" (or a debounce): the PENDING job holding the dedupe key (`id`) took
+   * this payload and options. */
+  replaced?: boolean;
+  /** The job holding the dedupe key that this new job superseded (cancelled, or left running). */
+  superseded?: string;
 }
 
 export interface Job {
@@ -61,18 +77,48 @@ export interface Job {
   /** No attempt starts at or after this (ms); one due later is DEAD, "expired". */
   deadline_at: number | null;
   timeout_seconds: number | null;
+  /** When an operator asked the job to stop while it ran: it ends DEAD "cancelled". */
+  cancel_requested_at?: number;
+  /** When a newer submission with its dedupe key took the key over while it ran. */
+  superseded_at?: number;
+  /** A debounced job: the latest newer submissions may put its start off to. */
+  debounce_until?: number;
 }
 
 export interface JobEvent {
   n: number;
   at: number;
-  kind: "attempt" | "cancel" | "redrive" | "skip";
+  kind: "attempt" | "cancel" | "redrive" | "skip" | "cancel_requested" | "superseded";
   actor: string;
   attempt?: number;
   started_at?: number;
   outcome?: "done" | "retry" | "dead";
   error?: string;
   http_status?: number;
+}
+
+/** PENDING jobs matching every given field (at least one). Times: ms since the epoch. */
+export interface CancelFilter {
+  type?: string;
+  ordering_key?: string;
+  limit_key?: string;
+  /** Text the job's last error contains. */
+  error?: string;
+  /** Submitted at or after. */
+  from?: number;
+  /** Submitted before. */
+  to?: number;
+}
+
+/** What a cancel of many did (`matched` alone for a dry run). */
+export interface CancelledJobs {
+  dry_run: boolean;
+  matched?: number;
+  cancelled?: number;
+  ids?: string[];
+  /** Matching PENDING jobs left for another call. */
+  remaining?: number;
+  as_of: number;
 }
 
 export interface Counts {
@@ -128,7 +174,12 @@ export class OrderlyClient {
   get(id: string): Promise<{ job: Job; history: JobEvent[] }>;
   counts(): Promise<Counts>;
   redrive(id: string): Promise<Job>;
+  /** PENDING: DEAD "cancelled"; RUNNING: asked to stop, DEAD "cancelled" once its run ends. */
   cancel(id: string): Promise<Job>;
+  /** Every PENDING job of an ordering key DEAD "cancelled" (ADMIN_TOKEN). */
+  cancelKey(key: string): Promise<CancelledJobs>;
+  /** The PENDING jobs matching `filter` cancelled, or counted with `{dryRun: true}` (ADMIN_TOKEN). */
+  cancelMatching(filter: CancelFilter, options?: { dryRun?: boolean }): Promise<CancelledJobs>;
   /** Pauses an ordering key (ADMIN_TOKEN): nothing of it starts until it is resumed. */
   pauseKey(key: string): Promise<KeyPause>;
   /** Resumes an ordering key (ADMIN_TOKEN): its jobs are sent again. */

@@ -31,7 +31,7 @@ export function errorFor(status, body) {
   return new E(status, body);
 }
 
-const OPTION_FIELDS = { orderingKey: "ordering_key", dedupeKey: "dedupe_key", limitKey: "limit_key", delaySeconds: "delay_seconds", deadlineSeconds: "deadline_seconds", timeoutSeconds: "timeout_seconds", maxAttempts: "max_attempts", priority: "priority", id: "id", sensitive: "sensitive" };
+const OPTION_FIELDS = { orderingKey: "ordering_key", dedupeKey: "dedupe_key", limitKey: "limit_key", delaySeconds: "delay_seconds", deadlineSeconds: "deadline_seconds", timeoutSeconds: "timeout_seconds", maxAttempts: "max_attempts", priority: "priority", id: "id", sensitive: "sensitive", onDuplicate: "on_duplicate", debounceSeconds: "debounce_seconds", debounceMaxSeconds: "debounce_max_seconds" };
 
 function jobBody(payload, options) {
   const job = { payload };
@@ -118,9 +118,20 @@ export class OrderlyClient {
     return (await this.request("POST", `/jobs/${encodeURIComponent(id)}/redrive`)).job;
   }
 
-  /** PENDING -> DEAD "cancelled". */
+  /** PENDING -> DEAD "cancelled"; a RUNNING job is asked to stop (`cancel_requested`) and ends
+   * DEAD "cancelled" once its run does. Answers the job as the cancel left it. */
   async cancel(id) {
     return (await this.request("POST", `/jobs/${encodeURIComponent(id)}/cancel`)).job;
+  }
+
+  /** Cancels every PENDING job of an ordering key (ADMIN_TOKEN): `{cancelled, ids, remaining}`. */
+  cancelKey(key) {
+    return this.request("POST", `/keys/${encodeURIComponent(key)}/cancel`);
+  }
+
+  /** Cancels the PENDING jobs matching `filter` (ADMIN_TOKEN), or counts them (`{dryRun: true}`). */
+  cancelMatching(filter, { dryRun = false } = {}) {
+    return this.request("POST", "/jobs/cancel", { filter, dry_run: dryRun });
   }
 
   /** Pauses an ordering key: nothing of it starts until it is resumed, nothing of it is lost. */

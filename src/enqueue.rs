@@ -13,7 +13,7 @@ use crate::app::JobTypes;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::InfraError;
-use crate::ledger::{Ledger, Sql};
+use crate::ledger::{Ledger, OnDuplicate, Sql};
 use crate::producer::QueueSender;
 use crate::seal::Sealer;
 
@@ -42,6 +42,14 @@ pub struct Enqueue {
     pub id: Option<String>,
     /// Seal the payload and result at rest under `PAYLOAD_KEY` and never show them.
     pub sensitive: bool,
+    /// With a dedupe key, what the job does to the open job holding it (design §22.3):
+    /// `"keep"` when `None` (a duplicate), `"replace"` or `"cancel"`.
+    pub on_duplicate: Option<OnDuplicate>,
+    /// With a dedupe key: starts only after this many seconds without a newer submission of the
+    /// key, each newer one replacing its payload (design §22.4); no `delay_seconds` then.
+    pub debounce_seconds: Option<u32>,
+    /// A debounce's cap from the first submission (default 10 × `debounce_seconds`).
+    pub debounce_max_seconds: Option<u32>,
 }
 
 impl Enqueue {
@@ -88,6 +96,15 @@ impl Enqueue {
         }
         if self.sensitive {
             o.insert("sensitive".into(), json!(true));
+        }
+        if let Some(d) = self.on_duplicate {
+            o.insert("on_duplicate".into(), json!(d.as_str()));
+        }
+        if let Some(s) = self.debounce_seconds {
+            o.insert("debounce_seconds".into(), json!(s));
+        }
+        if let Some(s) = self.debounce_max_seconds {
+            o.insert("debounce_max_seconds".into(), json!(s));
         }
         Value::Object(o)
     }

@@ -47,12 +47,14 @@ pub enum Cancelled {
     Refused(Box<JobRow>),
 }
 
-/// What cancelling the PENDING jobs matching a filter did (design §22.2).
+/// What cancelling the open jobs matching a filter did (design §22.2).
 #[derive(Debug)]
 pub struct CancelledMatching {
-    /// The jobs cancelled, DEAD "cancelled".
+    /// The PENDING jobs cancelled, DEAD "cancelled".
     pub cancelled: Vec<JobRow>,
-    /// PENDING jobs matching the filter still (past this call's limit).
+    /// The RUNNING jobs asked to stop: each ends DEAD "cancelled" within the cancel's bound.
+    pub asked: Vec<JobRow>,
+    /// Open jobs matching the filter still, neither cancelled nor asked (past this call's limit).
     pub remaining: i64,
     /// Why the wake-ups of the keys moved on were not sent (maintenance sends them).
     pub unsent: Option<InfraError>,
@@ -114,14 +116,16 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
         Ok(Cancelled::Done { job: Box::new(job), woken, unsent })
     }
 
-    /// Cancels PENDING jobs matching `filter`, at most `limit` per shard (design §22.2), and moves
-    /// their keys on; RUNNING jobs are left to run.
+    /// Cancels the open jobs matching `filter`, at most `limit` per shard (design §22.2), as a
+    /// cancel of each would: PENDING ones end now and their keys move on, RUNNING ones (a run
+    /// going on, or a job a strict chain claimed ahead) are asked to stop.
     pub async fn cancel_matching(&self, filter: &CancelFilter, limit: u32) -> Result<CancelledMatching, InfraError> {
         let now = self.clock.now_ms();
-        let cancelled = self.ledger.cancel_matching(filter, now, limit).await?;
+        let (cancelled, asked) =
+            self.ledger.cancel_matching(filter, now, limit).await?.into_iter().partition::<Vec<_>, _>(|j| j.status == Status::Dead);
         let unsent = self.moved_on(&cancelled, now).await.err();
-        let remaining = self.ledger.pending_matching(filter).await?;
-        Ok(CancelledMatching { cancelled, remaining, unsent })
+        let remaining = self.ledger.cancellable_matching(filter).await?.matched;
+        Ok(CancelledMatching { cancelled, asked, remaining, unsent })
     }
 
     /// After cancelling `jobs`: each ordering key's next job is woken (in strict mode the key's

@@ -555,10 +555,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         })
     }
 
-    /// `POST /jobs/cancel` and `POST /keys/{key}/cancel` (design §22.2): PENDING jobs matching a
+    /// `POST /jobs/cancel` and `POST /keys/{key}/cancel` (design §22.2): open jobs matching a
     /// filter counted (`"dry_run": true`) or cancelled, at most `BULK_REDRIVE_LIMIT` per call and
-    /// shard (oldest submission first); `remaining` says how many match still. RUNNING jobs are
-    /// left to run (`POST /jobs/{id}/cancel` asks one to stop).
+    /// shard (oldest submission first), each as `POST /jobs/{id}/cancel` would: PENDING ones end
+    /// now, RUNNING ones are asked to stop; `remaining` says how many match still.
     async fn cancel_matching(
         &self,
         cfg: &Config,
@@ -567,13 +567,17 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     ) -> Result<ApiResponse, crate::error::InfraError> {
         let now = self.clock.now_ms();
         if dry_run {
-            let matched = self.ledger.pending_matching(&filter).await?;
-            return Ok(ApiResponse::json(200, json!({ "dry_run": true, "matched": matched, "as_of": now })));
+            let found = self.ledger.cancellable_matching(&filter).await?;
+            let answer = json!({ "dry_run": true, "matched": found.matched, "running": found.running, "as_of": now });
+            return Ok(ApiResponse::json(200, answer));
         }
         let done = self.operations(cfg).cancel_matching(&filter, cfg.bulk_redrive_limit).await?;
         let ids: Vec<&str> = done.cancelled.iter().map(|j| j.id.as_str()).collect();
+        let asked: Vec<&str> = done.asked.iter().map(|j| j.id.as_str()).collect();
         let mut answer = json!({
-            "dry_run": false, "cancelled": ids.len(), "ids": ids, "remaining": done.remaining, "as_of": now,
+            "dry_run": false, "cancelled": ids.len(), "ids": ids,
+            "cancel_requested": asked.len(), "requested_ids": asked, "within_ms": crate::consumer::CANCEL_REACH_MS,
+            "remaining": done.remaining, "as_of": now,
         });
         if let Some(e) = done.unsent {
             answer["warning"] = json!(format!("{e}; the keys' next jobs run when maintenance sends them"));

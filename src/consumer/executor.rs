@@ -117,6 +117,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             let why = format!("expired: not started by its deadline ({} s late)", (started_at - deadline) / 1000);
             return self.ran(job, &self.owner, started_at, Err(JobError::permanent(why)), false).await;
         }
+        if self.cancelled_while_waiting(job, started_at).await {
+            return self.cancelled(job, started_at, Err(JobError::permanent(CANCELLED)), sealed).await;
+        }
         let payload = match self.payload_of(job).await {
             Ok(p) => p,
             Err(why) => return self.wait_for_key(job, started_at, why),
@@ -149,6 +152,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             return self.cancelled(job, started_at, result, sealed).await;
         }
         self.ran(job, &self.owner, started_at, result, sealed).await
+    }
+
+    /// Whether `job`, claimed ahead in a strict chain and waiting there at least one check period,
+    /// was asked to stop meanwhile (design §22.1): one read by id, only for such a job, so a
+    /// cancel never lets a job start later than [`CANCEL_CHECK_MS`] after it was answered (a job
+    /// claimed after the cancel is never claimed at all). A read that fails lets the run start:
+    /// its watch asks again.
+    async fn cancelled_while_waiting(&self, job: &JobRow, now: i64) -> bool {
+        let waited = job.started_at.map_or(0, |claimed| now - claimed);
+        waited >= CANCEL_CHECK_MS && self.ledger.cancel_asked(&job.id, job.route()).await.unwrap_or(false)
     }
 
     /// `run`, watched for a cancel (design §22.1): every [`CANCEL_CHECK_MS`] the ledger is asked

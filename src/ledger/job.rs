@@ -415,7 +415,16 @@ pub struct DeadFilter {
     pub to: Option<i64>,
 }
 
-/// Which PENDING jobs an operator cancels at once (design §22.2); each `None` matches any.
+/// How many open jobs a cancel filter matches that are not yet cancelled or asked to stop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cancellable {
+    /// PENDING and RUNNING together.
+    pub matched: i64,
+    /// Of them RUNNING: a cancel asks these to stop.
+    pub running: i64,
+}
+
+/// Which open jobs an operator cancels at once (design §22.2); each `None` matches any.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CancelFilter {
     /// Payload type.

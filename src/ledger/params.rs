@@ -98,7 +98,7 @@ fn every_statement() -> Vec<Stmt> {
         stmt::cancel_asked("a"),
         stmt::settle_cancelled("a", 1),
         stmt::cancel_matching(&CancelFilter::default(), 1, 10),
-        stmt::pending_matching(&CancelFilter::default()),
+        stmt::cancellable_matching(&CancelFilter::default()),
         stmt::existing("a", Some("d")),
         stmt::counts(),
         stmt::list_filtered(&filter, Some((1, "a")), 10),

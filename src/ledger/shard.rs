@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::history::{self, Kind, Minute, ACTIVITY_MINUTES};
-use super::job::{int_of, Cancel, CancelFilter, Claimed, Counts, DeadFilter, DeadFound, Enqueued, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
+use super::job::{int_of, Cancel, CancelFilter, Cancellable, Claimed, Counts, DeadFilter, DeadFound, Enqueued, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::stmt;
 use super::store::{Sql, Stmt};
 use crate::config::{OnDead, OrderingMode};
@@ -243,20 +243,25 @@ impl<S: Sql> Shard<S> {
         Ok(JobRow::first(&self.sql.query(read).await?)?.filter(|j| j.status == Status::Pending))
     }
 
-    /// How many PENDING jobs match `filter` (design §22.2).
-    pub async fn pending_matching(&self, filter: &CancelFilter) -> Result<i64, InfraError> {
-        let rows = self.sql.query(stmt::pending_matching(filter)).await?;
-        Ok(rows.first().and_then(|r| r.get("matched")).and_then(int_of).unwrap_or(0))
+    /// How many open jobs match `filter` and are not yet cancelled or asked to stop (design §22.2).
+    pub async fn cancellable_matching(&self, filter: &CancelFilter) -> Result<Cancellable, InfraError> {
+        let rows = self.sql.query(stmt::cancellable_matching(filter)).await?;
+        let count = |name: &str| rows.first().and_then(|r| r.get(name)).and_then(int_of).unwrap_or(0);
+        Ok(Cancellable { matched: count("matched"), running: count("running") })
     }
 
-    /// Cancels at most `limit` PENDING jobs matching `filter`, oldest submission first, each
-    /// audited in its history (best effort): the jobs cancelled.
+    /// Cancels at most `limit` open jobs matching `filter`, oldest submission first (PENDING ones
+    /// DEAD "cancelled", RUNNING ones asked to stop), each audited in its history ("cancel", or
+    /// "cancel_requested"; best effort): the jobs' rows after the cancel.
     pub async fn cancel_matching(&self, filter: &CancelFilter, now: i64, limit: u32) -> Result<Vec<JobRow>, InfraError> {
         let rows = self.sql.query(stmt::cancel_matching(filter, now, limit)).await?;
         let cancelled = JobRow::all(&rows)?;
         if !cancelled.is_empty() {
-            let lines = cancelled.iter().map(|j| stmt::action_applied(&j.id, now, Kind::Cancel, Status::Dead)).collect();
-            let _ = self.sql.batch(lines).await;
+            let line = |j: &JobRow| match j.status {
+                Status::Dead => stmt::action_applied(&j.id, now, Kind::Cancel, Status::Dead),
+                _ => stmt::action_applied(&j.id, now, Kind::CancelRequested, Status::Running),
+            };
+            let _ = self.sql.batch(cancelled.iter().map(line).collect()).await;
         }
         Ok(cancelled)
     }

@@ -16,7 +16,7 @@ use super::history::{Event, Minute};
 use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
-use super::job::{Cancel, CancelFilter, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
+use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
 use super::transition::{Record, RecordedDead};
 use super::route::Route;
 use super::shard::Shard;
@@ -271,16 +271,20 @@ impl<S: Sql> Ledger<S> {
         })
     }
 
-    /// How many PENDING jobs match `filter`, over the shards that may hold them (design §22.2).
-    pub async fn pending_matching(&self, filter: &CancelFilter) -> Result<i64, InfraError> {
+    /// How many open jobs match `filter`, not yet cancelled or asked to stop, over the shards that
+    /// may hold them (design §22.2).
+    pub async fn cancellable_matching(&self, filter: &CancelFilter) -> Result<Cancellable, InfraError> {
         Ok(match filter.ordering_key.as_deref() {
-            Some(key) => self.at(Route::key(key)).pending_matching(filter).await?,
-            None => self.every(async |s| s.pending_matching(filter).await).await?.into_iter().sum(),
+            Some(key) => self.at(Route::key(key)).cancellable_matching(filter).await?,
+            None => self.every(async |s| s.cancellable_matching(filter).await).await?.into_iter().fold(
+                Cancellable::default(),
+                |a, b| Cancellable { matched: a.matched + b.matched, running: a.running + b.running },
+            ),
         })
     }
 
-    /// Cancels PENDING jobs matching `filter`, at most `limit` per shard holding them: the jobs
-    /// cancelled.
+    /// Cancels open jobs matching `filter`, at most `limit` per shard holding them (PENDING ones
+    /// DEAD "cancelled", RUNNING ones asked to stop): their rows.
     pub async fn cancel_matching(&self, filter: &CancelFilter, now: i64, limit: u32) -> Result<Vec<JobRow>, InfraError> {
         Ok(match filter.ordering_key.as_deref() {
             Some(key) => self.at(Route::key(key)).cancel_matching(filter, now, limit).await?,

@@ -328,7 +328,7 @@ pub fn dead_matching(filter: &DeadFilter, limit: u32) -> Stmt {
 pub fn cancel(id: &str, now: i64) -> Stmt {
     with(sql!("cancel"), [("id", id.into()), ("now", now.into())])
 }
-/// The filter's parameters, in `cancel_matching.sql`'s and `pending_matching.sql`'s order.
+/// The filter's parameters, in `cancel_matching.sql`'s and `cancellable_matching.sql`'s order.
 fn cancel_filter(f: &super::job::CancelFilter) -> [(&'static str, Param); 6] {
     [
         ("type", f.job_type.clone().into()),
@@ -339,13 +339,14 @@ fn cancel_filter(f: &super::job::CancelFilter) -> [(&'static str, Param); 6] {
         ("to", f.to.map_or(Param::Null, Param::Int)),
     ]
 }
-/// PENDING jobs matching `filter` DEAD "cancelled", at most `limit` (design §22.2).
+/// Open jobs matching `filter` cancelled, at most `limit` (design §22.2): PENDING ones DEAD
+/// "cancelled", RUNNING ones asked to stop.
 pub fn cancel_matching(filter: &super::job::CancelFilter, now: i64, limit: u32) -> Stmt {
     Stmt::bind(sql!("cancel_matching"), cancel_filter(filter).into_iter().chain([("now", now.into()), ("limit", limit.into())]))
 }
-/// How many PENDING jobs match `filter`.
-pub fn pending_matching(filter: &super::job::CancelFilter) -> Stmt {
-    with(sql!("pending_matching"), cancel_filter(filter))
+/// How many open jobs match `filter`, not yet cancelled or asked to stop (and of them RUNNING).
+pub fn cancellable_matching(filter: &super::job::CancelFilter) -> Stmt {
+    with(sql!("cancellable_matching"), cancel_filter(filter))
 }
 /// Deletes DONE rows finished before `before`, after their history.
 pub fn purge(before: i64, limit: u32) -> [Stmt; 2] {

@@ -31,6 +31,8 @@ export const FAST_VARS = {
  *   /fail/<n>/<name>        500 for the first n requests to this path, then 200
  *   /status/<code>/<name>   always <code>
  *   /slow/<ms>/<name>       200 after <ms>
+ *   /hold/<ms>/<name>       200 after <ms>, unless the worker aborts the request first (noted as
+ *                           the entry's `aborted`, ms)
  *   /redirect/<code>/<name> <code> with a Location on another host
  *   /echo/<name>            200, JSON {"received": <request body>}
  *   /big/<bytes>/<name>     200, <bytes> bytes of text
@@ -68,6 +70,17 @@ export class Target {
     if (parts[0] === "slow") {
       await new Promise((r) => setTimeout(r, Number(parts[1])));
       return new Response("ok");
+    }
+    if (parts[0] === "hold") {
+      await new Promise((r) => {
+        const timer = setTimeout(r, Number(parts[1]));
+        request.signal?.addEventListener("abort", () => {
+          entry.aborted = Date.now();
+          clearTimeout(timer);
+          r();
+        });
+      });
+      return new Response("held");
     }
     return new Response("ok");
   }

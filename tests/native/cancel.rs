@@ -305,3 +305,97 @@ fn a_cancelled_job_waiting_in_its_limit_keys_line_leaves_it_and_the_next_one_is_
     let line = block_on(Ledger::new(&w.db).limit_state("host", w.clock.now_ms())).unwrap();
     assert_eq!(line.map(|l| l.waiting), Some(0), "nobody left waiting for a job that will not come");
 }
+
+/// A handler that, while job `a` runs, lets time pass (a long run) and then does what an operator
+/// or a producer does meanwhile (`during`); every job's payload body is noted as it starts.
+struct Meanwhile<'a, F: Fn(&'a ConsumerWorld) -> futures::future::LocalBoxFuture<'a, ()>> {
+    w: &'a ConsumerWorld,
+    during: F,
+    runs: RefCell<Vec<(String, Value)>>,
+}
+
+impl<'a, F: Fn(&'a ConsumerWorld) -> futures::future::LocalBoxFuture<'a, ()>> Runner for Meanwhile<'a, F> {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
+        self.runs.borrow_mut().push((job.id.to_string(), job.payload["body"].clone()));
+        if job.id == "a" {
+            self.w.clock.advance_ms(CANCEL_CHECK_MS);
+            (self.during)(self.w).await;
+        }
+        Ok(Done::default())
+    }
+}
+
+#[test]
+fn a_strict_chain_never_claims_a_deduped_job_ahead_so_a_replacement_keeps_its_place_while_the_key_runs() {
+    let w = strict(OnDead::Skip);
+    let doc = |n: i64| {
+        json!({"id": format!("d{n}"), "ordering_key": "k", "dedupe_key": "doc", "on_duplicate": "replace",
+               "payload": {"type": "webhook", "url": "https://h.test/", "body": {"n": n}}})
+    };
+    w.call("POST", "/jobs", Some(job("a", Some("k"), "quick")));
+    w.call("POST", "/jobs", Some(doc(1)));
+    w.call("POST", "/jobs", Some(job("z", Some("k"), "quick")));
+    let runner = Meanwhile {
+        w: &w,
+        during: |w: &ConsumerWorld| -> futures::future::LocalBoxFuture<'_, ()> {
+            Box::pin(async move {
+                let r = w.call_async("POST", "/jobs", Some(doc(2))).await.json_body();
+                assert_eq!(r["jobs"][0]["replaced"], true, "still PENDING while the key's head runs: {r}");
+            })
+        },
+        runs: RefCell::default(),
+    };
+    block_on(
+        Consumer::new(&w.cfg, &w.kv, &w.db, &runner, &w.clock, &w.queue, "inv-a").process(Role::Main, &w.sent_since()),
+    );
+    w.drain_with(&runner);
+    let runs = runner.runs.borrow();
+    let order: Vec<&str> = runs.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(order, ["a", "d1", "z"], "the replacement ran in its place, once");
+    assert_eq!(runs[1].1, json!({"n": 2}), "with the newer payload");
+}
+
+#[test]
+fn cancelling_a_key_asks_the_jobs_its_chain_claimed_ahead_to_stop_and_those_never_start() {
+    let w = strict(OnDead::Block);
+    for (id, key) in [("a", "k"), ("b", "k"), ("c", "k"), ("x", "other")] {
+        w.call("POST", "/jobs", Some(job(id, Some(key), "quick")));
+    }
+    let runner = Meanwhile {
+        w: &w,
+        during: |w: &ConsumerWorld| -> futures::future::LocalBoxFuture<'_, ()> {
+            Box::pin(async move {
+                // The chain claimed a, b and c together: all three RUNNING to the ledger.
+                let dry = w
+                    .call_async("POST", "/jobs/cancel", Some(json!({"filter": {"ordering_key": "k"}, "dry_run": true})))
+                    .await;
+                let dry = dry.json_body();
+                assert_eq!((dry["matched"].as_i64(), dry["running"].as_i64()), (Some(3), Some(3)), "{dry}");
+                let r = w.call_async("POST", "/keys/k/cancel", None).await.json_body();
+                assert_eq!(
+                    (r["cancelled"].as_i64(), r["cancel_requested"].as_i64(), r["remaining"].as_i64()),
+                    (Some(0), Some(3), Some(0)),
+                    "{r}"
+                );
+            })
+        },
+        runs: RefCell::default(),
+    };
+    block_on(
+        Consumer::new(&w.cfg, &w.kv, &w.db, &runner, &w.clock, &w.queue, "inv-a").process(Role::Main, &w.sent_since()),
+    );
+    w.drain_with(&runner);
+    let order: Vec<String> = runner.runs.borrow().iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(order, ["a", "x"], "b and c, claimed ahead and waiting a check period, never started");
+    for id in ["a", "b", "c"] {
+        let j = w.job(id);
+        assert_eq!(
+            (j.status, j.last_error.as_deref(), j.skipped_at.is_some()),
+            (Status::Dead, Some("cancelled"), true),
+            "{id}"
+        );
+    }
+    let history = w.call("GET", "/jobs/b", None).json_body()["history"].clone();
+    let kinds: Vec<&str> = history.as_array().into_iter().flatten().filter_map(|e| e["kind"].as_str()).collect();
+    assert_eq!(kinds, ["cancel_requested", "attempt"], "{history}");
+}

@@ -54,9 +54,18 @@ fn a_rust_producer_records_and_sends_with_every_option() {
     // The same dedupe key while the first is active: the first job, marked a duplicate.
     let again = block_on(p.enqueue(webhook(2), &options)).unwrap();
     assert_eq!((again.id.as_str(), again.duplicate), ("rs-1", true));
+    // With `on_duplicate: replace` (design §22.3) the PENDING holder takes the newer payload.
+    let replacing = Enqueue { on_duplicate: Some(orderly::ledger::OnDuplicate::Replace), ..options.clone() };
+    let replaced = block_on(p.enqueue(webhook(7), &replacing)).unwrap();
+    assert_eq!((replaced.id.as_str(), replaced.replaced), ("rs-1", true));
+    let row = block_on(w.ledger.get("rs-1")).unwrap().unwrap();
+    assert!(row.payload.as_deref().is_some_and(|p| p.contains("\"n\":7")), "{row:?}");
+    // A debounce is an option like any other: refused without what it needs.
+    let debounced = Enqueue { debounce_seconds: Some(2), ..Enqueue::default() };
+    assert!(matches!(block_on(p.enqueue(webhook(8), &debounced)), Err(EnqueueError::Refused(_))));
     // Many, in order, all or none.
     let many = block_on(p.enqueue_all(vec![(webhook(3), Enqueue::key("k")), (webhook(4), Enqueue::key("k"))])).unwrap();
-    assert_eq!(many.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), vec!["rs-3", "rs-4"]);
+    assert_eq!(many.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), vec!["rs-5", "rs-6"]);
 }
 
 #[test]

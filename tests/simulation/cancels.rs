@@ -2,13 +2,15 @@
 //! cancels and the producer's revisions of its jobs were answered, and the invariants over them as
 //! pure checks (each with a test that shows it reporting):
 //!
-//! - a job whose cancel was acknowledged is never claimed afterwards;
+//! - a job whose cancel was acknowledged is never claimed afterwards, and one a strict chain had
+//!   claimed ahead never starts later than a check period (and round trips) after it;
 //! - a run asked to stop ends within [`CANCEL_REACH_MS`] of the later of the cancel and its
 //!   handler's start (ledger round trips aside), and one the cancel stopped gives up its lease by
 //!   then; unless its invocation died, stalled or lost a ledger call (its lease then lapses, as
 //!   any such run's does). A handler that ended by itself before the cancel could reach it is
 //!   recorded with its batch, as any run;
-//! - a run never uses a payload older than a replacement acknowledged before its claim;
+//! - a run never uses a payload older than a replacement acknowledged before its claim, nor one
+//!   acknowledged well before its start (a job with a dedupe key is never claimed ahead);
 //! - a debounced payload never runs within its quiet period after it was submitted (until the
 //!   debounce's cap from the job's first submission), and a debounced job that ends DONE ran with
 //!   the last payload submitted to it.
@@ -66,10 +68,21 @@ impl Cancels {
         if let Some(&at) = self.acked.get(job).filter(|&&at| claimed_at > at) {
             return Some(format!("{job} was claimed {} ms after its cancel was acknowledged", claimed_at - at));
         }
+        // Claimed ahead in a strict chain before the cancel: it is checked before it starts once it
+        // has waited a check period (design §22.1).
+        if let Some(&at) = self.acked.get(job).filter(|&&at| started > at + CANCEL_CHECK_MS + ROUND_TRIPS_MS) {
+            return Some(format!("{job} started {} ms after its cancel was acknowledged", started - at));
+        }
+        // A job with a dedupe key is claimed just before it starts, never ahead (design §22.3): a
+        // replacement answered well before its start reaches it, whenever its claim was.
         let revisions = self.revisions.get(job)?;
-        let newest = revisions.iter().filter(|r| r.acked_at < claimed_at).map(|r| r.v).max();
+        let reached = claimed_at.max(started - ROUND_TRIPS_MS);
+        let newest = revisions.iter().filter(|r| r.acked_at < reached).map(|r| r.v).max();
         if let Some(n) = newest.filter(|&n| v < n) {
-            return Some(format!("{job} ran payload v{v}, though v{n} replaced it before its claim"));
+            return Some(format!(
+                "{job} ran payload v{v}, though v{n} replaced it {} ms before its start",
+                started - n_at(revisions, n)
+            ));
         }
         let mine = revisions.iter().find(|r| r.v == v && r.quiet_ms > 0)?;
         // Past its cap (from the job's first submission) a debounced job runs at once.
@@ -124,6 +137,11 @@ impl Cancels {
     }
 }
 
+/// When revision `v` of a job was answered.
+fn n_at(revisions: &[Revision], v: i64) -> i64 {
+    revisions.iter().find(|r| r.v == v).map_or(0, |r| r.acked_at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +173,19 @@ mod tests {
         assert!(c.start_violation("j", 31, 40, 0).is_some_and(|v| v.contains("v1 replaced it")));
         assert!(c.start_violation("j", 30, 40, 0).is_none(), "claimed as the replacement was answered");
         assert!(c.start_violation("j", 31, 40, 1).is_none());
+    }
+
+    #[test]
+    fn a_job_claimed_ahead_that_starts_long_after_its_cancel_or_a_replacement_is_reported() {
+        let mut c = Cancels::default();
+        c.acked.insert("j".into(), 100);
+        let late = 100 + CANCEL_CHECK_MS + ROUND_TRIPS_MS;
+        assert!(c.start_violation("j", 50, late, 0).is_none(), "within a check period of the cancel");
+        assert!(c.start_violation("j", 50, late + 1, 0).is_some_and(|v| v.contains("started")));
+        let mut c = Cancels::default();
+        c.revisions.insert("j".into(), vec![Revision { v: 1, asked_at: 90, acked_at: 100, quiet_ms: 0 }]);
+        assert!(c.start_violation("j", 50, 100 + ROUND_TRIPS_MS, 0).is_none(), "answered as its claim started it");
+        assert!(c.start_violation("j", 50, 101 + ROUND_TRIPS_MS, 0).is_some_and(|v| v.contains("before its start")));
     }
 
     #[test]
