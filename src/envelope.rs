@@ -16,6 +16,8 @@ pub const ORDERING_KEY_FIELD: &str = "__fedify_ordering_key__";
 pub const PAYLOAD_FIELD: &str = "__fedify_payload__";
 /// orderly's metadata field.
 pub const JOB_FIELD: &str = "__orderly_job__";
+/// Job options only a submission through the ledger can honour (design §22.3, §22.4).
+const SUBMISSION_ONLY: [&str; 3] = ["on_duplicate", "debounce_seconds", "debounce_max_seconds"];
 /// Longest ordering key, job id or dedupe key accepted (KV keys are limited to 512 bytes).
 pub const MAX_KEY_BYTES: usize = 256;
 /// Largest message body accepted, as JSON text. Queues caps a message at 128,000 bytes, but a
@@ -166,6 +168,13 @@ fn decode_meta(m: Value) -> Result<JobMeta, EnvelopeError> {
         return Err(bad(format!("{JOB_FIELD}.id {id:?} is reserved")));
     }
     let dedupe_key = text(&mut m, "dedupe_key")?;
+    // Superseding and debouncing change a job the ledger already holds, before anything is sent
+    // (design §22.3): options of a submission, never of a message already on the queue.
+    if let Some(field) = SUBMISSION_ONLY.iter().find(|f| m.contains_key(**f)) {
+        return Err(bad(format!(
+            "{JOB_FIELD}.{field} is an option of a submission (POST /jobs, the JS client's enqueue, the Rust Enqueue), not of a message sent straight to the queue"
+        )));
+    }
     let limit_key = text(&mut m, "limit_key")?;
     let max_attempts = match m.remove("max_attempts") {
         None | Some(Value::Null) => None,
@@ -440,6 +449,8 @@ mod tests {
             (json!({"type": "t", "__orderly_job__": {"id": 9}}), "id must be a string"),
             (json!({"type": "t", "__orderly_job__": {"id": ""}}), "must not be empty"),
             (json!({"type": "t", "__orderly_job__": {"dedupe_key": true}}), "dedupe_key must be a string"),
+            (json!({"type": "t", "__orderly_job__": {"dedupe_key": "d", "on_duplicate": "replace"}}), "on_duplicate is an option of a submission"),
+            (json!({"type": "t", "__orderly_job__": {"dedupe_key": "d", "debounce_seconds": 2}}), "debounce_seconds is an option"),
             (json!({"type": "t", "__orderly_job__": {"max_attempts": 0}}), "max_attempts"),
             (json!({"type": "t", "__orderly_job__": {"max_attempts": 2.5}}), "max_attempts"),
             (json!({"type": "t", "__orderly_job__": {"max_attempts": "3"}}), "max_attempts"),

@@ -235,3 +235,33 @@ test("the dashboard pauses an ordering key, shows its waiting jobs, and resumes 
     await w.dispose();
   }
 });
+
+test("the dashboard cancels a running job from its view, and a key's jobs after counting them", async () => {
+  const w = await start({ vars: { WEBHOOK_TIMEOUT_SECONDS: "60", ORDERING_LOCK_TTL: "120" } });
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+  try {
+    const held = (await w.api("POST", "/jobs", { payload: webhook("/hold/30000/dash-held"), ordering_key: "a" })).json.jobs[0].id;
+    const later = (await w.api("POST", "/jobs", { jobs: [1, 2].map((n) => ({ payload: webhook(`/ok/dash-later-${n}`), ordering_key: "b", delay_seconds: 600 })) })).json.jobs.map((j) => j.id);
+    await waitFor(() => w.target.to("/hold/30000/dash-held").length === 1, "the held job running");
+    const page = await browser.newPage();
+    await page.goto(w.url.href);
+    await page.fill("#token", TOKEN);
+    await page.click("button[type=submit]");
+    await page.selectOption("#f-status", "RUNNING");
+    await page.click("#list-filter button");
+    await page.click(`tr[data-job="${held}"] a.job`);
+    await page.click('#detail button[data-action="cancel"]');
+    await waitFor(async () => (await w.job(held))?.last_error === "cancelled", "the running job cancelled", 10_000);
+
+    await page.fill("#c-key", "b");
+    await page.click("#cancel-key-form button[type=submit]");
+    await page.waitForFunction(() => document.querySelector("#c-result")?.dataset.matched === "2");
+    assert.equal((await w.job(later[0])).status, "PENDING", "counting changes nothing");
+    await page.click("#c-cancel");
+    await page.waitForFunction(() => document.querySelector("#c-result")?.dataset.cancelled === "2");
+    for (const id of later) assert.equal((await w.job(id)).last_error, "cancelled");
+  } finally {
+    await browser.close();
+    await w.dispose();
+  }
+});
