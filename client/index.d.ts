@@ -110,13 +110,21 @@ export interface CancelFilter {
   to?: number;
 }
 
-/** What a cancel of many did (`matched` alone for a dry run). */
+/** What a cancel of many did (`matched` and `running` alone for a dry run). */
 export interface CancelledJobs {
   dry_run: boolean;
+  /** Dry run: open jobs matching, not yet cancelled or asked to stop. */
   matched?: number;
+  /** Dry run: of them RUNNING (a cancel asks these to stop). */
+  running?: number;
+  /** PENDING jobs ended DEAD "cancelled". */
   cancelled?: number;
   ids?: string[];
-  /** Matching PENDING jobs left for another call. */
+  /** RUNNING jobs asked to stop: each ends DEAD "cancelled" within `within_ms`. */
+  cancel_requested?: number;
+  requested_ids?: string[];
+  within_ms?: number;
+  /** Matching open jobs left for another call. */
   remaining?: number;
   as_of: number;
 }
@@ -178,7 +186,7 @@ export class OrderlyClient {
   cancel(id: string): Promise<Job>;
   /** Every PENDING job of an ordering key DEAD "cancelled" (ADMIN_TOKEN). */
   cancelKey(key: string): Promise<CancelledJobs>;
-  /** The PENDING jobs matching `filter` cancelled, or counted with `{dryRun: true}` (ADMIN_TOKEN). */
+  /** The open jobs matching `filter` cancelled (PENDING ones at once, RUNNING ones asked to stop), or counted with `{dryRun: true}` (ADMIN_TOKEN). */
   cancelMatching(filter: CancelFilter, options?: { dryRun?: boolean }): Promise<CancelledJobs>;
   /** Pauses an ordering key (ADMIN_TOKEN): nothing of it starts until it is resumed. */
   pauseKey(key: string): Promise<KeyPause>;

@@ -18,7 +18,8 @@
 //!                      │  └────────────┘ │ / lease reaped     │
 //!                      │    redrive      ▼ fail: permanent or out of attempts
 //!                      └──────────────  DEAD ◄── unreadable body / delivery attempts exhausted /
-//!                                            operator cancel (PENDING only)
+//!                                            operator cancel (a PENDING job at once; a
+//!                                            RUNNING one once its run stops, design §22)
 //! ```
 
 #[cfg(feature = "testing")]

@@ -174,3 +174,29 @@ test("a 2xx answer that is not orderly's JSON is an error, and the token never s
   const { inspect } = await import("node:util");
   assert.ok(!inspect(c, { showHidden: true }).includes("s3cret"), inspect(c));
 });
+
+test("the client replaces a pending job in its place, debounces, and cancels a key and a filter", async () => {
+  const w = await start({ vars: { ORDERING_MODE: "strict" } });
+  try {
+    const fetch = async (input, init) => {
+      const r = new Request(input, init);
+      const body = ["GET", "HEAD"].includes(r.method) ? undefined : await r.text();
+      return w.mf.dispatchFetch(r.url, { method: r.method, headers: r.headers, body });
+    };
+    const c = new OrderlyClient({ token: TOKEN, baseUrl: w.url.href, fetch });
+    const later = { orderingKey: "doc", delaySeconds: 600 };
+    const first = await c.enqueue(webhook("/ok/v1"), { ...later, dedupeKey: "doc-1" });
+    const again = await c.enqueue(webhook("/ok/v2"), { ...later, dedupeKey: "doc-1", onDuplicate: "replace" });
+    assert.deepEqual([again.id, again.duplicate, again.replaced], [first.id, true, true]);
+    assert.match(JSON.stringify((await c.get(first.id)).job.payload), /\/ok\/v2/);
+    const debounced = await c.enqueue(webhook("/ok/d"), { orderingKey: "other", dedupeKey: "d", debounceSeconds: 300 });
+    assert.equal((await c.enqueue(webhook("/ok/d2"), { orderingKey: "other", dedupeKey: "d", debounceSeconds: 300 })).id, debounced.id);
+    assert.deepEqual(await c.cancelKey("doc").then((r) => [r.cancelled, r.ids]), [1, [first.id]]);
+    const dry = await c.cancelMatching({ ordering_key: "other" }, { dryRun: true });
+    assert.deepEqual([dry.dry_run, dry.matched, dry.running], [true, 1, 0]);
+    assert.equal((await c.cancelMatching({ ordering_key: "other" })).cancelled, 1);
+    assert.equal((await c.get(debounced.id)).job.last_error, "cancelled");
+  } finally {
+    await w.dispose();
+  }
+});

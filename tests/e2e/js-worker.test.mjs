@@ -83,6 +83,23 @@ for (const mode of ["strict", "lock"]) {
   });
 }
 
+test("a cancel of a running TypeScript handler aborts its signal, and the job ends DEAD cancelled", async () => {
+  const w = await start({ workerOptions: { scriptPath: bundle, modulesRoot: out } });
+  try {
+    const id = (await w.api("POST", "/orderly/jobs", { payload: { type: "waits" }, ordering_key: "k" })).json.jobs[0].id;
+    const got = async () => (await w.api("GET", `/orderly/jobs/${id}`)).json?.job;
+    await waitFor(async () => (await got())?.status === "RUNNING", "the handler running");
+    const c = await w.api("POST", `/orderly/jobs/${id}/cancel`);
+    assert.equal(c.status, 202, c.text);
+    await waitFor(async () => (await got())?.status === "DEAD", "the job DEAD", 10_000);
+    assert.equal((await got()).last_error, "cancelled");
+    const seen = await (await w.mf.dispatchFetch("http://orderly.test/aborted")).json();
+    assert.deepEqual(seen, [id], "the handler's signal aborted");
+  } finally {
+    await w.dispose();
+  }
+});
+
 test("orderly's dashboard works under the Worker's mount: it calls the API where it is served", async () => {
   const w = await start({ workerOptions: { scriptPath: bundle, modulesRoot: out } });
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });

@@ -9,6 +9,8 @@ interface Greeting {
 
 /** Successful runs so far, in this isolate: each result says its place, so the test reads the order. */
 let done = 0;
+/** Jobs whose run saw its signal abort (a cancel), in this isolate. */
+const aborted: string[] = [];
 
 export default orderly({
   handlers: {
@@ -28,6 +30,21 @@ export default orderly({
     limited: async () => {
       throw new RetryAfter(1, "the remote said later");
     },
+    // Waits up to 20 s, unless its run is cancelled: the signal aborts, and it stops.
+    waits: async (job: Job, { signal }) => {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 20_000);
+        signal.addEventListener("abort", () => {
+          clearTimeout(timer);
+          aborted.push(job.id);
+          resolve();
+        });
+      });
+      return { aborted: signal.aborted };
+    },
   },
-  fetch: async (request: Request) => new Response(`the user's own route: ${new URL(request.url).pathname}`),
+  fetch: async (request: Request) => {
+    const path = new URL(request.url).pathname;
+    return path === "/aborted" ? Response.json(aborted) : new Response(`the user's own route: ${path}`);
+  },
 });
