@@ -7,12 +7,16 @@
 --  - superseded_at: when a newer submission with the job's dedupe key took the key over while the
 --    job ran (on_duplicate "replace" or "cancel", §22.3): the key's uniqueness is over the open jobs
 --    not superseded, so the newer one is recorded beside the running one, which keeps its route.
+--  - replaceable: 1 for a job submitted with "on_duplicate": "replace" (or a debounce), or replaced
+--    since: a strict chain never claims it ahead of its start, so a replacement answered before its
+--    run starts always reaches it in its place (§22.3). Other jobs are claimed ahead in chunks.
 --  - job_event gains two kinds (a table is rebuilt in place: SQLite cannot alter a CHECK):
 --    'cancel_requested' and 'superseded' (a newer submission replaced the payload, or took over the
 --    dedupe key of a running job).
 ALTER TABLE job ADD COLUMN cancel_requested_at INTEGER;
 ALTER TABLE job ADD COLUMN debounce_until INTEGER;
 ALTER TABLE job ADD COLUMN superseded_at INTEGER;
+ALTER TABLE job ADD COLUMN replaceable INTEGER NOT NULL DEFAULT 0;
 DROP INDEX job_dedupe_active;
 CREATE UNIQUE INDEX job_dedupe_active ON job (dedupe_key)
   WHERE dedupe_key IS NOT NULL AND finished_at IS NULL AND superseded_at IS NULL;

@@ -227,6 +227,8 @@ pub fn enqueue(s: &super::job::Submit<'_>, now: i64) -> Stmt {
     st.params.push(s.parks_until.map_or(Param::Null, Param::Int));
     st.names.push("debounce_until");
     st.params.push(s.debounce_until.map_or(Param::Null, Param::Int));
+    st.names.push("replaceable");
+    st.params.push(Param::Int(i64::from(s.on_duplicate == super::job::OnDuplicate::Replace)));
     st
 }
 /// What a submission with a dedupe key and `on_duplicate` does to the open job holding the key,
@@ -426,7 +428,7 @@ pub fn export_events(after: &str, last: &str) -> Stmt {
 }
 
 /// The columns of a job row, in `import_job.sql`'s order.
-pub const JOB_COLUMNS: [&str; 32] = [
+pub const JOB_COLUMNS: [&str; 33] = [
     "id",
     "type",
     "status",
@@ -459,6 +461,7 @@ pub const JOB_COLUMNS: [&str; 32] = [
     "cancel_requested_at",
     "debounce_until",
     "superseded_at",
+    "replaceable",
 ];
 /// The columns of a history row, in `import_event.sql`'s order.
 pub const EVENT_COLUMNS: [&str; 11] =

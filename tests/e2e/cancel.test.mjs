@@ -76,7 +76,8 @@ test("a replacement keeps its place in its key's order", async () => {
   try {
     const r = await w.api("POST", "/jobs", { jobs: [
       { payload: webhook("/slow/1500/first"), ordering_key: "doc" },
-      { payload: webhook("/echo/second", { v: 1 }), ordering_key: "doc", dedupe_key: "doc-2" },
+      // Submitted to be replaced: no chain claims it ahead of its start (design §22.3).
+      { payload: webhook("/echo/second", { v: 1 }), ordering_key: "doc", dedupe_key: "doc-2", on_duplicate: "replace" },
       { payload: webhook("/ok/third"), ordering_key: "doc" },
     ] });
     const second = r.json.jobs[1].id;

@@ -399,3 +399,37 @@ fn cancelling_a_key_asks_the_jobs_its_chain_claimed_ahead_to_stop_and_those_neve
     let kinds: Vec<&str> = history.as_array().into_iter().flatten().filter_map(|e| e["kind"].as_str()).collect();
     assert_eq!(kinds, ["cancel_requested", "attempt"], "{history}");
 }
+
+#[test]
+fn a_strict_chain_claims_ahead_in_chunks_but_never_a_job_submitted_to_be_replaced() {
+    // The cost of keeping a replaceable job claimable in its place (design §22.3): its own claim.
+    // A dedupe key alone (an idempotency key) keeps the chunks.
+    let trips = |options: Value| {
+        let w = strict(OnDead::Skip);
+        let jobs: Vec<Value> = (0..40)
+            .map(|i| {
+                let mut j = job(&format!("j{i}"), Some("k"), "quick");
+                for (k, v) in options.as_object().into_iter().flatten() {
+                    j[k] = if k == "dedupe_key" { json!(format!("{v}-{i}")) } else { v.clone() };
+                }
+                j
+            })
+            .collect();
+        assert_eq!(w.call("POST", "/jobs", Some(json!({"jobs": jobs}))).status, 202);
+        let msgs = w.sent_since();
+        let before = w.db.round_trips.get();
+        block_on(
+            Consumer::new(&w.cfg, &w.kv, &w.db, &Holding::default(), &w.clock, &w.queue, "inv-a")
+                .process(Role::Main, &msgs),
+        );
+        let trips = w.db.round_trips.get() - before;
+        assert!((0..40).all(|i| w.job(&format!("j{i}")).status == Status::Done));
+        trips
+    };
+    let plain = trips(json!({}));
+    let deduped = trips(json!({"dedupe_key": "d"}));
+    let replaceable = trips(json!({"dedupe_key": "d", "on_duplicate": "replace"}));
+    println!("40 jobs of one key, one invocation: {plain} ledger round trips plain, {deduped} with dedupe keys, {replaceable} replaceable");
+    assert!(plain <= 6 && deduped <= 6, "claimed in chunks: {plain}, {deduped}");
+    assert!(replaceable >= 40, "each claimed just before its start: {replaceable}");
+}

@@ -10,7 +10,7 @@
 //!   any such run's does). A handler that ended by itself before the cancel could reach it is
 //!   recorded with its batch, as any run;
 //! - a run never uses a payload older than a replacement acknowledged before its claim, nor one
-//!   acknowledged well before its start (a job with a dedupe key is never claimed ahead);
+//!   acknowledged well before its start (a job submitted to be replaced is never claimed ahead);
 //! - a debounced payload never runs within its quiet period after it was submitted (until the
 //!   debounce's cap from the job's first submission), and a debounced job that ends DONE ran with
 //!   the last payload submitted to it.
@@ -73,8 +73,9 @@ impl Cancels {
         if let Some(&at) = self.acked.get(job).filter(|&&at| started > at + CANCEL_CHECK_MS + ROUND_TRIPS_MS) {
             return Some(format!("{job} started {} ms after its cancel was acknowledged", started - at));
         }
-        // A job with a dedupe key is claimed just before it starts, never ahead (design §22.3): a
-        // replacement answered well before its start reaches it, whenever its claim was.
+        // A job revised in place was submitted to be replaced, so it is claimed just before it
+        // starts, never ahead (design §22.3): a replacement answered well before its start
+        // reaches it, whenever its claim was.
         let revisions = self.revisions.get(job)?;
         let reached = claimed_at.max(started - ROUND_TRIPS_MS);
         let newest = revisions.iter().filter(|r| r.acked_at < reached).map(|r| r.v).max();

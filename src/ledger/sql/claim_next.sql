@@ -8,9 +8,10 @@
 -- head under 'block'). A RUNNING job of the key, live or expired, claims nothing: an expired
 -- lease is the reaper's to free. ?8, when given, is the job this invocation just finished: the
 -- claim only chains if that job really is finished (our record of it applied). A paused key
--- (key_pause, design §20.11) claims nothing. A job with a dedupe key is claimed only as the first of
--- a claim, never ahead in a chunk, so it stays PENDING until just before its run starts: a
--- replacement or a cancel answered before then always reaches it (design §22.3).
+-- (key_pause, design §20.11) claims nothing. A replaceable job (submitted with "on_duplicate":
+-- "replace", or replaced since) is claimed only as the first of a claim, never ahead in a chunk, so
+-- it stays PENDING until just before its run starts: a replacement answered before then always
+-- reaches it in its place (design §22.3).
 --
 -- Reads only the front of the key's way: its first ?7 jobs in the way give the first blocker
 -- (a RUNNING one blocks everything: -1), and nothing past them could be claimed. A RUNNING job is
@@ -27,9 +28,9 @@ WHERE id IN (
     AND seq < (
       SELECT coalesce(min(CASE WHEN status = 'RUNNING' THEN -1
                                WHEN NOT (status = 'PENDING' AND next_run_at <= ?5) THEN seq
-                               WHEN dedupe_key IS NOT NULL AND place > 1 THEN seq END),
+                               WHEN replaceable = 1 AND place > 1 THEN seq END),
                       9223372036854775807)
-      FROM (SELECT seq, status, next_run_at, dedupe_key, row_number() OVER (ORDER BY seq) AS place FROM job
+      FROM (SELECT seq, status, next_run_at, replaceable, row_number() OVER (ORDER BY seq) AS place FROM job
             WHERE ordering_key = ?1 AND seq IS NOT NULL AND passed_at IS NULL
               AND NOT (status = 'DEAD' AND ?6 = 'skip')
             ORDER BY seq
