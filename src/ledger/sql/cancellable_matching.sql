@@ -8,7 +8,7 @@ WHERE id IN (
     SELECT id FROM job WHERE finished_at IS NULL AND seq IS NULL AND status IN ('PENDING', 'RUNNING')
     UNION ALL
     SELECT id FROM job WHERE seq IS NOT NULL AND passed_at IS NULL AND status IN ('PENDING', 'RUNNING'))
-  AND cancel_requested_at IS NULL
+  AND (status = 'PENDING' OR cancel_requested_at IS NULL)
   AND (?1 IS NULL OR type = ?1) AND (?2 IS NULL OR ordering_key = ?2)
   AND (?3 IS NULL OR limit_key = ?3) AND (?4 IS NULL OR instr(last_error, ?4) > 0)
   AND (?5 IS NULL OR created_at >= ?5) AND (?6 IS NULL OR created_at < ?6)
