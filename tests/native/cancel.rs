@@ -326,7 +326,7 @@ impl<'a, F: Fn(&'a ConsumerWorld) -> futures::future::LocalBoxFuture<'a, ()>> Ru
 }
 
 #[test]
-fn a_strict_chain_never_claims_a_deduped_job_ahead_so_a_replacement_keeps_its_place_while_the_key_runs() {
+fn a_strict_chain_never_claims_a_replaceable_job_ahead_so_a_replacement_keeps_its_place_while_the_key_runs() {
     let w = strict(OnDead::Skip);
     let doc = |n: i64| {
         json!({"id": format!("d{n}"), "ordering_key": "k", "dedupe_key": "doc", "on_duplicate": "replace",
