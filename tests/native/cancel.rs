@@ -433,3 +433,37 @@ fn a_strict_chain_claims_ahead_in_chunks_but_never_a_job_submitted_to_be_replace
     assert!(plain <= 6 && deduped <= 6, "claimed in chunks: {plain}, {deduped}");
     assert!(replaceable >= 40, "each claimed just before its start: {replaceable}");
 }
+
+#[test]
+fn a_cancelled_run_is_recorded_at_once_not_after_the_next_jobs_of_its_chain() {
+    // Its lease is given up within the cancel's bound, whatever its chain runs next (design §22.1).
+    let w = strict(OnDead::Skip);
+    w.call("POST", "/jobs", Some(job("a", Some("k"), "cooperate")));
+    w.call("POST", "/jobs", Some(job("b", Some("k"), "quick")));
+    // The row read directly: the test's ledger calls block, and this runs inside the consumer.
+    let status = |w: &ConsumerWorld, col: &str| format!("{:?}", w.db.column("a", col));
+    struct SeesA<'a>(&'a ConsumerWorld, RefCell<Option<String>>);
+    impl Runner for SeesA<'_> {
+        async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
+            if job.id == "a" {
+                job.cancel.cancelled().await;
+            } else {
+                *self.1.borrow_mut() = Some(format!("{:?}", self.0.db.column("a", "status")));
+            }
+            Ok(Done::default())
+        }
+    }
+    let runner = SeesA(&w, RefCell::new(None));
+    let sleep = |ms: i64| -> futures::future::LocalBoxFuture<'_, ()> {
+        w.clock.advance_ms(ms);
+        Box::pin(async {
+            if status(&w, "cancel_requested_at") == "Null" {
+                assert_eq!(w.call_async("POST", "/jobs/a/cancel", None).await.status, 202);
+            }
+        })
+    };
+    let consumer = Consumer::new(&w.cfg, &w.kv, &w.db, &runner, &w.clock, &w.queue, "inv-a").with_sleep(&sleep);
+    block_on(consumer.process(Role::Main, &w.sent_since()));
+    assert_eq!(runner.1.borrow().as_deref(), Some("Text(\"DEAD\")"), "a was DEAD before b started");
+    assert_eq!(w.job("b").status, Status::Done);
+}
