@@ -1,5 +1,5 @@
 // The benchmark's cost counter (design §15) checked against one job worked out by hand: an unkeyed
-// job sent straight to the queue, run once by lock mode, then purged, is exactly these five D1
+// job sent straight to the queue, run once by lock mode, then purged, is exactly these six D1
 // statements (and the two of the isolate's schema check, its first) (a success writes no history row: its DONE row describes it), one queue message (a write, a read, a delete) and no KV operation. Each statement's
 // billed rows are taken from D1 itself, run alone on a fresh ledger; the benchmark's figure for
 // the job must be their sum, so a counter that drops or double-counts anything is seen.
@@ -31,6 +31,8 @@ test("the benchmark counts one job's D1 rows, statements and queue operations as
       [sql("claim"), "job-1", "webhook", null, null, payload, 8, "inv-1", now + 120_000, now, now + 2_000, 5, null, null, null, now],
       [sql("get"), "job-1"],
       [sql("complete"), "job-1", "inv-1", now + 5, '{"status":200}', 200],
+      // The cancel rule rides with every run's transition (design §22.1): it reads the row, changes nothing.
+      [sql("settle_cancelled"), "job-1", now + 5],
       [sql("purge_events"), now + 10, 1000],
       [sql("purge"), now + 10, 1000],
     ];
