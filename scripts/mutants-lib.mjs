@@ -1,5 +1,26 @@
 // What `scripts/mutants.mjs` reads and decides, apart from the commands it runs, so its own test
-// (tests/tools/mutants.test.mjs) can feed it cargo's output directly.
+// (tests/tools/mutants.test.mjs) can feed it cargo's output directly, and the one place it runs
+// a command under a time limit.
+import { spawnSync } from "node:child_process";
+
+/**
+ * Runs `cmd` with bash in `cwd`; its exit status, its output (stdout and stderr in order) and
+ * whether it ran past `timeoutMs`. At the limit the whole process group goes, not only the shell:
+ * cargo's test binaries are its grandchildren, and a limit that killed only the shell once left a
+ * hung mutant's test binary spinning for hours after the run had counted it. coreutils' `timeout`
+ * runs the command in a process group of its own and signals all of it (TERM, then KILL 10 s on).
+ */
+export function runBounded(cwd, cmd, env, timeoutMs) {
+  const started = Date.now();
+  const argv = timeoutMs
+    ? ["timeout", "--kill-after=10", `${Math.ceil(timeoutMs / 1000)}`, "bash", "-c", `exec 2>&1; ${cmd}`]
+    : ["bash", "-c", `exec 2>&1; ${cmd}`];
+  const r = spawnSync(argv[0], argv.slice(1), { cwd, env, encoding: "utf8", maxBuffer: 1 << 28 });
+  // 124: timed out and ended by TERM; 137: needed the KILL. A command that exits 124 itself
+  // before its limit is not a timeout.
+  const timedOut = Boolean(timeoutMs) && [124, 137].includes(r.status) && Date.now() - started >= timeoutMs - 1000;
+  return { status: r.status, out: r.stdout ?? "", timedOut };
+}
 
 /**
  * A cargo test run's verdicts, each test as `target::name` (`lib` for the crate's unit tests,

@@ -22,11 +22,10 @@
 // Usage: node scripts/mutants.mjs [--file F] [--table T] [--root DIR] [id ...]
 //   --file F   only the mutants of file F        id ...   only these mutants
 //   --table T  the table (default tests/mutants.json)     --root DIR  the project (default: this one)
-import { spawnSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { killersIn, rebuilt, targetsOf, whyNotApplicable } from "./mutants-lib.mjs";
+import { killersIn, rebuilt, runBounded, targetsOf, whyNotApplicable } from "./mutants-lib.mjs";
 
 const args = process.argv.slice(2);
 const option = (name) => {
@@ -70,11 +69,8 @@ function copyProject(to) {
   for (const f of LINKED) if (existsSync(join(root, f))) symlinkSync(join(root, f), join(to, f));
 }
 
-/** Runs a command in `cwd`; its exit status and output (stdout and stderr in order). */
-function run(cwd, cmd, timeout) {
-  const r = spawnSync("bash", ["-c", `${cmd} 2>&1`], { cwd, env, encoding: "utf8", maxBuffer: 1 << 28, timeout });
-  return { status: r.status, out: r.stdout ?? "", timedOut: r.error?.code === "ETIMEDOUT" };
-}
+/** Runs a command in `cwd` (its whole process group stopped at `timeout`, in ms). */
+const run = (cwd, cmd, timeout) => runBounded(cwd, cmd, env, timeout);
 
 const quote = (a) => `'${a.replace(/'/g, "'\\''")}'`;
 const targets = targetsOf(run(root, "cargo metadata --no-deps --format-version 1 --locked").out, table);

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { killersIn, placeholderChange, rebuilt, whyNotApplicable } from "../../scripts/mutants-lib.mjs";
+import { killersIn, placeholderChange, rebuilt, runBounded, whyNotApplicable } from "../../scripts/mutants-lib.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const fixture = join(root, "tests/tools/mutant-fixture");
@@ -143,4 +143,22 @@ test("a cargo run that did not rebuild the mutated crate is caught", () => {
   assert.equal(rebuilt(built, "orderly-queues"), true);
   assert.equal(rebuilt("    Finished `test` profile\n     Running tests/api.rs\n", "orderly-queues"), false);
   assert.equal(rebuilt("   Compiling orderly-queues-extra v0.1.0\n", "orderly-queues"), false, "another crate");
+});
+
+test("a command past its time limit is stopped with every process it started, not only its shell", () => {
+  // A test binary is cargo's grandchild: here a `sleep` the shell starts in the background and
+  // waits on. Stopping only the shell would leave it running (the runner once did, for hours).
+  const dir = mkdtempSync(join(tmpdir(), "orderly-bounded-"));
+  const started = Date.now();
+  const r = runBounded(dir, "sh -c 'sleep 120' & echo $! > pid; wait", process.env, 2000);
+  const pid = Number(readFileSync(join(dir, "pid"), "utf8"));
+  rmSync(dir, { recursive: true, force: true });
+  assert.equal(r.timedOut, true);
+  assert.ok(Date.now() - started < 20_000, "stopped at its limit");
+  // Running, or stopped but not yet reaped by init (a zombie, "Z", has ended).
+  const alive = (p) => existsSync(`/proc/${p}/stat`) && !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${p}/stat`, "utf8"));
+  assert.equal(alive(pid), false, `the grandchild ${pid} outlived its limit`);
+  // The control: a command that ends in time is not a timeout, whatever its status.
+  const quick = runBounded(tmpdir(), "echo out; echo err >&2; exit 124", process.env, 60_000);
+  assert.deepEqual(quick, { status: 124, out: "out\nerr\n", timedOut: false });
 });
