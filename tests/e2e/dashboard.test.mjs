@@ -153,8 +153,23 @@ test("the dashboard charts the jobs a test ran, shows a job's timeline, cancels 
     await page.selectOption("#f-status", "PENDING");
     await page.click("#list-filter button");
     await page.waitForSelector(`tr[data-job="${later}"]`);
+    // A refresh in flight when the operator opens another job must not draw over it: the
+    // refresh's read of the open job (the flaky one) answers late, after the new view is drawn.
+    const isFlaky = (url) => url.pathname.endsWith(`/jobs/${flaky}`);
+    await page.route(isFlaky, async (route) => {
+      await new Promise((r) => setTimeout(r, 1500));
+      await route.continue();
+    });
+    const slowAsked = page.waitForRequest((r) => isFlaky(new URL(r.url())));
+    const slowAnswered = page.waitForResponse((r) => isFlaky(new URL(r.url())));
+    await page.click("#refresh");
+    await slowAsked;
     await page.click(`tr[data-job="${later}"] a.job`);
     await page.waitForSelector('#detail button[data-action="cancel"]');
+    await slowAnswered;
+    await page.waitForTimeout(300);
+    assert.equal(await page.getAttribute("#detail", "data-id"), later, "the late answer drew over the job the operator opened");
+    await page.unroute(isFlaky);
     await page.click('#detail button[data-action="cancel"]');
     await waitFor(async () => (await w.job(later))?.last_error === "cancelled", "the job cancelled");
     await page.waitForSelector('#timeline li[data-kind="cancel"]');
