@@ -122,6 +122,8 @@ pub struct Config {
     /// Flow control per limit key (design §20), from `LIMITS`: a JSON object from rule (a limit key,
     /// or a prefix ending in `*`) to policy.
     pub limits: crate::flow::Policies,
+    /// Periodic jobs (design §23), from `SCHEDULES`: a JSON array of schedules.
+    pub schedules: crate::schedule::Schedules,
 }
 
 impl Default for Config {
@@ -144,6 +146,7 @@ impl Default for Config {
             bulk_redrive_limit: 250,
             service_handlers: Vec::new(),
             limits: crate::flow::Policies::default(),
+            schedules: crate::schedule::Schedules::default(),
             allow_private_targets: false,
             jobs_queue: "orderly-jobs".to_string(),
             dead_letter_queue: "orderly-dlq".to_string(),
@@ -227,6 +230,7 @@ impl Config {
             bulk_redrive_limit: num("BULK_REDRIVE_LIMIT", d.bulk_redrive_limit, 1, MAX_BULK_REDRIVE)?,
             service_handlers: service_handlers(lookup("SERVICE_HANDLERS").as_deref().unwrap_or(""))?,
             limits: limits(&lookup)?,
+            schedules: schedules(&lookup)?,
             ordering_key_prefix,
             lock_ttl_seconds,
             max_attempts: num("MAX_ATTEMPTS", d.max_attempts, 1, 1000)?,
@@ -259,6 +263,12 @@ fn ledger_backend(lookup: &impl Fn(&str) -> Option<String>) -> Result<LedgerBack
         });
     }
     Ok(if objects { LedgerBackend::Objects(shards) } else { LedgerBackend::D1 })
+}
+
+/// Reads `SCHEDULES` (design §23); unset or empty: none.
+fn schedules(lookup: &impl Fn(&str) -> Option<String>) -> Result<crate::schedule::Schedules, ConfigError> {
+    let text = lookup("SCHEDULES").unwrap_or_default();
+    crate::schedule::Schedules::parse(&text).map_err(|reason| ConfigError { var: "SCHEDULES", value: text.clone(), reason })
 }
 
 /// Reads `LIMITS` (design §20); unset or empty: no limits configured (operators may still set them

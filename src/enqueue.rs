@@ -162,6 +162,12 @@ impl<'a, S: Sql, Q: QueueSender, C: Clock> Producer<'a, S, Q, C> {
             .into_iter()
             .map(|(p, o)| serde_json::to_value(p).map(|p| o.job(p)).map_err(|e| EnqueueError::Payload(e.to_string())))
             .collect::<Result<Vec<Value>, _>>()?;
+        self.submit(items).await
+    }
+
+    /// Enqueues jobs written as `POST /jobs` takes them (a schedule's template with its period's
+    /// id: design §23), in order, all or none.
+    pub(crate) async fn submit(&self, items: Vec<Value>) -> Result<Vec<Submitted>, EnqueueError> {
         match self.api.submit_items(self.cfg, items).await.map_err(EnqueueError::Unavailable)? {
             Submission::Accepted(jobs) | Submission::Unsent { jobs, .. } => Ok(jobs),
             Submission::Refused(r) => Err(EnqueueError::Refused(r)),

@@ -124,6 +124,7 @@ internal!(
     panics,
     producer,
     retry,
+    schedule,
     seal
 );
 

@@ -19,6 +19,7 @@ mod keys;
 mod limits;
 mod ports;
 mod route;
+mod schedules;
 mod submission;
 
 pub use http::{ApiRequest, ApiResponse, MAX_PAGE};
@@ -294,6 +295,8 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Route::Limits => self.limits(cfg, &req.query).await,
             Route::Limit(key) => self.limit(cfg, &key).await,
             Route::ChangeLimit(key) => self.change_limit(cfg, &key, &req.body).await,
+            Route::Schedules => self.schedules(cfg).await,
+            Route::ChangeSchedule(name) => self.change_schedule(cfg, &name, &req.body).await,
             // The worker's edge answers these before it calls the API: they need its bindings.
             Route::Migrate { .. } | Route::MoveLedger { .. } => {
                 Ok(ApiResponse::error(501, "the ledger's administration is answered by the worker, not the API"))

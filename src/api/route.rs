@@ -44,6 +44,10 @@ pub enum Route {
     Limit(String),
     /// `PUT /limits/{key}`.
     ChangeLimit(String),
+    /// `GET /schedules`: periodic jobs (design §23).
+    Schedules,
+    /// `PUT /schedules/{name}`: pause or resume a schedule.
+    ChangeSchedule(String),
     /// `GET` (where it stands) or `POST` (apply) `/admin/migrate`: a D1 ledger's schema (design
     /// §21). Answered by the worker's edge, which holds the D1 binding.
     Migrate {
@@ -82,6 +86,8 @@ const TABLE: &[Entry] = &[
     ("GET", "/limits", |_| Route::Limits),
     ("GET", "/limits/{key}", Route::Limit),
     ("PUT", "/limits/{key}", Route::ChangeLimit),
+    ("GET", "/schedules", |_| Route::Schedules),
+    ("PUT", "/schedules/{name}", Route::ChangeSchedule),
     ("GET", "/admin/migrate", |_| Route::Migrate { apply: false }),
     ("POST", "/admin/migrate", |_| Route::Migrate { apply: true }),
     ("GET", "/ledger/move", |_| Route::MoveLedger { copy: false }),
@@ -163,6 +169,8 @@ impl Route {
             | Route::Limits
             | Route::Limit(_)
             | Route::ChangeLimit(_)
+            | Route::Schedules
+            | Route::ChangeSchedule(_)
             | Route::Migrate { .. }
             | Route::MoveLedger { .. } => false,
         }

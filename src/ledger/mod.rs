@@ -42,6 +42,7 @@ mod shards;
 // The statement builders are the ledger's own; the project's SQL tests reach them through the
 // `testing` feature.
 pub mod route;
+pub mod schedule;
 pub mod schema;
 #[cfg(feature = "testing")]
 pub mod stmt;

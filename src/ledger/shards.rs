@@ -15,6 +15,7 @@ use futures::future::join_all;
 use super::history::{Event, Minute};
 use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
+use super::schedule::ScheduleState;
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
 use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
 use super::transition::{Record, RecordedDead};
@@ -474,6 +475,21 @@ impl<S: Sql> Ledger<S> {
     /// Resumes `key`: the pause ended and the jobs to send again (at most `limit`).
     pub async fn resume_key(&self, key: &str, mode: OrderingMode, limit: u32) -> Result<Resumed, InfraError> {
         self.at(Route::key(key)).resume_key(key, mode, limit).await
+    }
+
+    /// Every schedule's row (design §23), from the first shard, which holds them all.
+    pub async fn schedule_states(&self) -> Result<Vec<ScheduleState>, InfraError> {
+        self.shards[0].schedule_states().await
+    }
+
+    /// Records that a cron run saw `name`'s `period`, having submitted `job_id` (if any) at `now`.
+    pub async fn schedule_seen(&self, name: &str, period: i64, job_id: Option<&str>, now: i64) -> Result<(), InfraError> {
+        self.shards[0].schedule_seen(name, period, job_id, now).await
+    }
+
+    /// Pauses (`Some(now)`) or resumes (`None`) schedule `name`: its row after.
+    pub async fn schedule_pause(&self, name: &str, paused_at: Option<i64>) -> Result<ScheduleState, InfraError> {
+        self.shards[0].schedule_pause(name, paused_at).await
     }
 
     /// Paused keys by name after `after`, at most `limit` in all, from every shard.

@@ -483,3 +483,15 @@ pub fn import_job(row: &Row) -> Stmt {
 pub fn import_event(row: &Row) -> Stmt {
     Stmt::bind(sql!("import_event"), EVENT_COLUMNS.map(|c| (c, column(row, c))))
 }
+/// Every schedule's row (design §23).
+pub fn schedule_states() -> Stmt {
+    with(sql!("schedule_states"), [])
+}
+/// A cron run saw `name`'s `period`, having submitted `job_id` (or nothing) at `now`.
+pub fn schedule_seen(name: &str, period: i64, job_id: Option<&str>, now: i64) -> Stmt {
+    with(sql!("schedule_seen"), [("name", name.into()), ("period", period.into()), ("job_id", job_id.into()), ("now", now.into())])
+}
+/// An operator pauses (`Some(now)`) or resumes (`None`) schedule `name`.
+pub fn schedule_pause(name: &str, paused_at: Option<i64>) -> Stmt {
+    with(sql!("schedule_pause"), [("name", name.into()), ("paused_at", paused_at.into())])
+}

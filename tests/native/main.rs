@@ -20,6 +20,7 @@ mod limits;
 mod migration;
 mod operator;
 mod readme;
+mod schedules;
 mod schema;
 mod secrets;
 mod shards;

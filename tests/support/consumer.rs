@@ -14,7 +14,9 @@ use orderly::consumer::{Consumer, Incoming, Outcome, Role};
 use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{stmt, JobRow, Ledger, Sql};
 use orderly::lock::MemoryKv;
+use orderly::enqueue::Producer;
 use orderly::maintenance;
+use orderly::schedule::tick::{self, Ticked};
 use serde_json::Value;
 
 use super::api::{T0, TOKEN};
@@ -188,5 +190,14 @@ impl ConsumerWorld {
     /// One maintenance pass.
     pub fn maintain(&self) -> maintenance::Report {
         block_on(maintenance::run(&Ledger::new(&self.db), &self.queue, &self.clock, &self.cfg))
+    }
+
+    /// One cron run's periodic jobs (design §23), at the clock's time.
+    pub fn tick(&self) -> Ticked {
+        let ledger = Ledger::new(&self.db);
+        let new_id = || "unused-id".to_string();
+        let types = orderly::app::BuiltIn;
+        let producer = Producer::new(&ledger, &self.queue, &self.clock, &self.cfg, &types, &new_id, None);
+        block_on(tick::run(&self.cfg.schedules, &ledger, &producer, self.clock.now_ms()))
     }
 }
