@@ -345,18 +345,19 @@ impl App {
     }
 
     /// The cron's maintenance.
-    pub async fn scheduled(&self, _event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    pub async fn scheduled(&self, event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let s = match self.start(&env) {
             Ok(s) => s,
             Err(e) => return log(&Event::ConfigError { error: format!("maintenance skipped: {e}") }),
         };
         let ledger = s.ledger();
         let r = crate::maintenance::run(&ledger, &s.queue, &SystemClock, &s.cfg).await;
-        // Periodic jobs (design §23): each due period's job, through the API's own submission.
+        // Periodic jobs (design §23): each due period's job, through the API's own submission, at
+        // the time this run was scheduled for (the start of its minute), not the moment it started.
         let sealer = s.sealer.as_ref().map(|s| s as &dyn Sealer);
         let types = Bound { types: &self.handlers, missing: s.missing.clone() };
         let producer = Producer::new(&ledger, &s.queue, &SystemClock, &s.cfg, &types, &edge::random_id, sealer);
-        let t = crate::schedule::tick::run(&s.cfg.schedules, &ledger, &producer, js_sys::Date::now() as i64).await;
+        let t = crate::schedule::tick::run(&s.cfg.schedules, &ledger, &producer, event.schedule() as i64).await;
         let mut report = serde_json::to_value(&r).unwrap_or_default();
         report["schedules"] = serde_json::to_value(&t).unwrap_or_default();
         log(&Event::Maintenance { report, failed: !r.errors.is_empty() || !t.errors.is_empty() });
