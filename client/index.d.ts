@@ -192,4 +192,27 @@ export class OrderlyClient {
   pauseKey(key: string): Promise<KeyPause>;
   /** Resumes an ordering key (ADMIN_TOKEN): its jobs are sent again. */
   resumeKey(key: string): Promise<KeyPause>;
+  /** The periodic jobs of SCHEDULES, each with its last and next period (ADMIN_TOKEN). */
+  schedules(): Promise<Schedule[]>;
+  /** Pauses (or, with `false`, resumes) a schedule (ADMIN_TOKEN). */
+  pauseSchedule(name: string, paused?: boolean): Promise<Schedule>;
+}
+
+/** A periodic job of SCHEDULES (design §23) and where it stands. */
+export interface Schedule {
+  name: string;
+  /** Five fields, UTC. */
+  cron?: string;
+  every_seconds?: number;
+  missed: "catch_up" | "skip";
+  /** The job of each period, as POST /jobs takes one; its id is `schedule:<name>:<period start, ms>`. */
+  job: Record<string, unknown>;
+  paused: boolean;
+  paused_at: number | null;
+  /** Start (ms) of the latest period seen. */
+  last_period: number | null;
+  last_job_id: string | null;
+  last_enqueued_at: number | null;
+  /** Start (ms) of the next period. */
+  next_period: number;
 }

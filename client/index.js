@@ -143,4 +143,14 @@ export class OrderlyClient {
   resumeKey(key) {
     return this.request("PUT", `/keys/${encodeURIComponent(key)}`, { paused: false });
   }
+
+  /** The periodic jobs of SCHEDULES, each with its last and next period (ADMIN_TOKEN). */
+  async schedules() {
+    return (await this.request("GET", "/schedules")).schedules;
+  }
+
+  /** Pauses (or, with `false`, resumes) a schedule: a paused one enqueues nothing (ADMIN_TOKEN). */
+  pauseSchedule(name, paused = true) {
+    return this.request("PUT", `/schedules/${encodeURIComponent(name)}`, { paused });
+  }
 }

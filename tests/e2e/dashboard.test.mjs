@@ -223,6 +223,32 @@ test("the dashboard shows a limit key, pauses and resumes it, and sets its polic
   }
 });
 
+test("the dashboard lists a schedule with its last job, and pauses and resumes it", async () => {
+  const SCHEDULES = JSON.stringify([{ name: "beat", cron: "*/5 * * * *", job: { payload: webhook("/ok/beat") } }]);
+  const w = await start({ vars: { SCHEDULES } });
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+  try {
+    const period = Math.floor(Date.now() / 300_000) * 300_000;
+    await w.worker.scheduled({ cron: "* * * * *", scheduledTime: new Date(period) });
+    const page = await browser.newPage();
+    await page.goto(w.url.href);
+    await page.fill("#token", TOKEN);
+    await page.click("button[type=submit]");
+    const row = 'tr[data-schedule="beat"]';
+    await page.waitForSelector(`${row} a.job`);
+    assert.equal(await page.textContent(`${row} a.job`), `schedule:beat:${period}`);
+    assert.equal(await page.textContent(`${row} td:nth-child(2)`), "*/5 * * * *");
+    await page.click(`${row} button[data-action="pause"]`);
+    await waitFor(async () => (await w.api("GET", "/schedules")).json.schedules[0].paused === true, "the schedule paused");
+    await page.waitForSelector(`${row} button[data-action="resume"]`);
+    await page.click(`${row} button[data-action="resume"]`);
+    await waitFor(async () => (await w.api("GET", "/schedules")).json.schedules[0].paused === false, "the schedule resumed");
+  } finally {
+    await browser.close();
+    await w.dispose();
+  }
+});
+
 test("the dashboard pauses an ordering key, shows its waiting jobs, and resumes it", async () => {
   const w = await start();
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });

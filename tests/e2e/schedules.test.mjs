@@ -3,7 +3,8 @@
 // in-process target, on D1 and on the Durable Object shards.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { start, webhook, waitFor } from "./harness.mjs";
+import { OrderlyClient } from "../../client/index.js";
+import { start, webhook, waitFor, TOKEN } from "./harness.mjs";
 
 const MIN = 60_000;
 
@@ -31,11 +32,19 @@ test("a schedule of every minute: two runs in one minute and a skipped minute en
     assert.equal(beat.last_job_id, ids[2]);
     assert.equal(beat.next_period, Math.floor(Date.now() / MIN) * MIN + MIN);
 
-    // Paused: a run enqueues nothing, and the resume catches none of the pause up.
-    assert.equal((await w.api("PUT", "/schedules/beat", { paused: true })).json.paused, true);
+    // Paused (through the JS client): a run enqueues nothing, and the resume catches none of the
+    // pause up.
+    const fetch = async (input, init) => {
+      const r = new Request(input, init);
+      const body = ["GET", "HEAD"].includes(r.method) ? undefined : await r.text();
+      return w.mf.dispatchFetch(r.url, { method: r.method, headers: r.headers, body });
+    };
+    const client = new OrderlyClient({ token: TOKEN, baseUrl: w.url.href, fetch });
+    assert.equal((await client.pauseSchedule("beat")).paused, true);
+    assert.equal((await client.schedules())[0].paused, true);
     await run(t0 + 3 * MIN);
     assert.equal(await w.job(`schedule:beat:${t0 + 3 * MIN}`), null);
-    await w.api("PUT", "/schedules/beat", { paused: false });
+    assert.equal((await client.pauseSchedule("beat", false)).paused, false);
     await run(t0 + 4 * MIN);
     await waitFor(async () => (await w.job(`schedule:beat:${t0 + 4 * MIN}`))?.status === "DONE", "minute 4 DONE");
     assert.equal(await w.job(`schedule:beat:${t0 + 3 * MIN}`), null, "the paused minute is not caught up");

@@ -103,7 +103,11 @@ fn a_run_that_died_before_recording_its_period_leaves_the_next_run_a_duplicate()
     let w = world(every_minute("catch_up"));
     let start = w.clock.now_ms();
     // The run submitted the job, then died: the period is not recorded.
-    w.call("POST", "/jobs", Some(json!({"id": minute_id(0, start), "payload": webhook("beat"), "ordering_key": "beats"})));
+    w.call(
+        "POST",
+        "/jobs",
+        Some(json!({"id": minute_id(0, start), "payload": webhook("beat"), "ordering_key": "beats"})),
+    );
     assert_eq!(w.tick().submitted, Vec::<String>::new(), "the same id: a duplicate, not a second job");
     assert_eq!(jobs_of(&w), vec![minute_id(0, start)]);
 }
@@ -158,7 +162,10 @@ fn the_api_lists_each_schedule_with_its_last_and_next_period_and_refuses_what_it
     let five = now - now.rem_euclid(5 * MIN);
     let listed = w.call("GET", "/schedules", None).json_body();
     let beat = &listed["schedules"][0];
-    assert_eq!((beat["name"].as_str(), beat["cron"].as_str(), beat["missed"].as_str()), (Some("beat"), Some("*/5 * * * *"), Some("catch_up")));
+    assert_eq!(
+        (beat["name"].as_str(), beat["cron"].as_str(), beat["missed"].as_str()),
+        (Some("beat"), Some("*/5 * * * *"), Some("catch_up"))
+    );
     assert_eq!((beat["last_period"].clone(), beat["next_period"].as_i64()), (Value::Null, Some(five + 5 * MIN)));
     assert_eq!(listed["schedules"][1]["every_seconds"], 3600);
     w.clock.advance_ms(5 * MIN - (now - five));
@@ -166,11 +173,8 @@ fn the_api_lists_each_schedule_with_its_last_and_next_period_and_refuses_what_it
     let beat = w.call("GET", "/schedules", None).json_body()["schedules"][0].clone();
     assert_eq!(beat["last_period"].as_i64(), Some(five + 5 * MIN));
     assert_eq!(beat["last_job_id"].as_str().map(str::to_string), Some(format!("schedule:beat:{}", five + 5 * MIN)));
-    for (body, status) in [
-        (json!({"paused": "yes"}), 400),
-        (json!({}), 400),
-        (json!({"paused": true, "when": 1}), 400),
-    ] {
+    for (body, status) in [(json!({"paused": "yes"}), 400), (json!({}), 400), (json!({"paused": true, "when": 1}), 400)]
+    {
         assert_eq!(w.call("PUT", "/schedules/beat", Some(body)).status, status);
     }
     assert_eq!(w.call("PUT", "/schedules/nope", Some(json!({"paused": true}))).status, 404);
@@ -178,8 +182,20 @@ fn the_api_lists_each_schedule_with_its_last_and_next_period_and_refuses_what_it
 
 #[test]
 fn a_bad_schedules_var_is_a_configuration_error_naming_it() {
-    let e = Config::from_lookup(|k| (k == "SCHEDULES").then(|| r#"[{"name": "x", "cron": "* * *", "job": {"payload": 1}}]"#.into()))
-        .unwrap_err();
+    let e = Config::from_lookup(|k| {
+        (k == "SCHEDULES").then(|| r#"[{"name": "x", "cron": "* * *", "job": {"payload": 1}}]"#.into())
+    })
+    .unwrap_err();
     assert_eq!(e.var, "SCHEDULES");
     assert!(e.reason.contains("schedule 0: cron:"), "{e}");
+}
+
+#[test]
+fn a_run_that_saw_an_older_period_finishing_late_does_not_move_the_schedule_back() {
+    let w = world(every_minute("catch_up"));
+    let ledger = orderly::ledger::Ledger::new(&w.db);
+    futures::executor::block_on(ledger.schedule_seen("beat", 5 * MIN, Some("new"), T0)).unwrap();
+    futures::executor::block_on(ledger.schedule_seen("beat", 3 * MIN, Some("old"), T0)).unwrap();
+    let states = futures::executor::block_on(ledger.schedule_states()).unwrap();
+    assert_eq!((states[0].last_period, states[0].last_job_id.as_deref()), (Some(5 * MIN), Some("new")));
 }
