@@ -268,7 +268,7 @@ fn ledger_backend(lookup: &impl Fn(&str) -> Option<String>) -> Result<LedgerBack
 /// Reads `SCHEDULES` (design §23); unset or empty: none.
 fn schedules(lookup: &impl Fn(&str) -> Option<String>) -> Result<crate::schedule::Schedules, ConfigError> {
     let text = lookup("SCHEDULES").unwrap_or_default();
-    crate::schedule::Schedules::parse(&text).map_err(|reason| ConfigError { var: "SCHEDULES", value: text.clone(), reason })
+    crate::schedule::Schedules::parse(&text).map_err(|e| ConfigError { var: "SCHEDULES", value: text.clone(), reason: e.0 })
 }
 
 /// Reads `LIMITS` (design §20); unset or empty: no limits configured (operators may still set them

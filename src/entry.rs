@@ -357,7 +357,7 @@ impl App {
         let sealer = s.sealer.as_ref().map(|s| s as &dyn Sealer);
         let types = Bound { types: &self.handlers, missing: s.missing.clone() };
         let producer = Producer::new(&ledger, &s.queue, &SystemClock, &s.cfg, &types, &edge::random_id, sealer);
-        let t = crate::schedule::tick::run(&s.cfg.schedules, &ledger, &producer, event.schedule() as i64).await;
+        let t = crate::periodic::run(&s.cfg.schedules, &ledger, &producer, event.schedule() as i64).await;
         let mut report = serde_json::to_value(&r).unwrap_or_default();
         report["schedules"] = serde_json::to_value(&t).unwrap_or_default();
         log(&Event::Maintenance { report, failed: !r.errors.is_empty() || !t.errors.is_empty() });

@@ -122,6 +122,7 @@ internal!(
     maintenance,
     operations,
     panics,
+    periodic,
     producer,
     retry,
     schedule,

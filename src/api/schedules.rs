@@ -15,7 +15,7 @@ use crate::error::InfraError;
 use crate::ledger::schedule::ScheduleState;
 use crate::ledger::Sql;
 use crate::producer::QueueSender;
-use crate::schedule::Schedule;
+use crate::schedule::{BadSchedule, Schedule};
 
 /// A schedule as the API shows it: its configuration and its row.
 fn view(s: &Schedule, state: Option<&ScheduleState>, now: i64) -> Value {
@@ -30,7 +30,7 @@ fn view(s: &Schedule, state: Option<&ScheduleState>, now: i64) -> Value {
 }
 
 /// Reads a `PUT /schedules/{name}` body: whether to pause.
-fn parse_paused(body: &[u8]) -> Result<bool, String> {
+fn parse_paused(body: &[u8]) -> Result<bool, BadSchedule> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
     let Value::Object(mut o) = v else { return Err("body must be an object".into()) };
     let paused = match o.remove("paused") {
@@ -39,7 +39,7 @@ fn parse_paused(body: &[u8]) -> Result<bool, String> {
         None => return Err("nothing to change: give \"paused\"".into()),
     };
     if let Some(k) = o.keys().next() {
-        return Err(format!("unknown field {k:?}"));
+        return Err(format!("unknown field {k:?}").into());
     }
     Ok(paused)
 }
@@ -61,7 +61,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         };
         let paused = match parse_paused(body) {
             Ok(p) => p,
-            Err(e) => return Ok(ApiResponse::error(400, e)),
+            Err(e) => return Ok(ApiResponse::error(400, e.0)),
         };
         let now = self.clock.now_ms();
         let state = self.ledger.schedule_pause(name, paused.then_some(now)).await?;

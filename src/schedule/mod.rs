@@ -5,15 +5,32 @@
 //! duplicate; the ledger's `schedule` row keeps the latest period seen, so a period is never
 //! enqueued again after its job is purged.
 //!
-//! This module is the pure rule ([`due`]); [`tick`] runs it over the ledger and the API's
-//! submission. Must not: read the clock or the configuration's vars itself.
+//! This module is the pure rule ([`due`]) and the configuration it reads; `periodic.rs` runs it
+//! over the ledger and the API's submission. Must not: read the clock or the configuration's vars
+//! itself, or do I/O.
 
 pub mod cron;
-pub mod tick;
 
 use serde_json::{json, Map, Value};
 
 use cron::Cron;
+
+/// What is wrong with `SCHEDULES`, or with a change to a schedule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadSchedule(pub String);
+
+impl From<String> for BadSchedule {
+    fn from(s: String) -> Self {
+        BadSchedule(s)
+    }
+}
+
+impl From<&str> for BadSchedule {
+    fn from(s: &str) -> Self {
+        BadSchedule(s.to_string())
+    }
+}
 
 /// The shortest interval: the cron trigger runs once a minute, so a shorter one could not be kept.
 pub const MIN_INTERVAL_SECONDS: u32 = 60;
@@ -110,20 +127,20 @@ pub struct Schedules(pub Vec<Schedule>);
 impl Schedules {
     /// Reads `SCHEDULES`: a JSON array of `{"name", "cron" | "every_seconds", "job", "missed"?}`.
     /// Unset or empty: none.
-    pub fn parse(text: &str) -> Result<Schedules, String> {
+    pub fn parse(text: &str) -> Result<Schedules, BadSchedule> {
         if text.trim().is_empty() {
             return Ok(Schedules::default());
         }
         let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
         let Value::Array(items) = v else { return Err("must be a JSON array of schedules".into()) };
         if items.len() > MAX_SCHEDULES {
-            return Err(format!("{} schedules, over the limit of {MAX_SCHEDULES}", items.len()));
+            return Err(format!("{} schedules, over the limit of {MAX_SCHEDULES}", items.len()).into());
         }
         let mut out: Vec<Schedule> = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
             let s = one(item).map_err(|e| format!("schedule {i}: {e}"))?;
             if out.iter().any(|o| o.name == s.name) {
-                return Err(format!("schedule {i}: the name {:?} is used twice", s.name));
+                return Err(format!("schedule {i}: the name {:?} is used twice", s.name).into());
             }
             out.push(s);
         }
@@ -141,11 +158,11 @@ pub fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
-fn one(item: Value) -> Result<Schedule, String> {
+fn one(item: Value) -> Result<Schedule, BadSchedule> {
     let Value::Object(mut o) = item else { return Err("must be an object".into()) };
     let name = match o.remove("name") {
         Some(Value::String(n)) if valid_name(&n) => n,
-        Some(Value::String(n)) => return Err(format!("name {n:?} must be 1 to 64 letters, digits, '.', '_' or '-'")),
+        Some(Value::String(n)) => return Err(format!("name {n:?} must be 1 to 64 letters, digits, '.', '_' or '-'").into()),
         _ => return Err("\"name\" is required, a string".into()),
     };
     let when = match (o.remove("cron"), o.remove("every_seconds")) {
@@ -155,7 +172,7 @@ fn one(item: Value) -> Result<Schedule, String> {
             _ => {
                 return Err(format!(
                     "every_seconds must be a whole number from {MIN_INTERVAL_SECONDS} (the cron runs once a minute) to {MAX_INTERVAL_SECONDS}"
-                ))
+                ).into())
             }
         },
         (Some(_), None) => return Err("cron must be a string".into()),
@@ -178,7 +195,7 @@ fn one(item: Value) -> Result<Schedule, String> {
         return Err("job must not set \"id\": each period's job id is the schedule's (schedule:<name>:<period>)".into());
     }
     if let Some(k) = o.keys().next() {
-        return Err(format!("unknown field {k:?}"));
+        return Err(format!("unknown field {k:?}").into());
     }
     Ok(Schedule { name, when, job, missed })
 }
@@ -306,7 +323,7 @@ mod tests {
                 "schedule 1: the name \"a\" is used twice",
             ),
         ] {
-            let e = Schedules::parse(text).unwrap_err();
+            let e = Schedules::parse(text).unwrap_err().0;
             assert!(e.contains(says), "{text}: {e}");
         }
     }

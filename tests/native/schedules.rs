@@ -1,5 +1,5 @@
 //! Periodic jobs (design §23) on the host: `SCHEDULES` read by the real configuration, cron runs
-//! (`schedule::tick::run`) submitting through the real API over real SQLite, the jobs run by the
+//! (`periodic::run`) submitting through the real API over real SQLite, the jobs run by the
 //! real consumer. Each period's job is enqueued once however many runs see it; a missed period is
 //! caught up once (or skipped); a pause enqueues nothing and catches nothing up; a refused template
 //! is retried, never passed over; the API lists and pauses.

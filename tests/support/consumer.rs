@@ -16,7 +16,7 @@ use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{stmt, JobRow, Ledger, Sql};
 use orderly::lock::MemoryKv;
 use orderly::maintenance;
-use orderly::schedule::tick::{self, Ticked};
+use orderly::periodic::{self, Ticked};
 use serde_json::Value;
 
 use super::api::{T0, TOKEN};
@@ -198,6 +198,6 @@ impl ConsumerWorld {
         let new_id = || "unused-id".to_string();
         let types = orderly::app::BuiltIn;
         let producer = Producer::new(&ledger, &self.queue, &self.clock, &self.cfg, &types, &new_id, None);
-        block_on(tick::run(&self.cfg.schedules, &ledger, &producer, self.clock.now_ms()))
+        block_on(periodic::run(&self.cfg.schedules, &ledger, &producer, self.clock.now_ms()))
     }
 }

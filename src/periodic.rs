@@ -1,4 +1,4 @@
-//! One cron run's periodic jobs (design §23.2): for each schedule, the rule ([`super::due`]) over
+//! One cron run's periodic jobs (design §23.2): for each schedule, the rule ([`due`]) over
 //! its ledger row, the due periods' jobs submitted through the API's own submission (so a
 //! schedule's job is checked, limited and routed as any other), then the period recorded as seen.
 //!
@@ -10,11 +10,11 @@
 
 use serde::Serialize;
 
-use super::{due, Schedules};
 use crate::clock::Clock;
 use crate::enqueue::Producer;
 use crate::ledger::{Ledger, Sql};
 use crate::producer::QueueSender;
+use crate::schedule::{due, Schedules};
 
 /// What one run did about schedules.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
