@@ -50,16 +50,35 @@ pub struct Cancels {
     pub revisions: BTreeMap<String, Vec<Revision>>,
     /// Jobs a revision recorded anew (its holder was running): they must finish as planned ones.
     pub extra: BTreeSet<String>,
-    /// Every job a cancel was acknowledged for, redriven or not: a run that succeeded before its
-    /// cancel landed ends DEAD "cancelled", and once redriven it may succeed again.
+    /// Every job a cancel was asked for (it may have landed, whatever its answer), redriven or
+    /// not: a run that succeeded before its cancel landed ends DEAD "cancelled", and once
+    /// redriven it may succeed again.
     pub ever: BTreeSet<String>,
+    /// job -> when an operator last asked for its redrive.
+    pub redriven_at: BTreeMap<String, i64>,
 }
 
 impl Cancels {
-    /// An operator redrove `job`: it may run again.
-    pub fn redriven(&mut self, job: &str) {
+    /// An operator asked at `at` for `job`'s redrive: it may run again.
+    pub fn redriven(&mut self, job: &str, at: i64) {
         self.acked.remove(job);
         self.requested.remove(job);
+        self.redriven_at.insert(job.to_string(), at);
+    }
+
+    /// A cancel of `job` asked at `asked` was answered at `now` (`202`: the job was running). A
+    /// redrive asked between the two raced it: the two requests may have applied in either order,
+    /// so the job may run again, and the cancel binds nothing (a redrive asked before the cancel
+    /// does not race it: the cancel holds).
+    pub fn acknowledged(&mut self, job: &str, asked: i64, now: i64, running: bool) {
+        self.ever.insert(job.to_string());
+        if self.redriven_at.get(job).is_some_and(|&r| r >= asked) {
+            return;
+        }
+        self.acked.insert(job.to_string(), now);
+        if running {
+            self.requested.insert(job.to_string(), now);
+        }
     }
 
     /// At a handler's start (`started`) for `job`, claimed at `claimed_at`, running payload `v`:
@@ -167,8 +186,14 @@ mod tests {
         c.acked.insert("j".into(), 100);
         assert!(c.start_violation("j", 100, 150, 0).is_none(), "claimed by the time of the answer");
         assert!(c.start_violation("j", 101, 150, 0).is_some_and(|v| v.contains("after its cancel")));
-        c.redriven("j");
+        c.redriven("j", 120);
         assert!(c.start_violation("j", 101, 150, 0).is_none(), "redriven, it runs again");
+        // A cancel whose answer came after a redrive asked since the cancel: the two raced, and
+        // the job may run again. One asked before a redrive that came earlier still binds.
+        c.acknowledged("j", 110, 200, false);
+        assert!(c.start_violation("j", 201, 250, 0).is_none(), "the redrive raced the cancel");
+        c.acknowledged("j", 130, 200, false);
+        assert!(c.start_violation("j", 201, 250, 0).is_some_and(|v| v.contains("after its cancel")));
         let r = |v, asked_at, acked_at, quiet_ms| Revision { v, asked_at, acked_at, quiet_ms };
         c.revisions.insert("j".into(), vec![r(0, 0, 10, 0), r(1, 20, 30, 0)]);
         assert!(c.start_violation("j", 31, 40, 0).is_some_and(|v| v.contains("v1 replaced it")));

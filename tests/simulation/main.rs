@@ -630,6 +630,10 @@ impl Sim {
                 let id = pool[sched.rng.borrow_mut().range(0, pool.len() as i64 - 1) as usize].clone();
                 let new_id = String::new;
                 let api = sim_api(&ledger, &queue, &sched, &cfg, &new_id);
+                let asked = sched.now();
+                // From here a cancel of it may land, whatever the answer says: a try whose answer
+                // was lost may have applied before a later try is answered 409.
+                obs.borrow_mut().cancels.ever.insert(id.clone());
                 let status = loop {
                     let r = api.handle(&api_request("POST", &format!("/jobs/{id}/cancel"), Value::Null)).await;
                     // Asked already: an earlier try landed, its answer lost.
@@ -646,11 +650,9 @@ impl Sim {
                 }
                 let mut o = obs.borrow_mut();
                 if status == 200 || status == 202 {
-                    o.cancels.acked.insert(id.clone(), sched.now());
-                    o.cancels.ever.insert(id.clone());
+                    o.cancels.acknowledged(&id, asked, sched.now(), status == 202);
                 }
                 if status == 202 {
-                    o.cancels.requested.insert(id, sched.now());
                     *o.fired.entry("cancel_running").or_default() += 1;
                 }
             }
@@ -768,7 +770,7 @@ impl Sim {
                     dead.iter().filter_map(|j| j["id"].as_str()).find(|id| !redriven.borrow().iter().any(|r| r == id));
                 if let Some(id) = fresh.map(str::to_string) {
                     redriven.borrow_mut().push(id.clone());
-                    redrive(&obs, &dbs, &id);
+                    redrive(&obs, &dbs, &id, sched.now());
                     api.handle(&req("POST", format!("/jobs/{id}/redrive"))).await;
                 }
                 return;
@@ -782,7 +784,7 @@ impl Sim {
                 let first_time = !redriven.borrow().iter().any(|id| id == head);
                 if first_time {
                     redriven.borrow_mut().push(head.to_string());
-                    redrive(&obs, &dbs, head);
+                    redrive(&obs, &dbs, head, sched.now());
                     api.handle(&req("POST", format!("/jobs/{head}/redrive"))).await;
                 } else {
                     api.handle(&req("POST", format!("/keys/{key}/skip"))).await;
@@ -1068,6 +1070,32 @@ impl Sim {
         let redriven = redriven.borrow().clone();
         if std::env::var("SIM_TRACE").is_ok() {
             println!("ended at +{} s after {steps} steps; redriven {redriven:?}", (self.sched.now() - T0) / 1000);
+            // SIM_TRACE_JOB=id: that job's history, times from the run's start.
+            if let Ok(id) = std::env::var("SIM_TRACE_JOB") {
+                for db in &self.dbs {
+                    let sql = "SELECT n, at - ?1, kind, actor, attempt, started_at - ?1, outcome, error FROM job_event WHERE job_id = ?2 ORDER BY n";
+                    let Ok(mut st) = db.conn.prepare(sql) else { continue };
+                    let rows = st
+                        .query_map(rusqlite::params![T0, id], |r| {
+                            Ok(format!(
+                                "{id} #{} at +{} ms {} by {} attempt {:?} started +{:?} {:?} {:?}",
+                                r.get::<_, i64>(0)?,
+                                r.get::<_, i64>(1)?,
+                                r.get::<_, String>(2)?,
+                                r.get::<_, String>(3)?,
+                                r.get::<_, Option<i64>>(4)?,
+                                r.get::<_, Option<i64>>(5)?,
+                                r.get::<_, Option<String>>(6)?,
+                                r.get::<_, Option<String>>(7)?
+                            ))
+                        })
+                        .map(|r| r.flatten().collect::<Vec<_>>())
+                        .unwrap_or_default();
+                    for r in rows {
+                        println!("{r}");
+                    }
+                }
+            }
             for db in &self.dbs {
                 let Ok(mut st) = db.conn.prepare("SELECT id, ordering_key, seq, status, attempts, deferrals, last_error FROM job ORDER BY ordering_key, seq") else { continue };
                 let rows = st
@@ -1248,20 +1276,29 @@ impl Sim {
         }
         // Per key, first successes in start order follow the key's order (order.rs).
         let mut seen = std::collections::BTreeSet::new();
-        let successes = obs.runs.iter().filter(|r| r.ok == Some(true) && seen.insert(r.job.as_str()));
+        // Strict mode: the seq the job had when this run started (a redrive may move a job whose
+        // earlier success went unrecorded).
+        let order_of = |r: &world::RunRecord| match self.setup.mode {
+            OrderingMode::Strict => r.seq.or_else(|| rows.get(&r.job).and_then(|j| j.seq)),
+            OrderingMode::Lock => r.order,
+        };
+        let succeeded: Vec<&world::RunRecord> = obs.runs.iter().filter(|r| r.ok == Some(true)).collect();
+        let successes = succeeded.iter().filter(|r| seen.insert(r.job.as_str()));
         let successes = successes.filter_map(|r| {
             let key = r.key.as_deref()?;
-            // Strict mode: the seq the job had when this run started (a redrive may move a job
-            // whose earlier success went unrecorded).
-            let order = match self.setup.mode {
-                OrderingMode::Strict => r.seq.or_else(|| rows.get(&r.job).and_then(|j| j.seq)),
-                OrderingMode::Lock => r.order,
-            }?;
+            let order = order_of(r)?;
+            let others = succeeded.iter().filter(|o| o.key == r.key && o.job != r.job);
+            let redriven_past = order::redriven_past(
+                order,
+                r.start,
+                obs.cancels.redriven_at.get(&r.job).copied(),
+                others.filter_map(|o| Some((order_of(o)?, o.start))),
+            );
             let queued_at_resume = self.setup.mode == OrderingMode::Lock
                 && key == world::PAUSED_KEY
                 && obs.key_paused.queued_at_resume.contains(&r.job)
                 && !obs.key_paused.held.contains(&r.job);
-            Some(order::Success { job: &r.job, key, order, queued_at_resume })
+            Some(order::Success { job: &r.job, key, order, queued_at_resume, redriven_past })
         });
         let found = order::key_order(successes, self.setup.order_promised);
         t.order_violations += found.inversions() as u64;
@@ -1372,12 +1409,20 @@ fn limit_snapshot(dbs: &[Rc<Sqlite>], key: &str) -> String {
 
 /// Notes an operator's redrive of `id` (asked for now): its seq before it, and that it is due at
 /// once, whatever its last failure's backoff said.
-fn redrive(obs: &Obs, dbs: &[Rc<Sqlite>], id: &str) {
-    let seq = dbs.iter().find_map(|db| world::row(db, id)).and_then(|j| j.seq);
+fn redrive(obs: &Obs, dbs: &[Rc<Sqlite>], id: &str, now: i64) {
+    let row = dbs.iter().find_map(|db| world::row(db, id));
+    if std::env::var("SIM_TRACE").is_ok() {
+        println!(
+            "operator redrives {id} ({:?}, {:?})",
+            row.as_ref().map(|j| j.status),
+            row.as_ref().and_then(|j| j.last_error.clone())
+        );
+    }
+    let seq = row.and_then(|j| j.seq);
     let mut o = obs.borrow_mut();
     o.redriven.insert(id.to_string(), seq);
     o.not_before.remove(id);
-    o.cancels.redriven(id);
+    o.cancels.redriven(id, now);
 }
 
 /// A submission of planned job `p` as the producer makes it (`POST /jobs`' job object): a job to
