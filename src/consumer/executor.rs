@@ -60,6 +60,10 @@ pub(super) enum RunEnd {
     Cancelled {
         recorded: bool,
     },
+    /// Not run: the checks before its start took past the time its lease was known to cover a
+    /// run (the invocation stalled in them), so the job may be another invocation's now. Handed
+    /// back if it is still ours; no attempt spent.
+    LeaseLost,
 }
 
 impl RunEnd {
@@ -68,7 +72,7 @@ impl RunEnd {
         match self {
             RunEnd::Retry { delay_seconds } | RunEnd::Snooze { delay_seconds } => Some(*delay_seconds),
             RunEnd::Limited(waits) => Some(waits.delay_seconds),
-            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled { .. } => None,
+            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled { .. } | RunEnd::LeaseLost => None,
         }
     }
 }
@@ -107,8 +111,10 @@ pub fn withheld(e: JobError) -> JobError {
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
     /// Runs a job this invocation claimed and says what to record. The ledger row is the truth:
-    /// what runs is the row's payload, never the message's.
-    pub(super) async fn run_claimed(&self, job: &JobRow) -> Ran {
+    /// what runs is the row's payload, never the message's. `start_by`: the latest time a run may
+    /// start and still be covered by the job's lease (the caller checked it before calling; the
+    /// checks here await the ledger, and an invocation may stall in them).
+    pub(super) async fn run_claimed(&self, job: &JobRow, start_by: i64) -> Ran {
         let started_at = self.clock.now_ms();
         let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
         let sealed = job.payload.as_deref().is_some_and(is_sealed);
@@ -124,6 +130,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             Ok(p) => p,
             Err(why) => return self.wait_for_key(job, started_at, why),
         };
+        // The last check before the start that awaits nothing but its limit key's gate: past this
+        // point the run starts (the gate's permit is only asked when the lease still covers it).
+        let now = self.clock.now_ms();
+        if now > start_by {
+            self.outage(format!("job {:?}: lease lost before it started (stalled in its checks); not run", job.id));
+            return Ran { record: self.defer(job, now, now).into(), end: RunEnd::LeaseLost };
+        }
         let gate = self.gate(job).await;
         if matches!(gate, Gate::Shut(_) | Gate::Down(_)) {
             let (transition, waits) = self.refused(job, gate);
@@ -266,7 +279,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             RunEnd::Dead => RunOutcome::Dead,
             RunEnd::Retry { .. } => RunOutcome::Retry,
             RunEnd::Snooze { .. } => RunOutcome::Snooze,
-            RunEnd::Limited(_) | RunEnd::Cancelled { .. } => unreachable!("a refused start is never a run, a cancelled one is recorded by `cancelled`"),
+            RunEnd::Limited(_) | RunEnd::Cancelled { .. } | RunEnd::LeaseLost => {
+                unreachable!("a refused or lost start is never a run, a cancelled one is recorded by `cancelled`")
+            }
         };
         // A success is described by the job's DONE row (complete.sql), not by a history row:
         // one row written less per job. (A success whose completion is refused, our lease lost,

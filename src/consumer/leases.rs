@@ -44,6 +44,11 @@ impl Leases {
         now - self.confirmed_at.get() > fresh_ms || self.held.borrow().as_ref().is_some_and(|held| !held.contains(job))
     }
 
+    /// The latest time a run may start and still be covered by the leases as last confirmed.
+    pub(super) fn start_by(&self, fresh_ms: i64) -> i64 {
+        self.confirmed_at.get() + fresh_ms
+    }
+
     /// Jobs claimed since the last renewal are ours too.
     pub(super) fn claimed<'a>(&self, jobs: impl IntoIterator<Item = &'a JobRow>) {
         let jobs: Vec<(String, Route)> = jobs.into_iter().map(|j| (j.id.clone(), j.route())).collect();

@@ -605,7 +605,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             g.settled.push(Settle::plain(i, Outcome::Defer { delay_seconds }));
             return;
         }
-        let ran = self.run_claimed(job).await;
+        let fresh_ms = self.cfg.refresh_after_ms(self.cfg.lease_seconds);
+        let ran = self.run_claimed(job, leases.start_by(fresh_ms)).await;
+        if let RunEnd::LeaseLost = ran.end {
+            // As above: the message comes back and the ledger decides (the hand-back applies only
+            // while the lease is still ours).
+            let delay_seconds = self.cfg.lock_retry_delay_seconds.max(1);
+            g.settled.push(Settle::recorded(i, ran.record, Outcome::Defer { delay_seconds }));
+            return;
+        }
         if let (true, Some(delay_seconds)) = (g.keyed, ran.end.again_after()) {
             // Hold the key: nothing behind this job may overtake it.
             g.stopped = Some(delay_seconds);
@@ -617,7 +625,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             return;
         }
         let (outcome, waits) = match ran.end {
-            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled { .. } => (Outcome::Ack, false),
+            RunEnd::Done | RunEnd::Dead | RunEnd::Cancelled { .. } | RunEnd::LeaseLost => (Outcome::Ack, false),
             RunEnd::Retry { delay_seconds } => (Outcome::Retry { delay_seconds }, false),
             // Not a failed attempt: the message is put off like a busy key's.
             RunEnd::Snooze { delay_seconds } => (Outcome::Defer { delay_seconds }, true),

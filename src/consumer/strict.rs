@@ -444,7 +444,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 continue;
             }
             budget.runs.set(budget.runs.get() - 1);
-            let ran = self.run_claimed(&job).await;
+            let ran = self.run_claimed(&job, leases.start_by(self.cfg.refresh_after_ms(self.cfg.lease_seconds))).await;
             let end = ran.end;
             // A cancelled run recorded at once (design §22.1) is not recorded again.
             if !matches!(end, RunEnd::Cancelled { recorded: true }) {
@@ -464,6 +464,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 // Parked in its limit key's line: a freed slot wakes it, no message needed.
                 RunEnd::Limited(w) if w.parked => stop = Some(Stop::Parked),
                 RunEnd::Limited(w) => stop = Some(Stop::PutOff(Box::new(job.clone()), w.delay_seconds)),
+                // Stalled past the lease in its checks: as when the lease is found lost above.
+                RunEnd::LeaseLost => stop = Some(Stop::LeaseLost),
             }
             if stop.is_none() {
                 prev = Some(job.id.clone());

@@ -14,6 +14,7 @@ mod cancels;
 mod exec;
 mod lines;
 mod order;
+mod periodic;
 mod permits;
 #[path = "../support/mod.rs"]
 mod support;
@@ -80,6 +81,16 @@ pub struct Setup {
     /// queue's path must then be seen to run).
     pub max_retries: u32,
 }
+
+/// The simulation's `SCHEDULES` (design §23): a job every minute, unkeyed, so it adds load
+/// without touching the keys' order oracles.
+pub const SCHEDULES: &str = r#"[{"name": "sim-beat", "cron": "* * * * *",
+    "job": {"payload": {"type": "webhook", "url": "https://sim.test/hook", "body": {}}}}]"#;
+/// How the schedule's cron runs come: some minutes twice, some not at all (a missed minute), each
+/// up to this late in its minute.
+const SCHEDULE_TWICE: f64 = 0.2;
+const SCHEDULE_MISSED: f64 = 0.15;
+const SCHEDULE_LATE_MS: i64 = 50_000;
 
 /// The simulation's `LIMITS`: a concurrency limit, a throttle with a burst beside a concurrency,
 /// a breaker beside a concurrency of one (`host-2` and every other host) and one beside a
@@ -329,6 +340,7 @@ impl Sim {
             } else {
                 orderly::flow::Policies::default()
             },
+            schedules: orderly::schedule::Schedules::parse(SCHEDULES).expect("the simulation's SCHEDULES"),
             ..Config::default()
         };
         let objects: Vec<Rc<SimObject>> =
@@ -738,6 +750,49 @@ impl Sim {
         Task { fut: Box::pin(fut), wake_at: self.sched.now(), tag }
     }
 
+    /// A cron run of the schedules for `minute` (its scheduled time), starting `late` ms into it.
+    /// After it, the periodic-job oracle checks every run so far against the ledger's rows.
+    fn schedule_run(&self, minute: i64, late: i64) -> Task<Tag> {
+        let (ledger, queue, sched, cfg) =
+            (self.ledger("cron-schedules"), self.queue(), self.sched.clone(), self.cfg.clone());
+        let (obs, dbs) = (self.obs.clone(), self.dbs.clone());
+        let fut = async move {
+            let new_id = String::new;
+            let types = orderly::app::BuiltIn;
+            let producer = orderly::enqueue::Producer::new(&ledger, &queue, &sched.clock, &cfg, &types, &new_id, None);
+            let me = {
+                let mut o = obs.borrow_mut();
+                o.schedule_runs.push(periodic::ScheduleRun { minute, started: sched.now(), ended: None, ok: false });
+                o.schedule_runs.len() - 1
+            };
+            let t = orderly::periodic::run(&cfg.schedules, &ledger, &producer, minute).await;
+            if std::env::var("SIM_TRACE").is_ok() {
+                println!("+{:>6} schedules for +{} s: {t:?}", (sched.now() - T0) / 1000, (minute - T0) / 1000);
+            }
+            let mut o = obs.borrow_mut();
+            o.schedule_runs[me].ended = Some(sched.now());
+            o.schedule_runs[me].ok = t.errors.is_empty();
+            o.schedule_submitted.extend(t.submitted);
+            let mut jobs = std::collections::BTreeSet::new();
+            for db in &dbs {
+                let Ok(mut st) = db.conn.prepare("SELECT id FROM job WHERE id LIKE 'schedule:sim-beat:%'") else {
+                    continue;
+                };
+                let ids = st
+                    .query_map([], |r| r.get::<_, String>(0))
+                    .map(|r| r.flatten().collect::<Vec<_>>())
+                    .unwrap_or_default();
+                jobs.extend(ids.iter().filter_map(|id| id.rsplit(':').next()?.parse::<i64>().ok()));
+            }
+            for v in periodic::check(&o.schedule_runs, &jobs, &o.schedule_submitted) {
+                if !o.violations.contains(&v) {
+                    o.violations.push(v);
+                }
+            }
+        };
+        Task { fut: Box::pin(fut), wake_at: minute + late, tag: Tag::Background }
+    }
+
     fn cron(&self) -> Task<Tag> {
         let (ledger, queue, sched, cfg) = (self.ledger("cron"), self.queue(), self.sched.clone(), self.cfg.clone());
         let fut = async move {
@@ -884,7 +939,11 @@ impl Sim {
     fn all_finished(&self) -> bool {
         let finished = |db: &Sqlite| -> i64 {
             db.conn
-                .query_row("SELECT count(*) FROM job WHERE status IN ('DONE', 'DEAD')", [], |r| r.get(0))
+                .query_row(
+                    "SELECT count(*) FROM job WHERE status IN ('DONE', 'DEAD') AND id NOT LIKE 'schedule:%'",
+                    [],
+                    |r| r.get(0),
+                )
                 .unwrap_or(0)
         };
         let extra = self.obs.borrow().cancels.extra.len();
@@ -944,6 +1003,19 @@ impl Sim {
             if now >= next_cron {
                 next_cron += 60_000;
                 tasks.push(self.cron());
+                // The schedules' runs for this minute: none (missed), one, or two at once.
+                let minute = now - now.rem_euclid(60_000);
+                let runs = if self.sched.chance(SCHEDULE_MISSED) {
+                    0
+                } else if self.sched.chance(SCHEDULE_TWICE) {
+                    2
+                } else {
+                    1
+                };
+                for _ in 0..runs {
+                    let late = self.sched.rng.borrow_mut().range(0, SCHEDULE_LATE_MS);
+                    tasks.push(self.schedule_run(minute, late));
+                }
             }
             if now >= next_operator && self.setup.mode == OrderingMode::Strict {
                 // Under skip the operator redrives while keys are still busy, so a redriven job

@@ -269,6 +269,10 @@ pub struct Observations {
     pub breaker_opened: BTreeMap<String, (i64, i64)>,
     /// The operator's cancels and the producer's revisions (design §22), and their checks.
     pub cancels: crate::cancels::Cancels,
+    /// The schedule's cron runs, in the order they ended (design §23).
+    pub schedule_runs: Vec<crate::periodic::ScheduleRun>,
+    /// Every job id a schedule run reported submitting (a new row each).
+    pub schedule_submitted: Vec<String>,
 }
 
 impl Observations {
