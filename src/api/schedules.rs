@@ -20,6 +20,10 @@ use crate::schedule::{BadSchedule, Schedule};
 /// A schedule as the API shows it: its configuration and its row.
 fn view(s: &Schedule, state: Option<&ScheduleState>, now: i64) -> Value {
     let mut v = s.to_json();
+    // A sensitive job's payload is never shown, as its jobs' are not (design §17).
+    if v["job"]["sensitive"] == json!(true) {
+        v["job"]["payload"] = json!(crate::seal::REDACTED);
+    }
     v["paused"] = json!(state.is_some_and(|st| st.paused_at.is_some()));
     v["paused_at"] = json!(state.and_then(|st| st.paused_at));
     v["last_period"] = json!(state.and_then(|st| st.last_period));

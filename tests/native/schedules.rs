@@ -181,6 +181,15 @@ fn the_api_lists_each_schedule_with_its_last_and_next_period_and_refuses_what_it
 }
 
 #[test]
+fn a_sensitive_schedule_s_payload_is_not_shown() {
+    let w = world(json!([{"name": "secret", "every_seconds": 60,
+                          "job": {"payload": webhook("s3cret"), "sensitive": true}}]));
+    let listed = w.call("GET", "/schedules", None).body;
+    assert!(!listed.contains("s3cret"), "{listed}");
+    assert!(listed.contains("\"payload\":\"redacted\""), "{listed}");
+}
+
+#[test]
 fn a_bad_schedules_var_is_a_configuration_error_naming_it() {
     let e = Config::from_lookup(|k| {
         (k == "SCHEDULES").then(|| r#"[{"name": "x", "cron": "* * *", "job": {"payload": 1}}]"#.into())
