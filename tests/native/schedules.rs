@@ -208,3 +208,20 @@ fn a_run_that_saw_an_older_period_finishing_late_does_not_move_the_schedule_back
     let states = futures::executor::block_on(ledger.schedule_states()).unwrap();
     assert_eq!((states[0].last_period, states[0].last_job_id.as_deref()), (Some(5 * MIN), Some("new")));
 }
+
+#[test]
+fn a_schedule_s_job_keeps_its_ordering_key_and_limit_key_and_waits_for_a_paused_key() {
+    let w = world(json!([{"name": "beat", "cron": "* * * * *",
+                          "job": {"payload": webhook("beat"), "ordering_key": "beats", "limit_key": "host.test"}}]));
+    let start = w.clock.now_ms();
+    assert_eq!(w.call("PUT", "/keys/beats", Some(json!({"paused": true}))).status, 200);
+    assert_eq!(w.tick().submitted, vec![minute_id(0, start)]);
+    let job = w.job(&minute_id(0, start));
+    assert_eq!((job.ordering_key.as_deref(), job.limit_key.as_deref()), (Some("beats"), Some("host.test")));
+    w.drain();
+    assert!(w.runs().is_empty(), "its ordering key is paused: nothing of it starts");
+    assert_eq!(w.call("PUT", "/keys/beats", Some(json!({"paused": false}))).status, 200);
+    w.drain();
+    assert_eq!(w.runs(), vec![minute_id(0, start)]);
+    assert_eq!(w.job(&minute_id(0, start)).status, Status::Done);
+}
