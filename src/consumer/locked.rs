@@ -597,7 +597,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             return;
         }
         self.keep_alive(held, leases).await;
-        if leases.lost(&job.id, self.clock.now_ms(), self.cfg.refresh_after_ms(self.cfg.lease_seconds)) {
+        let fresh_ms = self.cfg.refresh_after_ms(self.cfg.lease_seconds);
+        if leases.lost(&job.id, self.clock.now_ms(), fresh_ms) {
             // Stalled past the lease: the job may be another invocation's now. Not run here; the
             // message comes back and the ledger decides.
             self.outage(format!("job {:?}: lease lost before it started; not run", job.id));
@@ -605,7 +606,6 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             g.settled.push(Settle::plain(i, Outcome::Defer { delay_seconds }));
             return;
         }
-        let fresh_ms = self.cfg.refresh_after_ms(self.cfg.lease_seconds);
         let ran = self.run_claimed(job, leases.start_by(fresh_ms)).await;
         if let RunEnd::LeaseLost = ran.end {
             // As above: the message comes back and the ledger decides (the hand-back applies only
