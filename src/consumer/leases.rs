@@ -41,7 +41,7 @@ impl Leases {
     /// it, or more than `fresh_ms` ([`Config::refresh_after_ms`]) has passed since the leases were
     /// last confirmed (what is left of them may not cover a run).
     pub(super) fn lost(&self, job: &str, now: i64, fresh_ms: i64) -> bool {
-        now > self.start_by(fresh_ms) || self.held.borrow().as_ref().is_some_and(|held| !held.contains(job))
+        now - self.confirmed_at.get() > fresh_ms || self.held.borrow().as_ref().is_some_and(|held| !held.contains(job))
     }
 
     /// The latest time a run may start and still be covered by the leases as last confirmed.
