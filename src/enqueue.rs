@@ -13,7 +13,7 @@ use crate::app::JobTypes;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::InfraError;
-use crate::ledger::{Ledger, OnDuplicate, Sql};
+use crate::ledger::{AfterDead, Ledger, OnDuplicate, Sql};
 use crate::producer::QueueSender;
 use crate::seal::Sealer;
 
@@ -50,12 +50,22 @@ pub struct Enqueue {
     pub debounce_seconds: Option<u32>,
     /// A debounce's cap from the first submission (default 10 × `debounce_seconds`).
     pub debounce_max_seconds: Option<u32>,
+    /// The ids of jobs it runs after (design §24): it starts once each is DONE. Each must exist
+    /// already, or come earlier in the same `enqueue_all`.
+    pub after: Vec<String>,
+    /// What it does when one of them ends DEAD: `Dead` when `None` (it ends DEAD too), or `Run`.
+    pub after_dead: Option<AfterDead>,
 }
 
 impl Enqueue {
     /// With an ordering key.
     pub fn key(ordering_key: impl Into<String>) -> Self {
         Enqueue { ordering_key: Some(ordering_key.into()), ..Enqueue::default() }
+    }
+
+    /// These options, run after the jobs `ids` as well (design §24).
+    pub fn after<I: Into<String>>(self, ids: impl IntoIterator<Item = I>) -> Self {
+        Enqueue { after: ids.into_iter().map(Into::into).collect(), ..self }
     }
 
     /// These options, under limit key `limit_key` as well.
@@ -105,6 +115,12 @@ impl Enqueue {
         }
         if let Some(s) = self.debounce_max_seconds {
             o.insert("debounce_max_seconds".into(), json!(s));
+        }
+        if !self.after.is_empty() {
+            o.insert("after".into(), json!(self.after));
+        }
+        if let Some(d) = self.after_dead {
+            o.insert("after_dead".into(), json!(d.as_str()));
         }
         Value::Object(o)
     }

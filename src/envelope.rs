@@ -16,8 +16,10 @@ pub const ORDERING_KEY_FIELD: &str = "__fedify_ordering_key__";
 pub const PAYLOAD_FIELD: &str = "__fedify_payload__";
 /// orderly's metadata field.
 pub const JOB_FIELD: &str = "__orderly_job__";
-/// Job options only a submission through the ledger can honour (design §22.3, §22.4).
-const SUBMISSION_ONLY: [&str; 3] = ["on_duplicate", "debounce_seconds", "debounce_max_seconds"];
+/// Job options only a submission through the ledger can honour (design §22.3, §22.4, §24: a
+/// message sent straight to the queue is recorded only when delivered, too late to refuse its
+/// sender a dependency on an unknown job).
+const SUBMISSION_ONLY: [&str; 5] = ["on_duplicate", "debounce_seconds", "debounce_max_seconds", "after", "after_dead"];
 /// Longest ordering key, job id or dedupe key accepted (KV keys are limited to 512 bytes).
 pub const MAX_KEY_BYTES: usize = 256;
 /// Largest message body accepted, as JSON text. Queues caps a message at 128,000 bytes, but a
@@ -451,6 +453,7 @@ mod tests {
             (json!({"type": "t", "__orderly_job__": {"dedupe_key": true}}), "dedupe_key must be a string"),
             (json!({"type": "t", "__orderly_job__": {"dedupe_key": "d", "on_duplicate": "replace"}}), "on_duplicate is an option of a submission"),
             (json!({"type": "t", "__orderly_job__": {"dedupe_key": "d", "debounce_seconds": 2}}), "debounce_seconds is an option"),
+            (json!({"type": "t", "__orderly_job__": {"after": ["a"]}}), "after is an option of a submission"),
             (json!({"type": "t", "__orderly_job__": {"max_attempts": 0}}), "max_attempts"),
             (json!({"type": "t", "__orderly_job__": {"max_attempts": 2.5}}), "max_attempts"),
             (json!({"type": "t", "__orderly_job__": {"max_attempts": "3"}}), "max_attempts"),

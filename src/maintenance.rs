@@ -3,7 +3,9 @@
 //! 1. Reap RUNNING jobs whose lease expired (their invocation died): PENDING and re-sent, or DEAD
 //!    when out of attempts. 2. Re-send PENDING jobs overdue by more than a grace period (their
 //!    message was lost). 3. Strict mode: wake keys whose head is due while nothing runs them (a
-//!    wake-up was lost, or a runner died). 4. Purge DONE rows older than the retention.
+//!    wake-up was lost, or a runner died). 4. Release the jobs waiting on finished jobs that
+//!    nothing released, and register waits a submission left unregistered (design §24).
+//!    5. Purge DONE rows older than the retention.
 
 use serde::Serialize;
 
@@ -11,12 +13,15 @@ use crate::clock::Clock;
 use crate::config::{Config, OrderingMode};
 use crate::error::InfraError;
 use crate::ledger::{JobRow, Ledger, Record, Sql, Status, Transition};
+use crate::operations::Operations;
 use crate::producer::{self, QueueSender};
 
 pub use crate::limits::RESEND_GRACE_MS;
 /// Strict mode: how long a key's head may be due with nothing running it before the cron wakes it.
 /// Well under the cron's one-minute period, so a stalled key is woken by the next run.
 pub const WAKE_GRACE_MS: i64 = 30 * 1000;
+/// How long a submission has to register its waits before maintenance does it (design §24).
+pub const REGISTER_GRACE_MS: i64 = 60 * 1000;
 /// Rows handled per step per run; the next minute's run continues.
 pub const STEP_LIMIT: u32 = 100;
 /// DONE rows deleted per run.
@@ -33,6 +38,8 @@ pub struct Report {
     pub resent: usize,
     /// Strict mode: stalled keys woken.
     pub woken: usize,
+    /// Jobs released from finished jobs they waited on, whose release nothing else made (design §24).
+    pub released: usize,
     /// DONE rows purged.
     pub purged: usize,
     /// Steps that failed, and why (the others still ran).
@@ -63,12 +70,34 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(ledger: &Ledger<S>, queue: &Q
             Err(e) => note("wake", e),
         }
     }
+    match dependents(ledger, queue, clock, cfg, now).await {
+        Ok(n) => report.released = n,
+        Err(e) => note("release dependents", e),
+    }
     let cutoff = now - i64::from(cfg.retention_days) * 86_400_000;
     match ledger.purge(cutoff, PURGE_LIMIT).await {
         Ok(n) => report.purged = n,
         Err(e) => note("purge", e),
     }
     report
+}
+
+/// Dependencies (design §24): registers the waits a submission recorded and never registered
+/// (it died between its steps), then releases the dependents of finished jobs that nothing
+/// released (the finishing invocation died first; the reaper, a deadline or an unsendable
+/// message finished the job). How many dependents were released.
+async fn dependents<S: Sql, Q: QueueSender, C: Clock>(
+    ledger: &Ledger<S>,
+    queue: &Q,
+    clock: &C,
+    cfg: &Config,
+    now: i64,
+) -> Result<usize, InfraError> {
+    let ops = Operations { ledger, queue, clock, cfg };
+    let unregistered = ledger.waits_unregistered(now - REGISTER_GRACE_MS, STEP_LIMIT).await?;
+    let mut released = ops.register(unregistered).await?;
+    released += ops.release_waiters(ledger.waiters_finished(STEP_LIMIT).await?).await?;
+    Ok(released)
 }
 
 fn report_error(errors: &mut Vec<String>, step: &str, e: InfraError) {

@@ -10,8 +10,13 @@ use crate::clock::Clock;
 use crate::config::{Config, OnDead, OrderingMode};
 use crate::error::InfraError;
 use crate::ledger::strict::Skip;
-use crate::ledger::{Cancel, CancelFilter, JobRow, Ledger, Redrive, Sql, Status};
+use crate::ledger::deps::{Released, Wait, Waiter};
+use crate::ledger::{Cancel, CancelFilter, JobRow, Ledger, Redrive, Route, Sql, Status};
 use crate::producer::{self, QueueSender};
+
+/// How many levels of dependents one release ends DEAD in turn when a job they run after is DEAD
+/// (design §24); deeper ones are maintenance's next run.
+pub const CASCADE_ROUNDS: usize = 8;
 
 /// The ports an operation works with, for one request.
 pub struct Operations<'a, S: Sql, Q, C> {
@@ -129,10 +134,17 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
     }
 
     /// After cancelling `jobs`: each ordering key's next job is woken (in strict mode the key's
-    /// new head; in lock mode a job put off behind the cancelled holder), and each limit key's
-    /// line gives up their places and hands on the slots handed to them. The ids of the ordering
-    /// keys' jobs woken.
+    /// new head; in lock mode a job put off behind the cancelled holder), each limit key's line
+    /// gives up their places and hands on the slots handed to them, and the jobs waiting on them
+    /// are released (design §24). The ids of the ordering keys' jobs woken.
     pub async fn moved_on(&self, jobs: &[JobRow], now: i64) -> Result<Vec<String>, InfraError> {
+        let woken = self.keys_moved_on(jobs, now).await?;
+        self.release_dependents(jobs).await?;
+        Ok(woken)
+    }
+
+    /// [`Self::moved_on`] for the keys only.
+    async fn keys_moved_on(&self, jobs: &[JobRow], now: i64) -> Result<Vec<String>, InfraError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -159,6 +171,73 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
         producer::send_all(self.queue, msgs).await?;
         producer::wake(self.ledger, self.queue, &handed, 1, None).await?;
         Ok(woken)
+    }
+
+    /// Registers a submission's waits in their dependencies' shards (design §24), then releases
+    /// the dependents from dependencies that had already finished. Returns how many dependents
+    /// were released. Should this fail part way, the waits left unregistered are maintenance's.
+    pub async fn register(&self, waits: Vec<Wait>) -> Result<usize, InfraError> {
+        if waits.is_empty() {
+            return Ok(0);
+        }
+        let stands = self.ledger.register(&waits).await?;
+        let (mut open, mut finished) = (Vec::new(), Vec::new());
+        for (wait, on) in waits.into_iter().zip(stands) {
+            match on {
+                // Gone: only a DONE job is purged, and it was found when the job was submitted.
+                None => finished.push(Waiter { wait, on_status: Status::Done }),
+                Some(s) if s.is_finished() => finished.push(Waiter { wait, on_status: s }),
+                Some(_) => open.push(wait),
+            }
+        }
+        self.ledger.registered(&open).await?;
+        self.release_waiters(finished).await
+    }
+
+    /// Releases the jobs waiting on `finished` jobs (design §24): those DONE or DEAD. Returns how
+    /// many dependents were released.
+    pub async fn release_dependents(&self, finished: &[JobRow]) -> Result<usize, InfraError> {
+        let finished: Vec<(String, Route, Status)> =
+            finished.iter().filter(|j| j.status.is_finished()).map(|j| (j.id.clone(), j.route(), j.status)).collect();
+        let waiters = self.ledger.waiters(&finished).await?;
+        self.release_waiters(waiters).await
+    }
+
+    /// Releases each waiter's dependent from its finished dependency, each in its shard: one that
+    /// waits on nothing more is sent (due, it runs; a paused key or a full limit holds it as any
+    /// job); one whose dependency is DEAD ends DEAD too unless it runs anyway, and its own
+    /// dependents are released in turn (up to [`CASCADE_ROUNDS`] levels here; deeper ones by
+    /// maintenance), and its keys move on as after a cancel. The waiter rows go last, so a
+    /// release cut short is found again by maintenance (`waiters_finished.sql`); a release
+    /// repeated changes nothing. Returns how many dependents were released.
+    pub async fn release_waiters(&self, mut waiters: Vec<Waiter>) -> Result<usize, InfraError> {
+        let now = self.clock.now_ms();
+        let (mut msgs, mut died, mut released) = (Vec::new(), Vec::new(), 0);
+        for _ in 0..CASCADE_ROUNDS {
+            if waiters.is_empty() {
+                break;
+            }
+            let answers = self.ledger.release_waits(&waiters, now).await?;
+            self.ledger.waiters_done(&waiters).await?;
+            released += waiters.len();
+            let mut round = Vec::new();
+            for r in answers {
+                match r {
+                    Released { job: Some(job), died: true, .. } => round.push(job),
+                    Released { job: Some(job), waits: false, .. } if job.status == Status::Pending => {
+                        let delay = crate::limits::seconds_until(now, job.next_run_at);
+                        msgs.extend(producer::message_for(&job, delay));
+                    }
+                    _ => {}
+                }
+            }
+            let dead: Vec<(String, Route, Status)> = round.iter().map(|j| (j.id.clone(), j.route(), Status::Dead)).collect();
+            waiters = self.ledger.waiters(&dead).await?;
+            died.extend(round);
+        }
+        self.keys_moved_on(&died, now).await?;
+        producer::send_all(self.queue, msgs).await?;
+        Ok(released)
     }
 
     /// Makes a DEAD job PENDING again, a new run from its first attempt, and sends it.

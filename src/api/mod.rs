@@ -36,7 +36,10 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::ledger::deps::Wait;
 use crate::ledger::{CancelFilter, Enqueued, JobRow, ListFilter, Redrive, Sql, Status, Submit, MAX_PRIORITY};
+// A job's place among the ledger's shards (`api::Route` is a request's route).
+use crate::ledger::Route as Place;
 use crate::operations::{Cancelled, Redriven};
 use crate::producer::{self, QueueSender};
 #[cfg(any(test, feature = "testing"))]
@@ -138,15 +141,20 @@ impl Submission {
 /// How a parsed job is recorded: due after its delay; in strict mode, a job due now under a
 /// limit key with a concurrency is recorded parked when it is its ordering key's next, to wait in
 /// the limit key's line rather than in the queue (design §20.12).
-fn submit_of<'a>(cfg: &Config, job: &'a Parsed, now: i64) -> Submit<'a> {
+/// A job that runs after others (design §24) is never recorded parked: it waits for them first,
+/// and asks for its start when their finish sends it.
+fn submit_of<'a>(cfg: &Config, job: &'a Parsed, after: &'a [(String, Place)], now: i64) -> Submit<'a> {
     let limited = job.spec.limit_key.as_deref().is_some_and(|k| cfg.limits.for_key(k).concurrency.is_some());
-    let parks = cfg.ordering_mode == crate::config::OrderingMode::Strict && job.delay == 0 && limited;
+    let parks =
+        cfg.ordering_mode == crate::config::OrderingMode::Strict && job.delay == 0 && limited && after.is_empty();
     Submit {
         spec: &job.spec,
         due_at: now + i64::from(job.delay) * 1000,
         parks_until: parks.then(|| now + i64::from(crate::flow::PARKED_RECHECK_SECONDS) * 1000),
         on_duplicate: job.on_duplicate,
         debounce_until: job.debounce_until,
+        after,
+        after_dead: job.after_dead,
     }
 }
 
@@ -351,27 +359,26 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         if items.len() > MAX_JOBS_PER_REQUEST {
             return Ok(Submission::refused(413, None, format!("more than {MAX_JOBS_PER_REQUEST} jobs in one request")));
         }
-        let mut jobs = Vec::with_capacity(items.len());
         let now = self.clock.now_ms();
-        for (i, item) in items.into_iter().enumerate() {
-            match parse_job(item, cfg, self.types, self.sealer.is_some(), (self.new_id)(), now) {
-                Ok(j) => jobs.push(j),
-                Err(e) => return Ok(Submission::refused(e.status(), Some(i), e.to_string())),
-            }
-        }
-        // Sensitive payloads reach D1 sealed, never as plain text.
-        for job in jobs.iter_mut().filter(|j| j.sensitive) {
-            if let (Some(sealer), Some(plain)) = (self.sealer, job.spec.payload.as_deref()) {
-                job.spec.payload = Some(sealer.seal(&job.spec.id, plain).await?);
-            }
-        }
-        let due: Vec<Submit<'_>> = jobs.iter().map(|j| submit_of(cfg, j, now)).collect();
+        let jobs = match self.parse_all(cfg, items, now).await? {
+            Ok(jobs) => jobs,
+            Err(refused) => return Ok(refused),
+        };
+        let after = match self.dependencies(&jobs).await? {
+            Ok(after) => after,
+            Err(refused) => return Ok(Submission::Refused(refused)),
+        };
+        let due: Vec<Submit<'_>> = jobs.iter().zip(&after).map(|(j, a)| submit_of(cfg, j, a, now)).collect();
         let recorded = self.ledger.submit_all(&due, now).await?;
         let parks: Vec<bool> = due.iter().map(|d| d.parks_until.is_some()).collect();
         let mut answer = Vec::with_capacity(jobs.len());
-        let (mut to_send, mut lined, mut cancelled) = (Vec::new(), Vec::new(), Vec::new());
-        for ((recorded, Parsed { msg, .. }), parks) in recorded.into_iter().zip(jobs).zip(parks) {
+        let (mut to_send, mut lined, mut cancelled, mut waits) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Where this request's jobs were recorded: a job named again by its id is the job the
+        // ledger had, wherever its keys put it.
+        let mut routes: std::collections::HashMap<String, Place> = std::collections::HashMap::new();
+        for (((recorded, Parsed { msg, .. }), parks), after) in recorded.into_iter().zip(jobs).zip(parks).zip(&after) {
             let Enqueued { job, inserted, superseded } = recorded;
+            routes.insert(job.id.clone(), job.route());
             let replaced = !inserted && superseded.as_ref().is_some_and(|held| held.id == job.id);
             answer.push(Submitted {
                 id: job.id.clone(),
@@ -384,6 +391,13 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             cancelled.extend(superseded.filter(|held| held.status == Status::Dead));
             match (inserted, job.parked, parks) {
                 (false, ..) => {}
+                // It waits for the jobs it runs after; the last of them to finish sends it.
+                (true, ..) if !after.is_empty() => waits.extend(after.iter().map(|(on_id, on_route)| Wait {
+                    job_id: job.id.clone(),
+                    job_route: job.route(),
+                    on_id: on_id.clone(),
+                    on_route: routes.get(on_id).copied().unwrap_or(*on_route),
+                })),
                 // The head of its key's jobs: it waits in its limit key's line (design §20.12).
                 (true, true, _) => lined.push(job),
                 // Behind an open job of its key under a limited policy: the key's chain reaches it,
@@ -394,11 +408,79 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         }
         let sent = producer::send_all(self.queue, to_send).await;
         let woken = self.line_up(cfg, &lined, now).await;
-        let moved_on = self.operations(cfg).moved_on(&cancelled, now).await;
-        if let Err(e) = sent.and(woken).and(moved_on) {
+        let moved_on = self.operations(cfg).moved_on(&cancelled, now).await.map(drop);
+        // Should registering fail, the waits stay unregistered and maintenance registers them.
+        let registered = self.operations(cfg).register(waits).await.map(drop);
+        if let Err(e) = sent.and(woken).and(moved_on).and(registered) {
             return Ok(Submission::Unsent { jobs: answer, error: e.to_string() });
         }
         Ok(Submission::Accepted(answer))
+    }
+
+    /// Reads and checks each job, its payload sealed if sensitive: all of them, or the refusal of
+    /// the first bad one.
+    async fn parse_all(
+        &self,
+        cfg: &Config,
+        items: Vec<Value>,
+        now: i64,
+    ) -> Result<Result<Vec<Parsed>, Submission>, crate::error::InfraError> {
+        let mut jobs = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            match parse_job(item, cfg, self.types, self.sealer.is_some(), (self.new_id)(), now) {
+                Ok(j) => jobs.push(j),
+                Err(e) => return Ok(Err(Submission::refused(e.status(), Some(i), e.to_string()))),
+            }
+        }
+        // Sensitive payloads reach D1 sealed, never as plain text.
+        for job in jobs.iter_mut().filter(|j| j.sensitive) {
+            if let (Some(sealer), Some(plain)) = (self.sealer, job.spec.payload.as_deref()) {
+                job.spec.payload = Some(sealer.seal(&job.spec.id, plain).await?);
+            }
+        }
+        Ok(Ok(jobs))
+    }
+
+    /// The jobs each job runs after (design §24), with where each lives; or why the submission is
+    /// refused: a job named that is not in the ledger nor earlier in this request (so no cycle
+    /// can be built), or one earlier in this request with a dedupe key (it may be recorded as a
+    /// duplicate of another job, and then there would be nothing to wait on).
+    async fn dependencies(&self, jobs: &[Parsed]) -> Result<Result<Vec<Vec<(String, Place)>>, Refusal>, crate::error::InfraError> {
+        let refused = |i: usize, e: String| Ok(Err(Refusal { status: 400, index: Some(i), error: e }));
+        let mut outside: Vec<&str> = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            for dep in &job.after {
+                match jobs.iter().position(|j| &j.spec.id == dep) {
+                    Some(j) if j > i => {
+                        return refused(i, format!("\"after\" names {dep:?}, which this request submits later: a job must come after the jobs it runs after"))
+                    }
+                    Some(j) if jobs[j].spec.dedupe_key.is_some() => {
+                        return refused(i, format!("\"after\" names {dep:?}, submitted in this request with a dedupe key: it may be recorded as a duplicate of another job; submit it first"))
+                    }
+                    Some(_) => {}
+                    None => outside.push(dep),
+                }
+            }
+        }
+        outside.sort_unstable();
+        outside.dedup();
+        let found = if outside.is_empty() { Vec::new() } else { self.ledger.get_all(&outside).await? };
+        let mut after = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.iter().enumerate() {
+            let mut deps = Vec::with_capacity(job.after.len());
+            for dep in &job.after {
+                let route = match jobs.iter().find(|j| &j.spec.id == dep) {
+                    Some(j) => j.spec.route(),
+                    None => match outside.iter().position(|o| *o == dep).and_then(|p| found.get(p)).cloned().flatten() {
+                        Some(row) => row.route(),
+                        None => return refused(i, format!("\"after\" names {dep:?}: no such job")),
+                    },
+                };
+                deps.push((dep.clone(), route));
+            }
+            after.push(deps);
+        }
+        Ok(Ok(after))
     }
 
     /// Puts jobs recorded parked in their limit keys' lines, one batch per key, the keys' batches
@@ -517,7 +599,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             "id": j.id, "type": j.job_type, "status": j.status, "ordering_key": j.ordering_key,
             "attempts": j.attempts, "max_attempts": j.max_attempts, "snoozes": j.snoozes, "priority": j.priority,
             "next_run_at": j.next_run_at, "created_at": j.created_at, "updated_at": j.updated_at,
-            "finished_at": j.finished_at,
+            "finished_at": j.finished_at, "waiting_on": j.waiting_on,
         });
         Ok(ApiResponse::json(200, json!({ "job": job })))
     }

@@ -9,7 +9,7 @@ use crate::config::{Config, MAX_DELAY_SECONDS};
 use crate::envelope::{
     checked_id, checked_key, checked_max_attempts, checked_priority, checked_timeout, Envelope, JobMeta,
 };
-use crate::ledger::{CancelFilter, DeadFilter, JobSpec, OnDuplicate, DEFAULT_PRIORITY};
+use crate::ledger::{AfterDead, CancelFilter, DeadFilter, JobSpec, OnDuplicate, DEFAULT_PRIORITY};
 use crate::limits::MAX_DEADLINE_SECONDS;
 use crate::producer::{self, OutMessage, MAX_MESSAGE_BYTES, MAX_PAYLOAD_BYTES};
 use crate::seal::FEDIFY_TYPE;
@@ -50,7 +50,14 @@ pub(super) struct Parsed {
     pub(super) on_duplicate: OnDuplicate,
     /// Debounced (design §22.4): the latest newer submissions may put its start off to, ms.
     pub(super) debounce_until: Option<i64>,
+    /// The ids of the jobs it runs after (design §24), unique, not its own.
+    pub(super) after: Vec<String>,
+    /// What it does when one of them ends DEAD.
+    pub(super) after_dead: AfterDead,
 }
+
+/// The most jobs one job may run after (design §24): each is a row and a wake-up.
+pub const MAX_AFTER: usize = 100;
 
 /// The longest a debounce may hold a job from its first submission: Queues' longest delay.
 pub const MAX_DEBOUNCE_SECONDS: u32 = MAX_DELAY_SECONDS;
@@ -72,6 +79,8 @@ struct Fields {
     on_duplicate: OnDuplicate,
     /// (quiet period, cap), seconds.
     debounce: Option<(u32, u32)>,
+    after: Vec<String>,
+    after_dead: AfterDead,
 }
 
 fn key_field(o: &mut Map<String, Value>, f: &str) -> Result<Option<String>, BadInput> {
@@ -134,6 +143,7 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
         None | Some(Value::Null) => None,
         Some(v) => Some(checked_timeout(&v).map_err(invalid)?),
     };
+    let (after, after_dead) = dependencies(&mut o, &id)?;
     if let Some(k) = o.keys().next() {
         return Err(BadInput::invalid(format!("unknown field {k:?}")));
     }
@@ -150,7 +160,46 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
         timeout_seconds,
         on_duplicate,
         debounce,
+        after,
+        after_dead,
     })
+}
+
+/// Reads `after` and `after_dead` (design §24): the ids of the jobs this one runs after, at most
+/// [`MAX_AFTER`], none twice and not its own; whether they exist is the submission's to check.
+fn dependencies(o: &mut Map<String, Value>, id: &str) -> Result<(Vec<String>, AfterDead), BadInput> {
+    let after = match o.remove("after") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(ids)) => {
+            if ids.len() > MAX_AFTER {
+                return Err(BadInput::TooLarge(format!("\"after\" names more than {MAX_AFTER} jobs")));
+            }
+            let mut after: Vec<String> = Vec::with_capacity(ids.len());
+            for v in ids {
+                let Value::String(dep) = v else { return Err(BadInput::invalid("\"after\" must be an array of job ids")) };
+                let dep = checked_id("after", dep).map_err(|e| BadInput::invalid(e.to_string()))?;
+                if dep == id {
+                    return Err(BadInput::invalid(format!("\"after\" names the job itself ({id:?})")));
+                }
+                if after.contains(&dep) {
+                    return Err(BadInput::invalid(format!("\"after\" names {dep:?} twice")));
+                }
+                after.push(dep);
+            }
+            after
+        }
+        Some(_) => return Err(BadInput::invalid("\"after\" must be an array of job ids")),
+    };
+    let after_dead = match o.remove("after_dead") {
+        None | Some(Value::Null) => AfterDead::Dead,
+        Some(Value::String(s)) => AfterDead::parse(&s)
+            .ok_or_else(|| BadInput::invalid(format!("\"after_dead\" must be \"dead\" or \"run\", not {s:?}")))?,
+        Some(_) => return Err(BadInput::invalid("\"after_dead\" must be \"dead\" or \"run\"")),
+    };
+    if after.is_empty() && after_dead == AfterDead::Run {
+        return Err(BadInput::invalid("\"after_dead\" needs \"after\""));
+    }
+    Ok((after, after_dead))
 }
 
 /// Reads `on_duplicate`, `debounce_seconds` and `debounce_max_seconds` (design §22.3, §22.4):
@@ -273,7 +322,8 @@ pub(super) fn parse_job(
         priority: f.priority.unwrap_or(DEFAULT_PRIORITY),
     };
     let debounce_until = f.debounce.map(|(_, cap)| now + i64::from(cap) * 1000);
-    Ok(Parsed { spec, msg, delay: f.delay, sensitive, on_duplicate: f.on_duplicate, debounce_until })
+    let (delay, on_duplicate, after, after_dead) = (f.delay, f.on_duplicate, f.after, f.after_dead);
+    Ok(Parsed { spec, msg, delay, sensitive, on_duplicate, debounce_until, after, after_dead })
 }
 
 /// A bulk operation's body, `{"filter": {...}, "dry_run"?: bool}`: its filter's fields and

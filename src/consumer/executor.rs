@@ -235,7 +235,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             actor: self.owner.clone(),
         };
         let record = Record { transition, run: Some(run) };
-        let recorded = matches!(self.ledger.record_all(std::slice::from_ref(&record)).await.as_deref(), Ok([true]));
+        let recorded = matches!(self.record_all(std::slice::from_ref(&record)).await.as_deref(), Ok([true]));
         Ran { record, end: RunEnd::Cancelled { recorded } }
     }
 

@@ -394,7 +394,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             decided.push((s.index, s.outcome, at, guarded));
             records.extend(s.record);
         }
-        let applied = match self.ledger.record_all(&records).await {
+        let applied = match self.record_all(&records).await {
             Ok(applied) => Some(applied),
             Err(e) => {
                 self.outage(format!("results not recorded, their messages are deferred: {e}"));

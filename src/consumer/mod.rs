@@ -90,6 +90,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         };
         self.give_back(&woken).await;
         self.send_woken().await;
+        self.release_dependents().await;
         out
     }
 
@@ -219,7 +220,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         owners.sort();
         owners.dedup();
         let ledger = &self.ledger;
-        if let Err(e) = ledger.record_all(&records).await {
+        if let Err(e) = self.record_all(&records).await {
             return self.outage(format!("panics not recorded, left to their leases: {e}"));
         }
         // The other jobs those invocations were running died with them: their runs end now.

@@ -6,7 +6,8 @@
 use std::cell::RefCell;
 
 use crate::config::Config;
-use crate::ledger::{JobRow, Ledger, Status, Transition};
+use crate::ledger::{JobRow, Ledger, Record, Route, Sql, Status, Transition};
+use crate::error::InfraError;
 use crate::log::Event;
 use crate::seal::Sealer;
 
@@ -38,6 +39,9 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     /// Woken jobs whose handed slot this batch has dealt with: taken over by their ask, or given
     /// back; the batch gives back the rest when it ends (see `Consumer::give_back`).
     pub(super) slots_dealt: RefCell<std::collections::HashSet<String>>,
+    /// Jobs this batch finished that other jobs wait on (design §24), `(id, route, status)`:
+    /// their dependents are released when the batch ends.
+    pub(super) finished: RefCell<Vec<(String, Route, Status)>>,
     /// Waits that many ms (the worker's timer), so a throttled start due within
     /// [`PACE_MS`](super::gate::PACE_MS) is waited for here instead of sent back; none: never waited for.
     pub(super) sleep: Option<&'a Sleep<'a>>,
@@ -80,6 +84,7 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
             sealer: None,
             woken: RefCell::default(),
             slots_dealt: RefCell::default(),
+            finished: RefCell::default(),
             sleep: None,
         }
     }
@@ -110,6 +115,11 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
         Consumer { sleep: Some(sleep), ..self }
     }
 
+    /// Notes jobs this batch finished that other jobs wait on.
+    pub(super) fn finished_waited(&self, jobs: impl IntoIterator<Item = (String, Route, Status)>) {
+        self.finished.borrow_mut().extend(jobs);
+    }
+
     pub(super) fn outage(&self, message: String) {
         (self.log)(&Event::Outage { message });
     }
@@ -131,5 +141,34 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
     pub(super) fn defer(&self, job: &JobRow, at: i64, next_run_at: i64) -> Transition {
         let owner = self.owner.clone();
         Transition::Defer { id: job.id.clone(), route: job.route(), owner, at, next_run_at, parked: false }
+    }
+}
+
+impl<K, S: Sql, R, C, Q> Consumer<'_, K, S, R, C, Q> {
+    /// Applies records ([`Ledger::record_all`]), noting the jobs they finished that other jobs
+    /// wait on, whose release the batch's end sends (design §24).
+    pub(super) async fn record_all(&self, records: &[Record]) -> Result<Vec<bool>, InfraError> {
+        let (applied, waited) = self.ledger.record_all_waking(records).await?;
+        self.finished_waited(waited);
+        Ok(applied)
+    }
+}
+
+impl<K, S: Sql, R, C: crate::clock::Clock, Q: crate::producer::QueueSender> Consumer<'_, K, S, R, C, Q> {
+    /// Releases the jobs waiting on the jobs this batch finished (design §24), once the batch is
+    /// recorded. Best effort: a release not made is maintenance's (`waiters_finished.sql`).
+    pub(super) async fn release_dependents(&self) {
+        let finished = std::mem::take(&mut *self.finished.borrow_mut());
+        if finished.is_empty() {
+            return;
+        }
+        let ops = crate::operations::Operations { ledger: &self.ledger, queue: self.queue, clock: self.clock, cfg: self.cfg };
+        let waiters = match self.ledger.waiters(&finished).await {
+            Ok(w) => w,
+            Err(e) => return self.outage(format!("jobs waiting on finished jobs not released (maintenance will): {e}")),
+        };
+        if let Err(e) = ops.release_waiters(waiters).await {
+            self.outage(format!("jobs waiting on finished jobs not released (maintenance will): {e}"));
+        }
     }
 }

@@ -31,7 +31,7 @@ use crate::clock::Clock;
 use crate::config::OnDead;
 use crate::handlers::Runner;
 use crate::ledger::strict::{ClaimSpec, Intake, KeyIntake, KeyState, Parked};
-use crate::ledger::{JobRow, JobSpec, Lease, Record, Sql, Status, Transition};
+use crate::ledger::{JobRow, JobSpec, Lease, Record, Route, Sql, Status, Transition};
 use crate::lock::Kv;
 use crate::producer::{self, OutMessage, QueueSender};
 
@@ -197,7 +197,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         self.run_chains(intook.chains, order, &budget, now).await;
         if !intook.clashes.is_empty() {
             let (at, records): (Vec<usize>, Vec<Record>) = intook.clashes.into_iter().unzip();
-            let recorded = self.ledger.record_all(&records).await.is_ok();
+            let recorded = self.record_all(&records).await.is_ok();
             intook.outcomes.extend(at.into_iter().map(|i| (i, if recorded { Outcome::Ack } else { infra })));
         }
         intook.outcomes
@@ -353,6 +353,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     return None;
                 }
             };
+            self.finished_waited(step.waited.into_iter().map(|(id, status)| (id, Route::key(key), status)));
             if step.recorded.iter().any(|ok| !ok) {
                 self.outage(format!("key {key:?}: a lease was lost before its result was recorded"));
             }

@@ -129,6 +129,14 @@ pub struct JobRow {
     /// Debounced: the latest newer submissions may put its start off to, ms (§22.4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub debounce_until: Option<i64>,
+    /// The dependencies it still waits on (design §24), as a read of one job (`get.sql`) gives
+    /// them; empty elsewhere.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting_on: Vec<String>,
+    /// Read back by the transition that finished it (`complete.sql`, `fail.sql`): jobs wait on it
+    /// (design §24). `false` wherever not read.
+    #[serde(skip)]
+    pub waited: bool,
 }
 
 // serde's `serialize_with` hands over the field as it is: `&Option<String>`.
@@ -196,6 +204,10 @@ impl JobRow {
             cancel_requested_at: int("cancel_requested_at"),
             superseded_at: int("superseded_at"),
             debounce_until: int("debounce_until"),
+            waiting_on: text("waiting_on")
+                .and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
+                .unwrap_or_default(),
+            waited: int("waited") == Some(1),
         })
     }
 
@@ -248,13 +260,50 @@ pub struct Submit<'a> {
     /// Debounced (design §22.4): the latest it may be put off to by newer submissions (its first
     /// submission plus its cap). A replacement then puts the holder's start off to `due_at`.
     pub debounce_until: Option<i64>,
+    /// The jobs it runs after (design §24), each with its route: recorded with it, in its batch.
+    pub after: &'a [(String, Route)],
+    /// What it does when one of them ends DEAD.
+    pub after_dead: AfterDead,
 }
 
 #[cfg(any(test, feature = "testing"))]
 impl<'a> Submit<'a> {
     /// A job due at `due_at`, sent as ever.
     pub fn due(spec: &'a JobSpec, due_at: i64) -> Self {
-        Submit { spec, due_at, parks_until: None, on_duplicate: OnDuplicate::Keep, debounce_until: None }
+        Submit {
+            spec,
+            due_at,
+            parks_until: None,
+            on_duplicate: OnDuplicate::Keep,
+            debounce_until: None,
+            after: &[],
+            after_dead: AfterDead::Dead,
+        }
+    }
+}
+
+/// What a job does when a job it runs after ends DEAD (design §24).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AfterDead {
+    /// It ends DEAD too, saying which (the default).
+    #[default]
+    Dead,
+    /// It runs anyway, as if that one had succeeded.
+    Run,
+}
+
+impl AfterDead {
+    /// As `POST /jobs` names it.
+    pub fn parse(s: &str) -> Option<AfterDead> {
+        [AfterDead::Dead, AfterDead::Run].into_iter().find(|o| o.as_str() == s)
+    }
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AfterDead::Dead => "dead",
+            AfterDead::Run => "run",
+        }
     }
 }
 

@@ -28,6 +28,7 @@ pub mod conformance;
 pub mod d1;
 #[cfg(target_arch = "wasm32")]
 pub mod durable;
+pub mod deps;
 pub mod history;
 mod job;
 pub mod limit;
@@ -55,7 +56,7 @@ pub mod transition;
 pub use crate::limits::{DEFAULT_PRIORITY, MAX_PRIORITY};
 #[cfg(any(test, feature = "testing"))]
 pub use job::{Counts, DeadMatches};
-pub use job::{Cancel, CancelFilter, Claimed, DeadFilter, Enqueued, JobRow, JobSpec, Lease, ListFilter, OnDuplicate, Redrive, Sent, Status, Submit};
+pub use job::{AfterDead, Cancel, CancelFilter, Claimed, DeadFilter, Enqueued, JobRow, JobSpec, Lease, ListFilter, OnDuplicate, Redrive, Sent, Status, Submit};
 pub use route::Route;
 pub use shards::Ledger;
 #[cfg(any(test, feature = "testing"))]

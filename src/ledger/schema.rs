@@ -33,6 +33,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0014_parked_jobs.sql", include_str!("../../migrations/0014_parked_jobs.sql")),
     ("0015_cancel_and_supersede.sql", include_str!("../../migrations/0015_cancel_and_supersede.sql")),
     ("0016_schedules.sql", include_str!("../../migrations/0016_schedules.sql")),
+    ("0017_dependencies.sql", include_str!("../../migrations/0017_dependencies.sql")),
 ];
 
 /// The schema this code's SQL is written for: how many migrations it has.
@@ -232,15 +233,16 @@ mod tests {
                 "0013_key_pauses.sql",
                 "0014_parked_jobs.sql",
                 "0015_cancel_and_supersede.sql",
-                "0016_schedules.sql"
+                "0016_schedules.sql",
+                "0017_dependencies.sql"
             ])
         );
         let why = behind.refusal().unwrap_or_default();
-        assert!(why.contains("9 of 16") && why.contains("POST /admin/migrate"), "{why}");
+        assert!(why.contains("9 of 17") && why.contains("POST /admin/migrate"), "{why}");
         assert!(Standing::of(&[]).refusal().unwrap_or_default().contains("no orderly ledger yet"));
         let mut newer = all.clone();
-        newer.push("0017_next.sql".into());
-        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0017_next.sql".into()]));
+        newer.push("0018_next.sql".into());
+        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0018_next.sql".into()]));
         assert!(Standing::of(&newer).refusal().unwrap_or_default().contains("newer than this orderly's"));
     }
 }

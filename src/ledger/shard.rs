@@ -128,6 +128,9 @@ impl<S: Sql> Shard<S> {
             stmts.extend(stmt::supersede(s, now));
             at.push((before, stmts.len()));
             stmts.push(stmt::enqueue(s, now));
+            if !s.after.is_empty() {
+                stmts.push(stmt::wait_add(&s.spec.id, s.after_dead, now, s.after));
+            }
         }
         let out = self.sql.batch(stmts).await?;
         let rows = |i: usize| out.get(i).map(Vec::as_slice).unwrap_or_default();

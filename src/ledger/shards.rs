@@ -17,7 +17,7 @@ use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::schedule::ScheduleState;
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
-use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
+use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::transition::{Record, RecordedDead};
 use super::route::Route;
 use super::shard::Shard;
@@ -72,7 +72,7 @@ impl<S: Sql> Ledger<S> {
     /// Splits `items` by shard, runs `f` on each shard touched with its items (in their order),
     /// every shard at once, and puts the answers back in the order of `items`. Any shard's error is
     /// the call's error (what the other shards applied stands, as after a lost answer).
-    async fn routed<'t, T, R>(
+    pub(super) async fn routed<'t, T, R>(
         &self,
         items: &'t [T],
         route: impl Fn(&T) -> Route,
@@ -317,10 +317,29 @@ impl<S: Sql> Ledger<S> {
     /// Applies records, in order, one round trip per shard: for each, whether its transition
     /// changed its row (a guarded one that did not: the lease was lost).
     pub async fn record_all(&self, records: &[Record]) -> Result<Vec<bool>, InfraError> {
+        Ok(self.record_all_waking(records).await?.0)
+    }
+
+    /// [`Self::record_all`], and the jobs it finished that other jobs wait on (design §24):
+    /// `(id, route, status)` each, for their dependents' release.
+    pub async fn record_all_waking(
+        &self,
+        records: &[Record],
+    ) -> Result<(Vec<bool>, Vec<(String, Route, Status)>), InfraError> {
         if records.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
-        self.routed(records, |r| r.transition.route(), async |s, part| s.record_all(&part).await).await
+        let out = self.routed(records, |r| r.transition.route(), async |s, part| s.record_all(&part).await).await?;
+        let mut waited = Vec::new();
+        let applied = records
+            .iter()
+            .zip(out)
+            .map(|(r, (applied, finished))| {
+                waited.extend(finished.map(|(id, status)| (id, r.transition.route(), status)));
+                applied
+            })
+            .collect();
+        Ok((applied, waited))
     }
 
     /// Records jobs that can never run DEAD with their errors, one round trip per shard, and reads

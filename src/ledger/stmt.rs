@@ -495,3 +495,44 @@ pub fn schedule_seen(name: &str, period: i64, job_id: Option<&str>, now: i64) ->
 pub fn schedule_pause(name: &str, paused_at: Option<i64>) -> Stmt {
     with(sql!("schedule_pause"), [("name", name.into()), ("paused_at", paused_at.into())])
 }
+/// A submitted job's dependencies, `(id, route)` each, recorded only if its insert made it (§24).
+pub fn wait_add(job_id: &str, on_dead: super::job::AfterDead, now: i64, deps: &[(String, super::route::Route)]) -> Stmt {
+    let deps = Value::Array(deps.iter().map(|(id, r)| serde_json::json!([id, r.to_text()])).collect()).to_string();
+    with(sql!("wait_add"), [("id", job_id.into()), ("on_dead", on_dead.as_str().into()), ("now", now.into()), ("deps", deps.into())])
+}
+/// In the dependency's shard: `job_id` (living at `job_route`) waits on `on_id`, if unfinished.
+pub fn wait_register(on_id: &str, job_id: &str, job_route: super::route::Route) -> Stmt {
+    with(sql!("wait_register"), [("on_id", on_id.into()), ("job_id", job_id.into()), ("job_route", job_route.to_text().into())])
+}
+/// In the dependent's shard: its wait on `on_id` is registered.
+pub fn wait_registered(job_id: &str, on_id: &str) -> Stmt {
+    with(sql!("wait_registered"), [("job_id", job_id.into()), ("on_id", on_id.into())])
+}
+/// In the dependent's shard: `on_id` ended DEAD; the dependent ends DEAD too unless it runs anyway.
+pub fn wait_dead(job_id: &str, on_id: &str, now: i64, error: &str) -> Stmt {
+    with(sql!("wait_dead"), [("job_id", job_id.into()), ("on_id", on_id.into()), ("now", now.into()), ("error", error.into())])
+}
+/// In the dependent's shard: it no longer waits on `on_id`.
+pub fn wait_release(job_id: &str, on_id: &str) -> Stmt {
+    with(sql!("wait_release"), [("job_id", job_id.into()), ("on_id", on_id.into())])
+}
+/// A dependent's row and whether it still waits.
+pub fn waiting(id: &str) -> Stmt {
+    with(sql!("waiting"), [("id", id.into())])
+}
+/// The jobs waiting on `on_id`.
+pub fn waiters(on_id: &str) -> Stmt {
+    with(sql!("waiters"), [("on_id", on_id.into())])
+}
+/// `job_id` is released from `on_id`.
+pub fn waiter_done(on_id: &str, job_id: &str) -> Stmt {
+    with(sql!("waiter_done"), [("on_id", on_id.into()), ("job_id", job_id.into())])
+}
+/// Maintenance: waiters of finished jobs, left unreleased.
+pub fn waiters_finished(limit: u32) -> Stmt {
+    with(sql!("waiters_finished"), [("limit", limit.into())])
+}
+/// Maintenance: waits recorded before `before` and never registered.
+pub fn waits_unregistered(before: i64, limit: u32) -> Stmt {
+    with(sql!("waits_unregistered"), [("before", before.into()), ("limit", limit.into())])
+}

@@ -84,6 +84,8 @@ fn at(out: &[Vec<Row>], i: usize) -> &[Row] {
 pub struct Step {
     /// Per record statement: whether it changed its row (false: our lease was lost).
     pub recorded: Vec<bool>,
+    /// The jobs it finished that other jobs wait on (design §24), with how they finished.
+    pub waited: Vec<(String, super::job::Status)>,
     /// The key afterwards.
     pub state: KeyState,
 }
@@ -183,9 +185,10 @@ impl<S: Sql> Shard<S> {
         stmts.push(stmt::head(key, on_dead));
         let out = self.sql.batch(stmts).await?;
         let recorded = (0..n).map(|i| !at(&out, i).is_empty()).collect();
+        let waited = (0..n).filter_map(|i| super::transition::finished_waited(at(&out, i))).collect();
         let claimed = if next.is_some() { jobs_by_seq(at(&out, claim_at))? } else { Vec::new() };
         let head = JobRow::first(at(&out, out.len().saturating_sub(1)))?;
-        Ok(Step { recorded, state: KeyState { claimed, head } })
+        Ok(Step { recorded, waited, state: KeyState { claimed, head } })
     }
 
     /// Keys blocked by a DEAD head, oldest first.

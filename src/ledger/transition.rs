@@ -185,6 +185,14 @@ impl Record {
     }
 }
 
+/// What a transition's returned row says of the jobs waiting on it (design §24): when it finished
+/// a job they wait on (`complete.sql` and `fail.sql` read `waited`), that job's id and status.
+pub(super) fn finished_waited(rows: &[super::store::Row]) -> Option<(String, Status)> {
+    let row = rows.first().filter(|r| r.get("waited").and_then(super::job::int_of) == Some(1))?;
+    let status = row.get("status").and_then(|s| s.as_str()).and_then(Status::parse).filter(|s| s.is_finished())?;
+    Some((row.get("id")?.as_str()?.to_string(), status))
+}
+
 /// A job recorded DEAD, as [`Ledger::record_dead_all`](super::shards::Ledger::record_dead_all) found it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedDead {
@@ -196,8 +204,9 @@ pub struct RecordedDead {
 
 impl<S: Sql> Shard<S> {
     /// Applies records in one round trip, in order: for each, whether its transition changed its
-    /// row (a guarded one that did not: the lease was lost).
-    pub async fn record_all(&self, records: &[&Record]) -> Result<Vec<bool>, InfraError> {
+    /// row (a guarded one that did not: the lease was lost), and, when it finished a job other
+    /// jobs wait on (design §24), that job's id and status.
+    pub async fn record_all(&self, records: &[&Record]) -> Result<Vec<(bool, Option<(String, Status)>)>, InfraError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
@@ -210,7 +219,13 @@ impl<S: Sql> Shard<S> {
             stmts.extend(rest);
         }
         let out = self.sql.batch(stmts).await?;
-        Ok(at.into_iter().map(|i| out.get(i).is_some_and(|rows| !rows.is_empty())).collect())
+        Ok(at
+            .into_iter()
+            .map(|i| {
+                let rows = out.get(i).map(Vec::as_slice).unwrap_or_default();
+                (!rows.is_empty(), finished_waited(rows))
+            })
+            .collect())
     }
 
     /// Records jobs that can never run DEAD with their errors, in one round trip, and reads each

@@ -11,6 +11,7 @@ mod cancel;
 mod capacity;
 mod conformance;
 mod consumer;
+mod dependencies;
 mod enqueue;
 mod house;
 mod key_pause;

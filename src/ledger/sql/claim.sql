@@ -2,7 +2,8 @@
 -- PENDING and due, or RUNNING under an expired lease with attempts left (out of attempts, the
 -- reaper makes it DEAD: the dead run counted). No row back = not claimed (the caller reads
 -- the row to learn why). A new job whose dedupe key is active in another job is not inserted.
--- A job whose cancel was requested (cancel.sql) is never claimed again.
+-- A job whose cancel was requested (cancel.sql) is never claimed again, nor one waiting on a
+-- dependency (job_wait, design §24).
 -- A job of a paused ordering key (key_pause, design §20.11) is not claimed: a new one is inserted
 -- PENDING and due (its row comes back PENDING), an existing one is left as it is. A new job's
 -- created_at is when its message was sent (?15, never after now): a key's jobs recorded in one
@@ -29,4 +30,5 @@ WHERE ((job.status = 'PENDING' AND job.next_run_at <= ?10)
        OR (job.status = 'RUNNING' AND job.lease_until <= ?9 AND job.attempts < job.max_attempts))
   AND job.cancel_requested_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM key_pause WHERE ordering_key = job.ordering_key)
+  AND NOT EXISTS (SELECT 1 FROM job_wait WHERE job_wait.job_id = job.id)
 RETURNING *

@@ -11,7 +11,8 @@
 -- (key_pause, design §20.11) claims nothing. A replaceable job (submitted with "on_duplicate":
 -- "replace", or replaced since) is claimed only as the first of a claim, never ahead in a chunk, so
 -- it stays PENDING until just before its run starts: a replacement answered before then always
--- reaches it in its place (design §22.3).
+-- reaches it in its place (design §22.3). A job waiting on a dependency (job_wait, design §24)
+-- blocks its key like a job not yet due: the key's later jobs wait behind it.
 --
 -- Reads only the front of the key's way: its first ?7 jobs in the way give the first blocker
 -- (a RUNNING one blocks everything: -1), and nothing past them could be claimed. A RUNNING job is
@@ -28,9 +29,12 @@ WHERE id IN (
     AND seq < (
       SELECT coalesce(min(CASE WHEN status = 'RUNNING' THEN -1
                                WHEN NOT (status = 'PENDING' AND next_run_at <= ?5) THEN seq
-                               WHEN replaceable = 1 AND place > 1 THEN seq END),
+                               WHEN replaceable = 1 AND place > 1 THEN seq
+                               WHEN waits THEN seq END),
                       9223372036854775807)
-      FROM (SELECT seq, status, next_run_at, replaceable, row_number() OVER (ORDER BY seq) AS place FROM job
+      FROM (SELECT seq, status, next_run_at, replaceable, row_number() OVER (ORDER BY seq) AS place,
+                   EXISTS (SELECT 1 FROM job_wait WHERE job_wait.job_id = job.id) AS waits
+            FROM job
             WHERE ordering_key = ?1 AND seq IS NOT NULL AND passed_at IS NULL
               AND NOT (status = 'DEAD' AND ?6 = 'skip')
             ORDER BY seq

@@ -1,0 +1,8 @@
+-- Maintenance (design §24): waits a submission recorded but did not register in their
+-- dependency's shard (it died between its steps), recorded before ?1; registered again. The
+-- dependent's keys give its route.
+-- params: ?1 before, ?2 limit
+SELECT edge.job_id, edge.on_id, edge.on_route, j.id, j.ordering_key, j.dedupe_key
+FROM job_wait AS edge CROSS JOIN job AS j ON j.id = edge.job_id
+WHERE edge.registered = 0 AND edge.created_at <= ?1
+LIMIT ?2

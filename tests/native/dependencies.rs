@@ -1,0 +1,500 @@
+//! Dependencies (design §24) on the host: the real API, consumer and maintenance over shard
+//! objects on in-process SQLite (one shard, as one database, and three, so the jobs of an edge
+//! live in different shards), a recording queue delivered by hand, one manual clock. A job that
+//! runs after others starts only once each is DONE, is woken by the last to finish (never
+//! polled), ends DEAD with a DEAD dependency unless it runs anyway; what a crash leaves undone,
+//! maintenance finishes.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::rc::Rc;
+
+use futures::executor::block_on;
+use orderly::api::{Api, ApiRequest, ApiResponse};
+use orderly::clock::{Clock, ManualClock};
+use orderly::config::{Config, OrderingMode};
+use orderly::consumer::{Consumer, Incoming, Outcome, Role};
+use orderly::handlers::{Done, JobContext, JobError, Runner};
+use orderly::ledger::object::ShardSql;
+use orderly::ledger::{Ledger, Route};
+use orderly::lock::MemoryKv;
+use orderly::maintenance::{self, REGISTER_GRACE_MS, RESEND_GRACE_MS};
+use serde_json::{json, Value};
+
+use crate::support::api::{T0, TOKEN};
+use crate::support::{memory_shards, InProcess, MemoryQueue};
+
+/// Records each run's start (job id, time); a payload body `{"fail": n}` fails the first n
+/// attempts (retryable), `{"dead": true}` fails for good.
+struct Starts {
+    runs: RefCell<Vec<(String, i64)>>,
+    clock: Rc<ManualClock>,
+}
+
+impl Runner for Starts {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
+        let now = self.clock.now_ms();
+        self.runs.borrow_mut().push((job.id.to_string(), now));
+        let body = &job.payload["body"];
+        if body["dead"] == json!(true) {
+            return Err(JobError::permanent("HTTP 410"));
+        }
+        if u64::from(job.attempt) <= body["fail"].as_u64().unwrap_or(0) {
+            return Err(JobError::retry("HTTP 503"));
+        }
+        Ok(Done { result: Some(json!({"ran": job.id})), http_status: Some(200) })
+    }
+}
+
+struct World {
+    shards: Vec<ShardSql<InProcess>>,
+    queue: MemoryQueue,
+    clock: Rc<ManualClock>,
+    kv: MemoryKv<Rc<ManualClock>>,
+    cfg: Config,
+    runner: Starts,
+    delivered: Cell<usize>,
+}
+
+impl World {
+    fn new(mode: OrderingMode, shards: u32) -> World {
+        let clock = Rc::new(ManualClock::new(T0));
+        World {
+            shards: memory_shards(shards).1,
+            queue: MemoryQueue::default(),
+            kv: MemoryKv::new(clock.clone()),
+            runner: Starts { runs: RefCell::default(), clock: clock.clone() },
+            clock,
+            cfg: Config { ordering_mode: mode, ..Config::default() },
+            delivered: Cell::new(0),
+        }
+    }
+
+    fn ledger(&self) -> Ledger<&ShardSql<InProcess>> {
+        Ledger::sharded(self.shards.iter().collect())
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+        let ledger = self.ledger();
+        let new_id = || "api-job".to_string();
+        let api = Api {
+            ledger: &ledger,
+            queue: &self.queue,
+            clock: &self.clock,
+            cfg: Ok(&self.cfg),
+            admin_token: Some(TOKEN),
+            producer_token: None,
+            new_id: &new_id,
+            types: &orderly::app::BuiltIn,
+            sealer: None,
+        };
+        let req = ApiRequest {
+            method: method.into(),
+            path: path.into(),
+            query: String::new(),
+            authorization: Some(format!("Bearer {TOKEN}")),
+            body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+        };
+        block_on(api.handle(&req))
+    }
+
+    /// `POST /jobs` with these jobs: accepted.
+    fn submit(&self, jobs: Vec<Value>) -> Value {
+        let r = self.call("POST", "/jobs", Some(json!({ "jobs": jobs })));
+        assert_eq!(r.status, 202, "{}", r.body);
+        r.json_body()
+    }
+
+    fn job(&self, id: &str) -> Value {
+        let r = self.call("GET", &format!("/jobs/{id}"), None);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json_body()["job"].clone()
+    }
+
+    fn status(&self, id: &str) -> String {
+        self.job(id)["status"].as_str().unwrap_or_default().to_string()
+    }
+
+    /// The ids of the jobs whose messages were sent since the last look.
+    fn sent_since(&self) -> Vec<Incoming> {
+        let all: Vec<Value> =
+            self.queue.batches.borrow().iter().flatten().map(|m| serde_json::from_str(m.json()).unwrap()).collect();
+        let new = all[self.delivered.get()..].to_vec();
+        self.delivered.set(all.len());
+        new.into_iter()
+            .enumerate()
+            .map(|(i, body)| Incoming { id: format!("sent-{i}"), timestamp_ms: self.clock.now_ms(), body: Ok(body) })
+            .collect()
+    }
+
+    fn run(&self, msgs: &[Incoming]) -> Vec<Outcome> {
+        let ledger = self.ledger();
+        let consumer = Consumer::new(
+            &self.cfg,
+            &self.kv,
+            &self.shards[0],
+            &self.runner,
+            &self.clock,
+            &self.queue,
+            format!("inv-{}", self.clock.now_ms()),
+        )
+        .with_ledger(ledger);
+        block_on(consumer.process(Role::Main, msgs))
+    }
+
+    /// Delivers what was sent, as Queues would, until nothing is left: each message at its delay,
+    /// one per invocation; a message retried comes back after its delay.
+    fn drain(&self) {
+        let mut waiting: Vec<(i64, Incoming)> = Vec::new();
+        for _ in 0..1_000 {
+            let now = self.clock.now_ms();
+            let delays: Vec<u32> = self.queue.batches.borrow().iter().flatten().map(|m| m.delay_seconds).collect();
+            let fresh = self.sent_since();
+            let start = delays.len() - fresh.len();
+            for (i, msg) in fresh.into_iter().enumerate() {
+                waiting.push((now + i64::from(delays[start + i]) * 1000, msg));
+            }
+            waiting.sort_by_key(|(at, _)| *at);
+            if waiting.is_empty() {
+                return;
+            }
+            let (at, msg) = waiting.remove(0);
+            self.clock.advance_ms((at - self.clock.now_ms()).max(10));
+            if let [Outcome::Retry { delay_seconds } | Outcome::Defer { delay_seconds }] =
+                self.run(std::slice::from_ref(&msg))[..]
+            {
+                waiting.push((self.clock.now_ms() + i64::from(delay_seconds) * 1000, msg));
+            }
+        }
+        panic!("still delivering after 1,000 deliveries");
+    }
+
+    fn maintain(&self) -> maintenance::Report {
+        block_on(maintenance::run(&self.ledger(), &self.queue, &self.clock, &self.cfg))
+    }
+
+    /// The jobs run, in order of their starts.
+    fn runs(&self) -> Vec<String> {
+        self.runner.runs.borrow().iter().map(|r| r.0.clone()).collect()
+    }
+
+    /// When `id`'s last run started.
+    fn started(&self, id: &str) -> i64 {
+        self.runner.runs.borrow().iter().rev().find(|r| r.0 == id).map(|r| r.1).expect("it ran")
+    }
+
+    /// When `id` finished, from its row.
+    fn finished(&self, id: &str) -> i64 {
+        self.job(id)["finished_at"].as_i64().expect("finished")
+    }
+}
+
+fn job(id: &str, key: Option<&str>, after: &[&str]) -> Value {
+    with_body(id, key, after, json!({}))
+}
+
+fn with_body(id: &str, key: Option<&str>, after: &[&str], body: Value) -> Value {
+    let mut j = json!({"id": id, "payload": {"type": "webhook", "url": "https://h.test/", "body": body}});
+    if let Some(k) = key {
+        j["ordering_key"] = json!(k);
+    }
+    if !after.is_empty() {
+        j["after"] = json!(after);
+    }
+    j
+}
+
+fn every_world() -> Vec<World> {
+    let mut worlds = Vec::new();
+    for mode in [OrderingMode::Lock, OrderingMode::Strict] {
+        for shards in [1, 3] {
+            worlds.push(World::new(mode, shards));
+        }
+    }
+    worlds
+}
+
+/// Ids whose routes fall in different shards of three (so an edge crosses shards).
+#[test]
+fn the_diamond_s_keys_live_in_different_shards() {
+    let shards: Vec<usize> = ["k1", "k2", "k3"].iter().map(|k| Route::key(k).shard(3)).collect();
+    assert!(shards[0] != shards[1] || shards[1] != shards[2], "{shards:?}");
+}
+
+#[test]
+fn a_diamond_over_three_keys_runs_each_job_after_the_jobs_it_names() {
+    for w in every_world() {
+        // d runs after b and c, which both run after a; four jobs, three ordering keys.
+        let answer = w.submit(vec![
+            job("a", Some("k1"), &[]),
+            job("b", Some("k2"), &["a"]),
+            job("c", Some("k3"), &["a"]),
+            job("d", Some("k1"), &["b", "c"]),
+        ]);
+        assert_eq!(answer["jobs"].as_array().map(Vec::len), Some(4));
+        assert_eq!(w.job("d")["waiting_on"], json!(["b", "c"]), "GET /jobs/{{id}} shows what it waits on");
+        let first = w.sent_since();
+        assert_eq!(first.len(), 1, "only a is sent: the others wait in the ledger, not in the queue");
+        w.delivered.set(0);
+        w.drain();
+        assert_eq!(w.runs().len(), 4, "{:?}", w.runs());
+        for (later, earlier) in [("b", "a"), ("c", "a"), ("d", "b"), ("d", "c")] {
+            assert!(
+                w.started(later) >= w.finished(earlier),
+                "{later} started before {earlier} finished: {:?}",
+                w.runs()
+            );
+        }
+        for id in ["a", "b", "c", "d"] {
+            assert_eq!(w.status(id), "DONE");
+        }
+        assert!(w.job("d").get("waiting_on").is_none(), "nothing left to wait on");
+        // Nothing polled: every delivery ran a job.
+        assert_eq!(w.queue.batches.borrow().iter().flatten().count(), 4, "one message per job");
+    }
+}
+
+#[test]
+fn a_dependent_waits_parked_and_maintenance_never_sends_it_before_its_dependency_finishes() {
+    for w in every_world() {
+        w.submit(vec![with_body("a", Some("k1"), &[], json!({"fail": 1})), job("b", Some("k2"), &["a"])]);
+        let a = w.sent_since();
+        assert!(matches!(w.run(&a)[..], [Outcome::Retry { .. } | Outcome::Ack]), "a failed once");
+        assert_eq!(w.status("a"), "PENDING");
+        // A long wait: maintenance re-sends a (its retry's message is the queue's), never b.
+        w.clock.advance_ms(30 * 60_000);
+        let report = w.maintain();
+        let sent: Vec<String> =
+            w.sent_since().iter().map(|m| m.body.as_ref().unwrap()["__orderly_job__"]["id"].to_string()).collect();
+        assert!(!sent.iter().any(|s| s.contains('b')), "b is not polled: {sent:?} {report:?}");
+        assert_eq!(w.status("b"), "PENDING");
+        w.delivered.set(0);
+        w.drain();
+        assert_eq!(w.status("b"), "DONE");
+        assert!(w.started("b") >= w.finished("a"));
+    }
+}
+
+#[test]
+fn a_dead_dependency_ends_its_dependents_dead_in_turn_unless_they_run_anyway() {
+    for w in every_world() {
+        let mut anyway = job("r", Some("k3"), &["a"]);
+        anyway["after_dead"] = json!("run");
+        w.submit(vec![
+            with_body("a", Some("k1"), &[], json!({"dead": true})),
+            job("b", Some("k2"), &["a"]),
+            job("c", Some("k1"), &["b"]),
+            anyway,
+        ]);
+        w.drain();
+        assert_eq!(w.status("a"), "DEAD");
+        let b = w.job("b");
+        assert_eq!(
+            (b["status"].as_str(), b["last_error"].as_str()),
+            (Some("DEAD"), Some("a job it runs after ended DEAD: a"))
+        );
+        assert_eq!(w.job("c")["last_error"], json!("a job it runs after ended DEAD: b"), "the cascade goes on");
+        assert_eq!(w.status("r"), "DONE", "after_dead: run runs anyway");
+        assert_eq!(w.runs(), vec!["a", "r"], "b and c never ran");
+    }
+}
+
+#[test]
+fn a_dependency_finished_before_the_submission_releases_it_at_once() {
+    for w in every_world() {
+        w.submit(vec![job("a", Some("k1"), &[]), with_body("x", Some("k2"), &[], json!({"dead": true}))]);
+        w.drain();
+        w.submit(vec![job("b", Some("k2"), &["a"]), job("c", None, &["x"])]);
+        assert_eq!(w.status("c"), "DEAD", "its dependency was DEAD already");
+        w.drain();
+        assert_eq!(w.status("b"), "DONE");
+        assert_eq!(w.runs(), vec!["a", "x", "b"]);
+    }
+}
+
+#[test]
+fn a_submission_naming_an_unknown_or_later_job_or_itself_is_refused_and_records_nothing() {
+    let w = World::new(OrderingMode::Strict, 3);
+    w.submit(vec![job("a", None, &[])]);
+    let cases = [
+        (vec![job("b", None, &["nope"])], "no such job", 0),
+        (vec![job("b", None, &["c"]), job("c", None, &[])], "submits later", 0),
+        (vec![job("b", None, &["b"])], "the job itself", 0),
+        (vec![job("b", None, &["a", "a"])], "twice", 0),
+        (
+            vec![
+                job("b", None, &[]),
+                json!({"id": "c", "payload": {"type": "webhook", "url": "https://h.test/"}, "after": "a"}),
+            ],
+            "array",
+            1,
+        ),
+        (
+            vec![json!({"id": "c", "payload": {"type": "webhook", "url": "https://h.test/"}, "after_dead": "run"})],
+            "needs \"after\"",
+            0,
+        ),
+        (
+            vec![
+                json!({"id": "c", "payload": {"type": "webhook", "url": "https://h.test/"}, "after": ["a"], "after_dead": "maybe"}),
+            ],
+            "\"dead\" or \"run\"",
+            0,
+        ),
+        (
+            vec![
+                json!({"id": "d", "dedupe_key": "x", "payload": {"type": "webhook", "url": "https://h.test/"}}),
+                job("e", None, &["d"]),
+            ],
+            "dedupe key",
+            1,
+        ),
+    ];
+    for (jobs, says, index) in cases {
+        let r = w.call("POST", "/jobs", Some(json!({ "jobs": jobs })));
+        assert_eq!(r.status, 400, "{}", r.body);
+        let body = r.json_body();
+        assert!(body["error"].as_str().unwrap_or_default().contains(says), "{says}: {body}");
+        assert_eq!(body["index"], json!(index), "{body}");
+    }
+    for id in ["b", "c", "d", "e"] {
+        assert_eq!(w.call("GET", &format!("/jobs/{id}"), None).status, 404, "{id} was not recorded");
+    }
+    let many: Vec<String> = (0..101).map(|i| format!("m{i}")).collect();
+    let r = w.call(
+        "POST",
+        "/jobs",
+        Some(json!({"id": "f", "payload": {"type": "webhook", "url": "https://h.test/"}, "after": many})),
+    );
+    assert_eq!(r.status, 413, "{}", r.body);
+}
+
+#[test]
+fn strict_mode_a_waiting_job_holds_its_key_s_later_jobs_behind_it() {
+    for shards in [1, 3] {
+        let w = World::new(OrderingMode::Strict, shards);
+        w.submit(vec![
+            with_body("x", Some("other"), &[], json!({"fail": 2})),
+            job("e", Some("k"), &["x"]),
+            job("f", Some("k"), &[]),
+        ]);
+        w.drain();
+        assert_eq!(w.runs(), vec!["x", "x", "x", "e", "f"], "f waits behind e, which waits for x");
+    }
+}
+
+#[test]
+fn cancelling_a_dependency_ends_its_dependents_and_cancelling_a_dependent_leaves_the_rest() {
+    for w in every_world() {
+        w.submit(vec![job("a", Some("k1"), &[]), job("b", Some("k2"), &["a"]), job("c", Some("k3"), &["a"])]);
+        w.sent_since();
+        assert_eq!(w.call("POST", "/jobs/c/cancel", None).status, 200);
+        assert_eq!(w.call("POST", "/jobs/a/cancel", None).status, 200);
+        assert_eq!(w.job("b")["last_error"], json!("a job it runs after ended DEAD: a"));
+        assert_eq!(w.job("c")["last_error"], json!("cancelled"));
+        w.delivered.set(0);
+        w.drain();
+        assert!(w.runs().is_empty(), "{:?}", w.runs());
+    }
+}
+
+#[test]
+fn a_release_lost_with_its_invocation_is_made_by_maintenance() {
+    for w in every_world() {
+        w.submit(vec![job("a", Some("k1"), &[]), job("b", Some("k2"), &["a"])]);
+        // a finishes, but the queue is down when its invocation sends b.
+        w.queue.down.set(true);
+        let a = w.sent_since();
+        w.run(&a);
+        w.queue.down.set(false);
+        assert_eq!((w.status("a"), w.status("b")), ("DONE".into(), "PENDING".into()));
+        // Released, not sent: a lost message, which maintenance sends once overdue.
+        assert!(w.job("b").get("waiting_on").is_none());
+        w.clock.advance_ms(RESEND_GRACE_MS + 1_000);
+        let report = w.maintain();
+        assert!(report.errors.is_empty(), "{report:?}");
+        assert_eq!(report.resent + report.woken, 1, "{report:?}");
+        w.drain();
+        assert_eq!(w.status("b"), "DONE", "{report:?}");
+    }
+}
+
+#[test]
+fn a_dependency_finished_by_the_reaper_releases_its_dependents_through_maintenance() {
+    for w in every_world() {
+        w.submit(vec![
+            json!({"id": "a", "max_attempts": 1, "payload": {"type": "webhook", "url": "https://h.test/"}}),
+            job("b", None, &["a"]),
+        ]);
+        // a is claimed by an invocation that dies: its lease expires with no attempt left.
+        let a = w.sent_since();
+        let hung = HangOnce;
+        let consumer =
+            Consumer::new(&w.cfg, &w.kv, &w.shards[0], &hung, &w.clock, &w.queue, "inv-dies").with_ledger(w.ledger());
+        let run = consumer.process(Role::Main, &a);
+        let mut run = Box::pin(run);
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(run.as_mut().poll(&mut cx).is_pending(), "the run hangs");
+        drop(run);
+        w.clock.advance_ms(20 * 60_000);
+        let report = w.maintain();
+        assert_eq!((report.reaped_dead, w.status("a")), (1, "DEAD".into()), "{report:?}");
+        assert_eq!(report.released, 1, "{report:?}");
+        assert_eq!(w.job("b")["last_error"], json!("a job it runs after ended DEAD: a"));
+    }
+}
+
+/// A runner whose run never ends.
+struct HangOnce;
+
+impl Runner for HangOnce {
+    async fn run(&self, _: &JobContext<'_>) -> Result<Done, JobError> {
+        std::future::pending().await
+    }
+}
+
+#[test]
+fn a_wait_a_submission_left_unregistered_is_registered_by_maintenance() {
+    for w in every_world() {
+        w.submit(vec![job("a", Some("k1"), &[])]);
+        // b's row and wait are recorded, but its submission dies before registering it.
+        let spec = orderly::ledger::JobSpec {
+            id: "b".into(),
+            job_type: Some("webhook".into()),
+            ordering_key: Some("k2".into()),
+            dedupe_key: None,
+            limit_key: None,
+            deadline_at: None,
+            timeout_seconds: None,
+            payload: Some(json!({"type": "webhook", "url": "https://h.test/"}).to_string()),
+            max_attempts: 3,
+            priority: 5,
+        };
+        let after = [("a".to_string(), Route::key("k1"))];
+        let submit = orderly::ledger::Submit { after: &after, ..orderly::ledger::Submit::due(&spec, T0) };
+        block_on(w.ledger().submit_all(&[submit], T0)).unwrap();
+        w.drain();
+        assert_eq!((w.status("a"), w.status("b")), ("DONE".into(), "PENDING".into()), "a's finish found no waiter");
+        w.clock.advance_ms(REGISTER_GRACE_MS);
+        let report = w.maintain();
+        assert_eq!(report.released, 1, "{report:?}");
+        w.drain();
+        assert_eq!(w.status("b"), "DONE");
+    }
+}
+
+#[test]
+fn a_dependent_under_a_paused_key_and_a_full_limit_waits_for_all_three() {
+    let mut w = World::new(OrderingMode::Strict, 3);
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"tenant": {"concurrency": 1}}"#).unwrap();
+    let mut b = job("b", Some("k2"), &["a"]);
+    b["limit_key"] = json!("tenant");
+    w.submit(vec![job("a", Some("k1"), &[]), b]);
+    assert_eq!(w.call("PUT", "/keys/k2", Some(json!({"paused": true}))).status, 200);
+    w.drain();
+    assert_eq!((w.status("a"), w.status("b")), ("DONE".into(), "PENDING".into()), "b's key is paused");
+    assert_eq!(w.call("PUT", "/keys/k2", Some(json!({"paused": false}))).status, 200);
+    w.drain();
+    assert_eq!(w.status("b"), "DONE");
+}
