@@ -184,8 +184,9 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
         let (mut open, mut finished) = (Vec::new(), Vec::new());
         for (wait, on) in waits.into_iter().zip(stands) {
             match on {
-                // Gone: only a DONE job is purged, and it was found when the job was submitted.
-                None => finished.push(Waiter { wait, on_status: Status::Done }),
+                // Not recorded yet: a job of the same request whose shard failed, recorded when
+                // the request is retried. The wait stays unregistered; maintenance tries again.
+                None => {}
                 Some(s) if s.is_finished() => finished.push(Waiter { wait, on_status: s }),
                 Some(_) => open.push(wait),
             }
@@ -197,8 +198,8 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
     /// Releases the jobs waiting on `finished` jobs (design §24): those DONE or DEAD. Returns how
     /// many dependents were released.
     pub async fn release_dependents(&self, finished: &[JobRow]) -> Result<usize, InfraError> {
-        let finished: Vec<(String, Route, Status)> =
-            finished.iter().filter(|j| j.status.is_finished()).map(|j| (j.id.clone(), j.route(), j.status)).collect();
+        let finished: Vec<(String, Route)> =
+            finished.iter().filter(|j| j.status.is_finished()).map(|j| (j.id.clone(), j.route())).collect();
         let waiters = self.ledger.waiters(&finished).await?;
         self.release_waiters(waiters).await
     }
@@ -231,7 +232,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
                     _ => {}
                 }
             }
-            let dead: Vec<(String, Route, Status)> = round.iter().map(|j| (j.id.clone(), j.route(), Status::Dead)).collect();
+            let dead: Vec<(String, Route)> = round.iter().map(|j| (j.id.clone(), j.route())).collect();
             waiters = self.ledger.waiters(&dead).await?;
             died.extend(round);
         }

@@ -39,9 +39,9 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     /// Woken jobs whose handed slot this batch has dealt with: taken over by their ask, or given
     /// back; the batch gives back the rest when it ends (see `Consumer::give_back`).
     pub(super) slots_dealt: RefCell<std::collections::HashSet<String>>,
-    /// Jobs this batch finished that other jobs wait on (design §24), `(id, route, status)`:
-    /// their dependents are released when the batch ends.
-    pub(super) finished: RefCell<Vec<(String, Route, Status)>>,
+    /// Jobs this batch finished that other jobs wait on (design §24), `(id, route)`: their
+    /// dependents are released when the batch ends.
+    pub(super) finished: RefCell<Vec<(String, Route)>>,
     /// Waits that many ms (the worker's timer), so a throttled start due within
     /// [`PACE_MS`](super::gate::PACE_MS) is waited for here instead of sent back; none: never waited for.
     pub(super) sleep: Option<&'a Sleep<'a>>,
@@ -116,7 +116,7 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
     }
 
     /// Notes jobs this batch finished that other jobs wait on.
-    pub(super) fn finished_waited(&self, jobs: impl IntoIterator<Item = (String, Route, Status)>) {
+    pub(super) fn finished_waited(&self, jobs: impl IntoIterator<Item = (String, Route)>) {
         self.finished.borrow_mut().extend(jobs);
     }
 

@@ -353,7 +353,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     return None;
                 }
             };
-            self.finished_waited(step.waited.into_iter().map(|(id, status)| (id, Route::key(key), status)));
+            self.finished_waited(step.waited.into_iter().map(|id| (id, Route::key(key))));
             if step.recorded.iter().any(|ok| !ok) {
                 self.outage(format!("key {key:?}: a lease was lost before its result was recorded"));
             }

@@ -62,6 +62,14 @@ fn need(row: &Row, c: &str) -> Result<String, InfraError> {
     text(row, c).ok_or_else(|| InfraError::new("ledger", format!("a dependency row lacks {c}")))
 }
 
+/// How a dependency finished, as a scan read it (only finished jobs are read): DEAD, or DONE.
+fn on_status(row: &Row) -> Status {
+    match text(row, "on_status").and_then(|s| Status::parse(&s)) {
+        Some(Status::Dead) => Status::Dead,
+        _ => Status::Done,
+    }
+}
+
 /// The route of the job whose keys a scan's row carries (as [`JobRow::route`]).
 fn keys_route(row: &Row, id: &str) -> Route {
     Route::of(text(row, "ordering_key").as_deref(), text(row, "dedupe_key").as_deref(), id)
@@ -69,7 +77,8 @@ fn keys_route(row: &Row, id: &str) -> Route {
 
 impl<S: Sql> Shard<S> {
     /// In the dependencies' shard: registers each wait while its dependency is unfinished, and
-    /// reads how each dependency stands (`None`: no row, a DONE job purged since it was found).
+    /// reads how each dependency stands (`None`: no row yet: a job of the same request whose
+    /// shard failed, recorded when the request is retried).
     pub async fn register(&self, waits: &[&Wait]) -> Result<Vec<Option<Status>>, InfraError> {
         let stmts =
             waits.iter().flat_map(|w| [stmt::wait_register(&w.on_id, &w.job_id, w.job_route), stmt::get(&w.on_id)]).collect();
@@ -83,13 +92,14 @@ impl<S: Sql> Shard<S> {
         Ok(waits.iter().map(|_| ()).collect())
     }
 
-    /// In the finished jobs' shard: the waits on each, `(id, status)`.
-    pub async fn waiters(&self, finished: &[&(String, Route, Status)]) -> Result<Vec<Vec<Waiter>>, InfraError> {
+    /// In the finished jobs' shard: the waits on each `(id, route)`, with how it finished as its
+    /// row says now (none while it is open again).
+    pub async fn waiters(&self, finished: &[&(String, Route)]) -> Result<Vec<Vec<Waiter>>, InfraError> {
         let out = self.sql.batch(finished.iter().map(|f| stmt::waiters(&f.0)).collect()).await?;
         finished
             .iter()
             .zip(out)
-            .map(|((on_id, on_route, on_status), rows)| {
+            .map(|((on_id, on_route), rows)| {
                 rows.iter()
                     .map(|r| {
                         let wait = Wait {
@@ -98,7 +108,7 @@ impl<S: Sql> Shard<S> {
                             on_id: on_id.clone(),
                             on_route: *on_route,
                         };
-                        Ok(Waiter { wait, on_status: *on_status })
+                        Ok(Waiter { wait, on_status: on_status(r) })
                     })
                     .collect()
             })
@@ -142,9 +152,8 @@ impl<S: Sql> Shard<S> {
         rows.iter()
             .map(|r| {
                 let on_id = need(r, "on_id")?;
-                let on_status = text(r, "on_status").and_then(|s| Status::parse(&s)).unwrap_or(Status::Done);
                 let wait = Wait { job_id: need(r, "job_id")?, job_route: route_at(r, "job_route")?, on_route: keys_route(r, &on_id), on_id };
-                Ok(Waiter { wait, on_status })
+                Ok(Waiter { wait, on_status: on_status(r) })
             })
             .collect()
     }
@@ -163,7 +172,7 @@ impl<S: Sql> Shard<S> {
 
 impl<S: Sql> Ledger<S> {
     /// Registers each wait in its dependency's shard, one round trip per shard: how each
-    /// dependency stands (`None`: purged, so DONE).
+    /// dependency stands (`None`: not recorded yet).
     pub async fn register(&self, waits: &[Wait]) -> Result<Vec<Option<Status>>, InfraError> {
         self.routed(waits, |w| w.on_route, async |s, part| s.register(&part).await).await
     }
@@ -173,8 +182,8 @@ impl<S: Sql> Ledger<S> {
         self.routed(waits, |w| w.job_route, async |s, part| s.registered(&part).await).await.map(drop)
     }
 
-    /// The waits on finished jobs `(id, route, status)`, read from their shards.
-    pub async fn waiters(&self, finished: &[(String, Route, Status)]) -> Result<Vec<Waiter>, InfraError> {
+    /// The waits on finished jobs `(id, route)`, read from their shards with how each finished.
+    pub async fn waiters(&self, finished: &[(String, Route)]) -> Result<Vec<Waiter>, InfraError> {
         if finished.is_empty() {
             return Ok(Vec::new());
         }

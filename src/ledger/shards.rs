@@ -17,7 +17,7 @@ use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::schedule::ScheduleState;
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
-use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Status, Submit};
+use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
 use super::transition::{Record, RecordedDead};
 use super::route::Route;
 use super::shard::Shard;
@@ -321,11 +321,8 @@ impl<S: Sql> Ledger<S> {
     }
 
     /// [`Self::record_all`], and the jobs it finished that other jobs wait on (design §24):
-    /// `(id, route, status)` each, for their dependents' release.
-    pub async fn record_all_waking(
-        &self,
-        records: &[Record],
-    ) -> Result<(Vec<bool>, Vec<(String, Route, Status)>), InfraError> {
+    /// `(id, route)` each, for their dependents' release.
+    pub async fn record_all_waking(&self, records: &[Record]) -> Result<(Vec<bool>, Vec<(String, Route)>), InfraError> {
         if records.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
@@ -335,7 +332,7 @@ impl<S: Sql> Ledger<S> {
             .iter()
             .zip(out)
             .map(|(r, (applied, finished))| {
-                waited.extend(finished.map(|(id, status)| (id, r.transition.route(), status)));
+                waited.extend(finished.map(|id| (id, r.transition.route())));
                 applied
             })
             .collect();

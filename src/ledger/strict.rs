@@ -84,8 +84,8 @@ fn at(out: &[Vec<Row>], i: usize) -> &[Row] {
 pub struct Step {
     /// Per record statement: whether it changed its row (false: our lease was lost).
     pub recorded: Vec<bool>,
-    /// The jobs it finished that other jobs wait on (design §24), with how they finished.
-    pub waited: Vec<(String, super::job::Status)>,
+    /// The jobs it finished that other jobs wait on (design §24).
+    pub waited: Vec<String>,
     /// The key afterwards.
     pub state: KeyState,
 }

@@ -186,11 +186,12 @@ impl Record {
 }
 
 /// What a transition's returned row says of the jobs waiting on it (design §24): when it finished
-/// a job they wait on (`complete.sql` and `fail.sql` read `waited`), that job's id and status.
-pub(super) fn finished_waited(rows: &[super::store::Row]) -> Option<(String, Status)> {
+/// a job they wait on (`complete.sql` and `fail.sql` read `waited`), that job's id. (How it
+/// finished is read again at the release: a DONE record can be settled DEAD in the same batch.)
+pub(super) fn finished_waited(rows: &[super::store::Row]) -> Option<String> {
     let row = rows.first().filter(|r| r.get("waited").and_then(super::job::int_of) == Some(1))?;
-    let status = row.get("status").and_then(|s| s.as_str()).and_then(Status::parse).filter(|s| s.is_finished())?;
-    Some((row.get("id")?.as_str()?.to_string(), status))
+    row.get("status").and_then(|s| s.as_str()).and_then(Status::parse).filter(|s| s.is_finished())?;
+    Some(row.get("id")?.as_str()?.to_string())
 }
 
 /// A job recorded DEAD, as [`Ledger::record_dead_all`](super::shards::Ledger::record_dead_all) found it.
@@ -206,7 +207,7 @@ impl<S: Sql> Shard<S> {
     /// Applies records in one round trip, in order: for each, whether its transition changed its
     /// row (a guarded one that did not: the lease was lost), and, when it finished a job other
     /// jobs wait on (design §24), that job's id and status.
-    pub async fn record_all(&self, records: &[&Record]) -> Result<Vec<(bool, Option<(String, Status)>)>, InfraError> {
+    pub async fn record_all(&self, records: &[&Record]) -> Result<Vec<(bool, Option<String>)>, InfraError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }

@@ -269,6 +269,10 @@ struct Planned {
     revisions: u32,
     /// Those submissions are a debounce of [`DEBOUNCE_SECONDS`] (design §22.4), the first too.
     debounce: bool,
+    /// API jobs: the jobs it runs after (design §24), planned before it.
+    after: Vec<String>,
+    /// With `after`: it runs anyway when one of them ends DEAD (`"after_dead": "run"`).
+    after_run: bool,
 }
 
 /// A debounced job's quiet period in the simulation, and how far apart its submissions come.
@@ -283,10 +287,11 @@ const CANCELLING_OPERATOR: &str = "cancelling-operator";
 const REVISER: &str = "reviser";
 /// What every setup's seeds must have done (counted in `fired` beside the faults, not as faults):
 /// a running job cancelled, a pending one replaced, a debounced one put off.
-const COVERED: [(&str, &str); 3] = [
+const COVERED: [(&str, &str); 4] = [
     ("cancel_running", "a cancel of a running job"),
     ("replaced", "a replacement of a pending job"),
     ("debounced", "a debounce of a pending job"),
+    ("waited", "a job started after waiting for a job it runs after (design §24)"),
 ];
 
 struct Sim {
@@ -436,6 +441,8 @@ impl Sim {
                 at,
                 revisions,
                 debounce,
+                after: Vec::new(),
+                after_run: false,
             });
         }
         // Production order is the order of `at` within a key.
@@ -446,6 +453,11 @@ impl Sim {
             *n += 1;
             p.n = *n;
             p.payload["body"]["n"] = json!(*n);
+        }
+        plan_dependencies(&mut self.planned, &mut rng, self.setup.mode);
+        let mut o = self.obs.borrow_mut();
+        for p in self.planned.iter().filter(|p| !p.after.is_empty()) {
+            o.deps.insert(p.id.clone(), (p.after.clone(), p.after_run));
         }
     }
 
@@ -1504,6 +1516,34 @@ fn redrive(obs: &Obs, dbs: &[Rc<Sqlite>], id: &str, now: i64) {
     o.cancels.redriven(id, now);
 }
 
+/// Dependencies (design §24): some API jobs run after one or two API jobs planned shortly before
+/// them (so often still open), half of them anyway when one ends DEAD. Only jobs with no dedupe
+/// key are named (a job of the same request with one is refused as a dependency), and none sent
+/// straight to the queue (unknown until delivered). Every edge points to a job recorded earlier,
+/// as a key's order does, so no wait can close a cycle. In lock mode only unkeyed jobs wait: a
+/// waiting job does not hold its ordering key there, and lock mode promises order only for jobs
+/// delivered in order.
+fn plan_dependencies(planned: &mut [Planned], rng: &mut exec::Rng, mode: OrderingMode) {
+    let named = |p: &Planned| !p.direct && p.revisions == 0 && !p.poison;
+    for i in 0..planned.len() {
+        let waits = named(&planned[i]) && (mode == OrderingMode::Strict || planned[i].key.is_none());
+        if !waits || !rng.chance(0.15) {
+            continue;
+        }
+        let earlier: Vec<usize> = (i.saturating_sub(12)..i).filter(|&j| named(&planned[j])).collect();
+        let mut after = Vec::new();
+        for _ in 0..rng.range(1, 2) {
+            if let Some(&j) = earlier.get(rng.range(0, earlier.len() as i64 - 1).max(0) as usize) {
+                if !after.contains(&planned[j].id) {
+                    after.push(planned[j].id.clone());
+                }
+            }
+        }
+        planned[i].after_run = !after.is_empty() && rng.chance(0.5);
+        planned[i].after = after;
+    }
+}
+
 /// A submission of planned job `p` as the producer makes it (`POST /jobs`' job object): a job to
 /// be revised has a dedupe key, and replaces its holder (or debounces).
 fn submission(p: &Planned) -> Value {
@@ -1517,6 +1557,12 @@ fn submission(p: &Planned) -> Value {
             job.as_object_mut().map(|o| o.remove("delay_seconds"));
         } else {
             job["on_duplicate"] = json!("replace");
+        }
+    }
+    if !p.after.is_empty() {
+        job["after"] = json!(p.after);
+        if p.after_run {
+            job["after_dead"] = json!("run");
         }
     }
     job

@@ -273,6 +273,9 @@ pub struct Observations {
     pub schedule_runs: Vec<crate::periodic::ScheduleRun>,
     /// Every job id a schedule run reported submitting (a new row each).
     pub schedule_submitted: Vec<String>,
+    /// Dependencies (design §24): job -> the jobs it runs after, and whether it runs anyway when
+    /// one ends DEAD.
+    pub deps: BTreeMap<String, (Vec<String>, bool)>,
 }
 
 impl Observations {
@@ -747,6 +750,9 @@ impl Runner for SimRunner {
             if let Some(l) = me.as_ref().and_then(|j| j.limit_key.clone()) {
                 self.limit_oracle(&mut o, &l, job.id);
             }
+            if let Some(v) = self.dependency_violation(&mut o, job.id) {
+                o.violations.push(v);
+            }
             let v = body.get("v").and_then(Value::as_i64).unwrap_or(0);
             let claimed_at = me.as_ref().and_then(|j| j.started_at).unwrap_or(now);
             if let Some(broken) = o.cancels.start_violation(job.id, claimed_at, now, v) {
@@ -831,6 +837,26 @@ impl Runner for SimRunner {
 }
 
 impl SimRunner {
+    /// Dependencies' oracle at a handler's start (design §24): each job it runs after is DONE, or
+    /// DEAD when it runs anyway. A job an operator redrove is the operator's to start (its waits
+    /// were released when a dependency ended DEAD); so is one whose dependency was redriven since
+    /// it ended DEAD.
+    fn dependency_violation(&self, o: &mut Observations, job: &str) -> Option<String> {
+        let (after, anyway) = o.deps.get(job)?.clone();
+        *o.fired.entry("waited").or_default() += 1;
+        if o.redriven.contains_key(job) {
+            return None;
+        }
+        for dep in after.iter().filter(|d| !o.redriven.contains_key(*d)) {
+            let status = self.dbs.iter().find_map(|db| row(db, dep)).map(|j| j.status);
+            let allowed = status == Some(Status::Done) || (anyway && status == Some(Status::Dead));
+            if !allowed {
+                return Some(format!("{job} started while {dep}, a job it runs after, is {status:?}"));
+            }
+        }
+        None
+    }
+
     /// Flow control's oracle at a handler's start (design §20): no more running than the limit
     /// key's concurrency, nothing of a paused key, nothing while its breaker is open but the probe
     /// (the breaker's state read from the key's shard). The throttle is checked over every window
