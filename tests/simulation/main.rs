@@ -269,10 +269,10 @@ struct Planned {
     revisions: u32,
     /// Those submissions are a debounce of [`DEBOUNCE_SECONDS`] (design §22.4), the first too.
     debounce: bool,
-    /// API jobs: the jobs it runs after (design §24), planned before it.
+    /// API jobs: the jobs it runs after (design §24), planned before it, and what it does when
+    /// one ends DEAD (`"after_dead"`: `"dead"`, or `"run"` anyway).
     after: Vec<String>,
-    /// With `after`: it runs anyway when one of them ends DEAD (`"after_dead": "run"`).
-    after_run: bool,
+    after_dead: &'static str,
 }
 
 /// A debounced job's quiet period in the simulation, and how far apart its submissions come.
@@ -442,7 +442,7 @@ impl Sim {
                 revisions,
                 debounce,
                 after: Vec::new(),
-                after_run: false,
+                after_dead: "dead",
             });
         }
         // Production order is the order of `at` within a key.
@@ -457,7 +457,7 @@ impl Sim {
         plan_dependencies(&mut self.planned, &mut rng, self.setup.mode);
         let mut o = self.obs.borrow_mut();
         for p in self.planned.iter().filter(|p| !p.after.is_empty()) {
-            o.deps.insert(p.id.clone(), (p.after.clone(), p.after_run));
+            o.deps.insert(p.id.clone(), (p.after.clone(), p.after_dead == "run"));
         }
     }
 
@@ -1539,7 +1539,7 @@ fn plan_dependencies(planned: &mut [Planned], rng: &mut exec::Rng, mode: Orderin
                 }
             }
         }
-        planned[i].after_run = !after.is_empty() && rng.chance(0.5);
+        planned[i].after_dead = if rng.chance(0.5) { "run" } else { "dead" };
         planned[i].after = after;
     }
 }
@@ -1561,9 +1561,7 @@ fn submission(p: &Planned) -> Value {
     }
     if !p.after.is_empty() {
         job["after"] = json!(p.after);
-        if p.after_run {
-            job["after_dead"] = json!("run");
-        }
+        job["after_dead"] = json!(p.after_dead);
     }
     job
 }
