@@ -37,6 +37,12 @@ export interface EnqueueOptions {
   /** A debounce's cap: the longest newer submissions may hold the job from its first (default
    * 10 x debounceSeconds, at most 86400). */
   debounceMaxSeconds?: number;
+  /** The ids of jobs this one runs after (at most 100): it starts once each is DONE. Each must
+   * exist already, or come earlier in the same enqueueJobs(). */
+  after?: string[];
+  /** When a job it runs after ends DEAD: "dead" (this one ends DEAD too, saying which; the
+   * default) or "run" (it runs anyway). */
+  afterDead?: "dead" | "run";
 }
 
 export interface EnqueuedJob {
@@ -83,6 +89,8 @@ export interface Job {
   superseded_at?: number;
   /** A debounced job: the latest newer submissions may put its start off to. */
   debounce_until?: number;
+  /** The jobs it runs after that have not finished yet. */
+  waiting_on?: string[];
 }
 
 export interface JobEvent {
