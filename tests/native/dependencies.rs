@@ -498,3 +498,43 @@ fn a_dependent_under_a_paused_key_and_a_full_limit_waits_for_all_three() {
     w.drain();
     assert_eq!(w.status("b"), "DONE");
 }
+
+/// A message of `id`'s (as the API sends it), delivered out of turn: a duplicate delivery.
+fn stray(w: &World, id: &str, key: &str) -> Incoming {
+    let payload = json!({"type": "webhook", "url": "https://h.test/", "body": {}});
+    Incoming {
+        id: format!("stray-{id}"),
+        timestamp_ms: w.clock.now_ms(),
+        body: Ok(json!({"__fedify_ordering_key__": key, "__fedify_payload__": payload, "__orderly_job__": {"id": id}})),
+    }
+}
+
+#[test]
+fn a_waiting_job_s_message_delivered_out_of_turn_runs_nothing_and_is_acked() {
+    for w in every_world() {
+        w.submit(vec![job("a", Some("k1"), &[]), job("b", Some("k2"), &["a"])]);
+        let a = w.sent_since();
+        assert_eq!(w.run(&[stray(&w, "b", "k2")]), vec![Outcome::Ack], "acked: its release sends it");
+        assert!(w.runs().is_empty(), "b does not run before a: {:?}", w.runs());
+        assert_eq!(w.status("b"), "PENDING");
+        w.run(&a);
+        w.drain();
+        assert_eq!(w.runs(), vec!["a", "b"]);
+    }
+}
+
+#[test]
+fn a_duplicate_submission_never_makes_the_job_it_duplicates_wait() {
+    for w in every_world() {
+        w.submit(vec![job("x", Some("k1"), &[]), job("a", Some("k2"), &[])]);
+        let again = w.submit(vec![job("a", Some("k2"), &["x"])]);
+        assert_eq!(again["jobs"][0]["duplicate"], json!(true));
+        assert!(w.job("a").get("waiting_on").is_none(), "{}", w.job("a"));
+        // a runs on its own message, x or no x.
+        let sent = w.sent_since();
+        let a: Vec<Incoming> =
+            sent.into_iter().filter(|m| m.body.as_ref().unwrap()["__orderly_job__"]["id"] == "a").collect();
+        w.run(&a);
+        assert_eq!(w.runs(), vec!["a"]);
+    }
+}
