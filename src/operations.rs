@@ -173,6 +173,15 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
         Ok(woken)
     }
 
+    /// Before DEAD jobs are redriven: the jobs waiting on them are released as after their death
+    /// (design §24.5), which a release not made yet would otherwise never see (the waiters of a
+    /// job open again are not released), and in strict mode a job of the same key waiting on one
+    /// moved to the key's end would wait behind itself.
+    pub async fn before_redrive(&self, ids: &[&str]) -> Result<(), InfraError> {
+        let dead: Vec<JobRow> = self.ledger.get_all(ids).await?.into_iter().flatten().filter(|j| j.status == Status::Dead).collect();
+        self.release_dependents(&dead).await.map(drop)
+    }
+
     /// Registers a submission's waits in their dependencies' shards (design §24), then releases
     /// the dependents from dependencies that had already finished. Returns how many dependents
     /// were released. Should this fail part way, the waits left unregistered are maintenance's.
@@ -243,6 +252,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
 
     /// Makes a DEAD job PENDING again, a new run from its first attempt, and sends it.
     pub async fn redrive(&self, id: &str) -> Result<Redriven, InfraError> {
+        self.before_redrive(&[id]).await?;
         let now = self.clock.now_ms();
         let job = match self.ledger.redrive(id, now).await? {
             Redrive::Redriven(job) => job,

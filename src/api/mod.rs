@@ -690,6 +690,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             ));
         }
         let ids: Vec<&str> = found.ids.iter().map(String::as_str).collect();
+        self.operations(cfg).before_redrive(&ids).await?;
         let mut redriven = Vec::new();
         let mut refused = Vec::new();
         for (id, r) in ids.iter().zip(self.ledger.redrive_all(&ids, now).await?) {

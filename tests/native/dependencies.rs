@@ -538,3 +538,37 @@ fn a_duplicate_submission_never_makes_the_job_it_duplicates_wait() {
         assert_eq!(w.runs(), vec!["a"]);
     }
 }
+
+#[test]
+fn a_dead_dependency_redriven_before_its_release_releases_its_dependents_first() {
+    for shards in [1, 3] {
+        let w = World::new(OrderingMode::Strict, shards);
+        let mut anyway = job("d", Some("k"), &["a"]);
+        anyway["after_dead"] = json!("run");
+        w.submit(vec![
+            json!({"id": "a", "ordering_key": "k", "max_attempts": 1, "payload": {"type": "webhook", "url": "https://h.test/"}}),
+            job("c", Some("k"), &[]),
+            anyway,
+        ]);
+        // a's only run dies with its invocation (c, claimed with it, too); the reaper ends a
+        // DEAD, and no release follows.
+        let a = w.sent_since();
+        let consumer = Consumer::new(&w.cfg, &w.kv, &w.shards[0], &HangOnce, &w.clock, &w.queue, "inv-dies")
+            .with_ledger(w.ledger());
+        let mut run = Box::pin(consumer.process(Role::Main, &a));
+        let waker = futures::task::noop_waker();
+        assert!(run.as_mut().poll(&mut std::task::Context::from_waker(&waker)).is_pending());
+        drop(run);
+        w.clock.advance_ms(20 * 60_000);
+        block_on(w.ledger().reap(w.clock.now_ms(), 10)).unwrap();
+        assert_eq!(w.status("a"), "DEAD");
+        // c runs: the key moves past a (ON_DEAD skip), and stops at d, which waits.
+        assert_eq!(w.run(&[stray(&w, "c", "k")]), vec![Outcome::Ack]);
+        assert_eq!((w.runs(), w.status("d")), (vec!["c".to_string()], "PENDING".into()));
+        // The operator redrives a before maintenance releases d: to its key's end, behind d.
+        assert_eq!(w.call("POST", "/jobs/a/redrive", None).status, 200);
+        w.drain();
+        assert_eq!((w.status("d"), w.status("a")), ("DONE".into(), "DONE".into()), "d ran anyway, then a again");
+        assert_eq!(w.runs(), vec!["c", "d", "a"]);
+    }
+}

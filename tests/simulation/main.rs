@@ -1154,6 +1154,18 @@ impl Sim {
         let redriven = redriven.borrow().clone();
         if std::env::var("SIM_TRACE").is_ok() {
             println!("ended at +{} s after {steps} steps; redriven {redriven:?}", (self.sched.now() - T0) / 1000);
+            // Dependencies (design §24): what each job runs after, and the edges left.
+            for (job, (after, anyway)) in &self.obs.borrow().deps {
+                println!("{job} runs after {after:?}{}", if *anyway { " (or anyway)" } else { "" });
+            }
+            for (i, db) in self.dbs.iter().enumerate() {
+                let edges = |sql: &str| -> Vec<(String, String)> {
+                    let Ok(mut st) = db.conn.prepare(sql) else { return Vec::new() };
+                    st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map(|r| r.flatten().collect()).unwrap_or_default()
+                };
+                println!("shard {i}: waits left {:?}", edges("SELECT job_id, on_id FROM job_wait"));
+                println!("shard {i}: waiters left {:?}", edges("SELECT on_id, job_id FROM job_waiter"));
+            }
             // SIM_TRACE_JOB=id: that job's history, times from the run's start.
             if let Ok(id) = std::env::var("SIM_TRACE_JOB") {
                 for db in &self.dbs {
