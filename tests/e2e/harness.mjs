@@ -158,8 +158,10 @@ export async function bundleWorker(entry, outfile) {
 /**
  * The deployable worker's size budget, gzip bytes (issue 38): Cloudflare's limit is 3 MB gzip on
  * the free plan, but start-up time grows with the module, so growth is watched, not just capped.
+ * Raised from 600,000 with dependencies (design §24), which took the worker to 624,474
+ * (docs/performance.md).
  */
-export const WORKER_GZIP_BUDGET = 600_000;
+export const WORKER_GZIP_BUDGET = 700_000;
 
 /** The built worker's wasm: its bytes, and its size raw and gzip (level 9, as `scripts/build.sh`). */
 export function workerSize() {
