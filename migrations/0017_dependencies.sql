@@ -24,3 +24,17 @@ CREATE TABLE job_waiter (
   job_route TEXT NOT NULL,
   PRIMARY KEY (on_id, job_id)
 ) WITHOUT ROWID;
+-- Batches (design §25): a batch is its members and a callback job that runs after all of them
+-- (job_wait, "after_dead": "run"); the batch's id is the callback's. In the callback's shard, a
+-- row per member in its request's order; each member's status and result are written when its
+-- finish releases the callback (batch_done.sql), and given to the callback with its payload once
+-- the last has (batch_ready.sql).
+CREATE TABLE batch_member (
+  batch_id    TEXT    NOT NULL,
+  member_id   TEXT    NOT NULL,
+  place       INTEGER NOT NULL,
+  status      TEXT    CHECK (status IN ('DONE', 'DEAD')),
+  result      TEXT,
+  finished_at INTEGER,
+  PRIMARY KEY (batch_id, member_id)
+) WITHOUT ROWID;

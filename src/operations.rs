@@ -196,7 +196,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
                 // Not recorded yet: a job of the same request whose shard failed, recorded when
                 // the request is retried. The wait stays unregistered; maintenance tries again.
                 None => {}
-                Some(s) if s.is_finished() => finished.push(Waiter { wait, on_status: s }),
+                Some(on) if on.status.is_finished() => finished.push(Waiter { wait, on_status: on.status, on_result: on.result }),
                 Some(_) => open.push(wait),
             }
         }

@@ -155,6 +155,7 @@ fn submit_of<'a>(cfg: &Config, job: &'a Parsed, after: &'a [(String, Place)], no
         debounce_until: job.debounce_until,
         after,
         after_dead: job.after_dead,
+        batch: job.batch,
     }
 }
 
@@ -287,6 +288,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 self.state(&id).await
             }
             Route::Job(id) => self.get(&id).await,
+            Route::Batch(id) => {
+                let admin = self.caller(req.authorization.as_deref()) == Some(Caller::Admin);
+                self.batch(&id, admin).await
+            }
             Route::Redrive(id) => self.redrive(cfg, &id).await,
             Route::Cancel(id) => self.cancel(cfg, &id).await,
             Route::CancelMatching => match parse_cancel_filter(&req.body) {
@@ -321,18 +326,27 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Ok(v) => v,
             Err(e) => return Ok(ApiResponse::error(400, format!("body is not JSON: {e}"))),
         };
-        let items: Vec<Value> = match parsed {
-            Value::Object(mut o) if o.contains_key("jobs") => match o.remove("jobs") {
-                Some(Value::Array(a)) if o.is_empty() => a,
-                Some(Value::Array(_)) => {
-                    return Ok(ApiResponse::error(400, "a {\"jobs\": [...]} body takes no other fields"))
+        let (items, then): (Vec<Value>, Option<Value>) = match parsed {
+            Value::Object(mut o) if o.contains_key("jobs") => {
+                let then = o.remove("then");
+                match o.remove("jobs") {
+                    Some(Value::Array(a)) if o.is_empty() => (a, then),
+                    Some(Value::Array(_)) => {
+                        return Ok(ApiResponse::error(400, "a {\"jobs\": [...]} body takes no other fields but \"then\""))
+                    }
+                    _ => return Ok(ApiResponse::error(400, "\"jobs\" must be an array")),
                 }
-                _ => return Ok(ApiResponse::error(400, "\"jobs\" must be an array")),
-            },
-            one @ Value::Object(_) => vec![one],
+            }
+            one @ Value::Object(_) => (vec![one], None),
             _ => return Ok(ApiResponse::error(400, "body must be a job object or {\"jobs\": [...]}")),
         };
-        Ok(match self.submit_items(cfg, items).await? {
+        let batch = then.is_some();
+        Ok(match self.submit_with(cfg, items, then).await? {
+            // A batch's callback is answered apart from its jobs, as "then".
+            Submission::Accepted(mut jobs) if batch => {
+                let then = jobs.pop();
+                ApiResponse::json(202, json!({ "jobs": jobs, "then": then }))
+            }
             Submission::Accepted(jobs) => ApiResponse::json(202, json!({ "jobs": jobs })),
             Submission::Unsent { jobs, error } => ApiResponse::json(
                 503,
@@ -353,6 +367,18 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     /// sent, or none is recorded and the first bad one says why. What the API and
     /// [`crate::enqueue::Producer`] both do.
     pub async fn submit_items(&self, cfg: &Config, items: Vec<Value>) -> Result<Submission, crate::error::InfraError> {
+        self.submit_with(cfg, items, None).await
+    }
+
+    /// [`Self::submit_items`], and with `then` a batch (design §25): `then` is a job that runs
+    /// once every job of `items` has finished, given their ids, statuses and results; it is
+    /// answered last.
+    pub async fn submit_with(
+        &self,
+        cfg: &Config,
+        items: Vec<Value>,
+        then: Option<Value>,
+    ) -> Result<Submission, crate::error::InfraError> {
         if items.is_empty() {
             return Ok(Submission::refused(400, None, "no jobs given"));
         }
@@ -360,7 +386,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             return Ok(Submission::refused(413, None, format!("more than {MAX_JOBS_PER_REQUEST} jobs in one request")));
         }
         let now = self.clock.now_ms();
-        let jobs = match self.parse_all(cfg, items, now).await? {
+        let jobs = match self.parse_all(cfg, items, then, now).await? {
             Ok(jobs) => jobs,
             Err(refused) => return Ok(refused),
         };
@@ -417,19 +443,26 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         Ok(Submission::Accepted(answer))
     }
 
-    /// Reads and checks each job, its payload sealed if sensitive: all of them, or the refusal of
-    /// the first bad one.
+    /// Reads and checks each job, and a batch's callback last, each payload sealed if sensitive:
+    /// all of them, or the refusal of the first bad one.
     async fn parse_all(
         &self,
         cfg: &Config,
         items: Vec<Value>,
+        then: Option<Value>,
         now: i64,
     ) -> Result<Result<Vec<Parsed>, Submission>, crate::error::InfraError> {
-        let mut jobs = Vec::with_capacity(items.len());
+        let mut jobs = Vec::with_capacity(items.len() + 1);
         for (i, item) in items.into_iter().enumerate() {
             match parse_job(item, cfg, self.types, self.sealer.is_some(), (self.new_id)(), now) {
                 Ok(j) => jobs.push(j),
                 Err(e) => return Ok(Err(Submission::refused(e.status(), Some(i), e.to_string()))),
+            }
+        }
+        if let Some(then) = then {
+            match self.callback(cfg, then, &jobs, now) {
+                Ok(callback) => jobs.push(callback),
+                Err(refused) => return Ok(Err(Submission::Refused(refused))),
             }
         }
         // Sensitive payloads reach D1 sealed, never as plain text.
@@ -439,6 +472,72 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             }
         }
         Ok(Ok(jobs))
+    }
+
+    /// A batch's callback (design §25): `then`, read as any job, to run after every job of the
+    /// batch whatever became of it (`"after_dead": "run"`), its payload given theirs. Refused: a
+    /// `then` that names its own `after`, has a dedupe key (it could be recorded as a duplicate,
+    /// and the batch would have no callback), is sensitive (its payload is sealed, and the batch
+    /// could not be added to it), takes the id of one of the batch's jobs; a batch job with a
+    /// dedupe key (it could be recorded as a duplicate of another job).
+    fn callback(&self, cfg: &Config, then: Value, jobs: &[Parsed], now: i64) -> Result<Parsed, Refusal> {
+        let refused = |index: Option<usize>, e: String| Refusal { status: 400, index, error: e };
+        let mut cb = parse_job(then, cfg, self.types, self.sealer.is_some(), (self.new_id)(), now)
+            .map_err(|e| Refusal { status: e.status(), index: None, error: format!("then: {e}") })?;
+        if !cb.after.is_empty() {
+            return Err(refused(None, "then: a batch's callback runs after its jobs; it takes no \"after\"".into()));
+        }
+        if cb.spec.dedupe_key.is_some() || cb.sensitive || cb.debounce_until.is_some() {
+            return Err(refused(None, "then: a batch's callback takes no dedupe_key, debounce or sensitive payload".into()));
+        }
+        if let Some(i) = jobs.iter().position(|j| j.spec.dedupe_key.is_some()) {
+            return Err(refused(Some(i), "a batch's jobs take no dedupe_key: one recorded as a duplicate would leave its callback nothing to wait on".into()));
+        }
+        if jobs.iter().any(|j| j.spec.id == cb.spec.id) {
+            return Err(refused(None, format!("then: its id {:?} is a job of the batch", cb.spec.id)));
+        }
+        cb.after = jobs.iter().map(|j| j.spec.id.clone()).collect();
+        cb.after_dead = crate::ledger::AfterDead::Run;
+        cb.batch = true;
+        Ok(cb)
+    }
+
+    /// `GET /batches/{id}` (design §25): the batch's callback and each job with how it stands, its
+    /// result once finished (an operator's view; a producer's shows none).
+    async fn batch(&self, id: &str, results: bool) -> Result<ApiResponse, crate::error::InfraError> {
+        let no_batch = || ApiResponse::error(404, format!("no batch {id:?}"));
+        let Some(then) = self.ledger.get(id).await? else { return Ok(no_batch()) };
+        let members = self.ledger.batch_members(id, then.route()).await?;
+        if members.is_empty() {
+            return Ok(no_batch());
+        }
+        let open: Vec<&str> = members.iter().filter(|m| m.status.is_none()).map(|m| m.id.as_str()).collect();
+        let live = if open.is_empty() { Vec::new() } else { self.ledger.get_all(&open).await? };
+        let mut live = live.into_iter();
+        let (mut done, mut dead) = (0, 0);
+        let jobs: Vec<Value> = members
+            .iter()
+            .map(|m| {
+                let status = match m.status {
+                    Some(s) => s,
+                    None => live.next().flatten().map_or(Status::Pending, |j| j.status),
+                };
+                done += usize::from(status == Status::Done);
+                dead += usize::from(status == Status::Dead);
+                let mut j = json!({ "id": m.id, "status": status });
+                if let (true, Some(r)) = (results, m.result.as_deref()) {
+                    j["result"] = serde_json::from_str(r).unwrap_or_else(|_| json!("redacted"));
+                }
+                j
+            })
+            .collect();
+        Ok(ApiResponse::json(
+            200,
+            json!({ "batch": {
+                "id": id, "total": members.len(), "finished": done + dead, "done": done, "dead": dead,
+                "then": { "id": then.id, "status": then.status }, "jobs": jobs,
+            }}),
+        ))
     }
 
     /// The jobs each job runs after (design §24), with where each lives; or why the submission is

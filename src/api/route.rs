@@ -24,6 +24,8 @@ pub enum Route {
     RedriveMatching,
     /// `GET /jobs/{id}`.
     Job(String),
+    /// `GET /batches/{id}`: a batch's progress (design §25).
+    Batch(String),
     /// `POST /jobs/{id}/redrive`.
     Redrive(String),
     /// `POST /jobs/{id}/cancel`.
@@ -79,6 +81,7 @@ const TABLE: &[Entry] = &[
     ("GET", "/jobs/{id}", Route::Job),
     ("POST", "/jobs/{id}/redrive", Route::Redrive),
     ("POST", "/jobs/{id}/cancel", Route::Cancel),
+    ("GET", "/batches/{id}", Route::Batch),
     ("GET", "/keys", |_| Route::Keys),
     ("PUT", "/keys/{key}", Route::ChangeKey),
     ("POST", "/keys/{key}/skip", Route::SkipKey),
@@ -153,7 +156,7 @@ impl Route {
     /// skip, lists, the charts and the ledger's administration need `ADMIN_TOKEN`.
     pub fn producer_may(&self) -> bool {
         match self {
-            Route::Submit | Route::Job(_) | Route::Counts => true,
+            Route::Submit | Route::Job(_) | Route::Batch(_) | Route::Counts => true,
             Route::Dashboard
             | Route::OpenApi
             | Route::List

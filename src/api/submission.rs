@@ -54,6 +54,8 @@ pub(super) struct Parsed {
     pub(super) after: Vec<String>,
     /// What it does when one of them ends DEAD.
     pub(super) after_dead: AfterDead,
+    /// A batch's callback, `after` its members (design §25).
+    pub(super) batch: bool,
 }
 
 /// The most jobs one job may run after (design §24): each is a row and a wake-up.
@@ -323,7 +325,7 @@ pub(super) fn parse_job(
     };
     let debounce_until = f.debounce.map(|(_, cap)| now + i64::from(cap) * 1000);
     let (delay, on_duplicate, after, after_dead) = (f.delay, f.on_duplicate, f.after, f.after_dead);
-    Ok(Parsed { spec, msg, delay, sensitive, on_duplicate, debounce_until, after, after_dead })
+    Ok(Parsed { spec, msg, delay, sensitive, on_duplicate, debounce_until, after, after_dead, batch: false })
 }
 
 /// A bulk operation's body, `{"filter": {...}, "dry_run"?: bool}`: its filter's fields and

@@ -32,6 +32,8 @@ pub struct Waiter {
     pub wait: Wait,
     /// How the dependency finished: DONE, or DEAD.
     pub on_status: Status,
+    /// What it returned (a batch's callback is given it, design §25).
+    pub on_result: Option<String>,
 }
 
 /// A dependent after a release.
@@ -43,6 +45,22 @@ pub struct Released {
     pub waits: bool,
     /// This release ended it DEAD (its dependency is DEAD and it does not run anyway).
     pub died: bool,
+}
+
+/// How many bytes of its members' results a batch's callback is given in its payload (design
+/// §25); past them it is given `GET /batches/{id}` to read them, so its message stays well under
+/// Queues' 128 KB.
+pub const BATCH_RESULTS_BYTES: u32 = 64_000;
+
+/// A batch's member, as its callback's shard last heard of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Its id.
+    pub id: String,
+    /// DONE or DEAD once it finished; `None` before.
+    pub status: Option<Status>,
+    /// What it returned (JSON text; sealed for a sensitive job).
+    pub result: Option<String>,
 }
 
 /// The error a dependent ends DEAD with when `on_id` ended DEAD.
@@ -79,11 +97,11 @@ impl<S: Sql> Shard<S> {
     /// In the dependencies' shard: registers each wait while its dependency is unfinished, and
     /// reads how each dependency stands (`None`: no row yet: a job of the same request whose
     /// shard failed, recorded when the request is retried).
-    pub async fn register(&self, waits: &[&Wait]) -> Result<Vec<Option<Status>>, InfraError> {
+    pub async fn register(&self, waits: &[&Wait]) -> Result<Vec<Option<JobRow>>, InfraError> {
         let stmts =
             waits.iter().flat_map(|w| [stmt::wait_register(&w.on_id, &w.job_id, w.job_route), stmt::get(&w.on_id)]).collect();
         let out = self.sql.batch(stmts).await?;
-        out.chunks(2).map(|pair| Ok(JobRow::first(pair.get(1).map(Vec::as_slice).unwrap_or_default())?.map(|j| j.status))).collect()
+        out.chunks(2).map(|pair| JobRow::first(pair.get(1).map(Vec::as_slice).unwrap_or_default())).collect()
     }
 
     /// In the dependents' shard: these waits are registered.
@@ -108,7 +126,7 @@ impl<S: Sql> Shard<S> {
                             on_id: on_id.clone(),
                             on_route: *on_route,
                         };
-                        Ok(Waiter { wait, on_status: on_status(r) })
+                        Ok(Waiter { wait, on_status: on_status(r), on_result: text(r, "on_result") })
                     })
                     .collect()
             })
@@ -126,7 +144,9 @@ impl<S: Sql> Shard<S> {
                 stmts.push(stmt::wait_dead(job, on, now, &dead_dependency(on)));
                 stmts.len() - 1
             });
+            stmts.push(stmt::batch_done(job, on, w.on_status, w.on_result.as_deref(), now));
             stmts.push(stmt::wait_release(job, on));
+            stmts.push(stmt::batch_ready(job, BATCH_RESULTS_BYTES));
             stmts.push(stmt::waiting(job));
             at.push((died, stmts.len() - 1));
         }
@@ -146,6 +166,17 @@ impl<S: Sql> Shard<S> {
         Ok(waiters.iter().map(|_| ()).collect())
     }
 
+    /// A batch's members, in order (none: no such batch).
+    pub async fn batch_members(&self, batch_id: &str) -> Result<Vec<Member>, InfraError> {
+        let rows = self.sql.query(stmt::batch_members(batch_id)).await?;
+        rows.iter()
+            .map(|r| {
+                let status = text(r, "status").and_then(|s| Status::parse(&s));
+                Ok(Member { id: need(r, "member_id")?, status, result: text(r, "result") })
+            })
+            .collect()
+    }
+
     /// Maintenance: at most `limit` waiters of finished jobs, not yet released.
     pub async fn waiters_finished(&self, limit: u32) -> Result<Vec<Waiter>, InfraError> {
         let rows = self.sql.query(stmt::waiters_finished(limit)).await?;
@@ -153,7 +184,7 @@ impl<S: Sql> Shard<S> {
             .map(|r| {
                 let on_id = need(r, "on_id")?;
                 let wait = Wait { job_id: need(r, "job_id")?, job_route: route_at(r, "job_route")?, on_route: keys_route(r, &on_id), on_id };
-                Ok(Waiter { wait, on_status: on_status(r) })
+                Ok(Waiter { wait, on_status: on_status(r), on_result: text(r, "on_result") })
             })
             .collect()
     }
@@ -171,9 +202,9 @@ impl<S: Sql> Shard<S> {
 }
 
 impl<S: Sql> Ledger<S> {
-    /// Registers each wait in its dependency's shard, one round trip per shard: how each
-    /// dependency stands (`None`: not recorded yet).
-    pub async fn register(&self, waits: &[Wait]) -> Result<Vec<Option<Status>>, InfraError> {
+    /// Registers each wait in its dependency's shard, one round trip per shard: each dependency's
+    /// row as it stands (`None`: not recorded yet).
+    pub async fn register(&self, waits: &[Wait]) -> Result<Vec<Option<JobRow>>, InfraError> {
         self.routed(waits, |w| w.on_route, async |s, part| s.register(&part).await).await
     }
 
@@ -199,6 +230,11 @@ impl<S: Sql> Ledger<S> {
     /// Deletes released waiters from their dependencies' shards.
     pub async fn waiters_done(&self, waiters: &[Waiter]) -> Result<(), InfraError> {
         self.routed(waiters, |w| w.wait.on_route, async |s, part| s.waiters_done(&part).await).await.map(drop)
+    }
+
+    /// Batch `id`'s members (its callback lives at `route`), in order.
+    pub async fn batch_members(&self, id: &str, route: Route) -> Result<Vec<Member>, InfraError> {
+        self.at(route).batch_members(id).await
     }
 
     /// Maintenance: waiters of finished jobs left unreleased, at most `limit` per shard.

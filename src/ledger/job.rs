@@ -264,6 +264,8 @@ pub struct Submit<'a> {
     pub after: &'a [(String, Route)],
     /// What it does when one of them ends DEAD.
     pub after_dead: AfterDead,
+    /// It is a batch's callback and `after` its members (design §25).
+    pub batch: bool,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -278,6 +280,7 @@ impl<'a> Submit<'a> {
             debounce_until: None,
             after: &[],
             after_dead: AfterDead::Dead,
+            batch: false,
         }
     }
 }

@@ -130,6 +130,9 @@ impl<S: Sql> Shard<S> {
             stmts.push(stmt::enqueue(s, now));
             if !s.after.is_empty() {
                 stmts.push(stmt::wait_add(&s.spec.id, s.after_dead, now, s.after));
+                if s.batch {
+                    stmts.push(stmt::batch_add(&s.spec.id, s.after));
+                }
             }
         }
         let out = self.sql.batch(stmts).await?;

@@ -63,7 +63,7 @@ impl<S> Ledger<S> {
         self.shards.iter().map(|s| &s.sql)
     }
 
-    fn at(&self, route: Route) -> &Shard<S> {
+    pub(super) fn at(&self, route: Route) -> &Shard<S> {
         &self.shards[route.shard(self.shards.len())]
     }
 }

@@ -536,3 +536,23 @@ pub fn waiters_finished(limit: u32) -> Stmt {
 pub fn waits_unregistered(before: i64, limit: u32) -> Stmt {
     with(sql!("waits_unregistered"), [("before", before.into()), ("limit", limit.into())])
 }
+/// A batch's members, after its callback's waits (design §25).
+pub fn batch_add(id: &str, members: &[(String, super::route::Route)]) -> Stmt {
+    let members = Value::Array(members.iter().map(|(m, _)| Value::String(m.clone())).collect()).to_string();
+    with(sql!("batch_add"), [("id", id.into()), ("members", members.into())])
+}
+/// Member `on_id` of batch `job_id` finished with `status` and `result`.
+pub fn batch_done(job_id: &str, on_id: &str, status: Status, result: Option<&str>, now: i64) -> Stmt {
+    with(
+        sql!("batch_done"),
+        [("job_id", job_id.into()), ("on_id", on_id.into()), ("status", status.as_str().into()), ("result", result.into()), ("now", now.into())],
+    )
+}
+/// A batch's callback waiting on nothing more gets the batch in its payload, results up to `limit` bytes.
+pub fn batch_ready(job_id: &str, limit: u32) -> Stmt {
+    with(sql!("batch_ready"), [("job_id", job_id.into()), ("limit", limit.into())])
+}
+/// A batch's members, in order.
+pub fn batch_members(batch_id: &str) -> Stmt {
+    with(sql!("batch_members"), [("batch_id", batch_id.into())])
+}

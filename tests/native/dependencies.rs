@@ -1,4 +1,4 @@
-//! Dependencies (design §24) on the host: the real API, consumer and maintenance over shard
+//! Dependencies (design §24) and batches (§25) on the host: the real API, consumer and maintenance over shard
 //! objects on in-process SQLite (one shard, as one database, and three, so the jobs of an edge
 //! live in different shards), a recording queue delivered by hand, one manual clock. A job that
 //! runs after others starts only once each is DONE, is woken by the last to finish (never
@@ -28,6 +28,8 @@ use crate::support::{memory_shards, InProcess, MemoryQueue};
 /// attempts (retryable), `{"dead": true}` fails for good.
 struct Starts {
     runs: RefCell<Vec<(String, i64)>>,
+    /// Each run's payload, by job id (the last run's).
+    payloads: RefCell<std::collections::BTreeMap<String, Value>>,
     clock: Rc<ManualClock>,
 }
 
@@ -35,6 +37,7 @@ impl Runner for Starts {
     async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
         let now = self.clock.now_ms();
         self.runs.borrow_mut().push((job.id.to_string(), now));
+        self.payloads.borrow_mut().insert(job.id.to_string(), job.payload.clone());
         let body = &job.payload["body"];
         if body["dead"] == json!(true) {
             return Err(JobError::permanent("HTTP 410"));
@@ -42,7 +45,8 @@ impl Runner for Starts {
         if u64::from(job.attempt) <= body["fail"].as_u64().unwrap_or(0) {
             return Err(JobError::retry("HTTP 503"));
         }
-        Ok(Done { result: Some(json!({"ran": job.id})), http_status: Some(200) })
+        let pad = "x".repeat(body["pad"].as_u64().unwrap_or(0) as usize);
+        Ok(Done { result: Some(json!({"ran": job.id, "pad": pad})), http_status: Some(200) })
     }
 }
 
@@ -63,7 +67,7 @@ impl World {
             shards: memory_shards(shards).1,
             queue: MemoryQueue::default(),
             kv: MemoryKv::new(clock.clone()),
-            runner: Starts { runs: RefCell::default(), clock: clock.clone() },
+            runner: Starts { runs: RefCell::default(), payloads: RefCell::default(), clock: clock.clone() },
             clock,
             cfg: Config { ordering_mode: mode, ..Config::default() },
             delivered: Cell::new(0),
@@ -571,4 +575,103 @@ fn a_dead_dependency_redriven_before_its_release_releases_its_dependents_first()
         assert_eq!((w.status("d"), w.status("a")), ("DONE".into(), "DONE".into()), "d ran anyway, then a again");
         assert_eq!(w.runs(), vec!["c", "d", "a"]);
     }
+}
+
+/// `POST /jobs` with a batch: `jobs` and their callback `then`.
+fn batch(w: &World, jobs: Vec<Value>, then: Value) -> ApiResponse {
+    w.call("POST", "/jobs", Some(json!({ "jobs": jobs, "then": then })))
+}
+
+#[test]
+fn a_batch_over_four_keys_calls_back_once_after_every_job_with_each_status_and_result() {
+    for w in every_world() {
+        let mut jobs: Vec<Value> = (0..12).map(|i| job(&format!("m{i}"), Some(&format!("k{}", i % 4)), &[])).collect();
+        jobs[5] = with_body("m5", Some("k1"), &[], json!({"dead": true}));
+        jobs[7] = with_body("m7", Some("k3"), &[], json!({"fail": 2}));
+        let r = batch(
+            &w,
+            jobs,
+            json!({"id": "cb", "payload": {"type": "webhook", "url": "https://h.test/done", "body": {"x": 1}}}),
+        );
+        assert_eq!(r.status, 202, "{}", r.body);
+        let answer = r.json_body();
+        assert_eq!((answer["jobs"].as_array().map(Vec::len), answer["then"]["id"].clone()), (Some(12), json!("cb")));
+        let progress = w.call("GET", "/batches/cb", None).json_body()["batch"].clone();
+        assert_eq!((progress["total"].clone(), progress["finished"].clone()), (json!(12), json!(0)));
+        w.drain();
+        let runs = w.runs();
+        assert_eq!(runs.iter().filter(|r| *r == "cb").count(), 1, "called back once: {runs:?}");
+        for i in 0..12 {
+            let id = format!("m{i}");
+            assert!(w.started("cb") >= w.finished(&id), "cb started before {id} finished");
+        }
+        let given = w.runner.payloads.borrow()["cb"].clone();
+        assert_eq!(given["body"]["x"], json!(1), "its own body kept");
+        let members = given["body"]["batch"]["jobs"].as_array().cloned().unwrap_or_default();
+        let ids: Vec<&str> = members.iter().filter_map(|m| m["id"].as_str()).collect();
+        assert_eq!(ids, (0..12).map(|i| format!("m{i}")).collect::<Vec<_>>(), "every job, in the batch's order");
+        assert_eq!(members[5]["status"], json!("DEAD"));
+        assert_eq!((members[7]["status"].clone(), members[7]["result"]["ran"].clone()), (json!("DONE"), json!("m7")));
+        let progress = w.call("GET", "/batches/cb", None).json_body()["batch"].clone();
+        assert_eq!(
+            (
+                progress["finished"].clone(),
+                progress["done"].clone(),
+                progress["dead"].clone(),
+                progress["then"]["status"].clone()
+            ),
+            (json!(12), json!(11), json!(1), json!("DONE"))
+        );
+        assert_eq!(progress["jobs"][0]["result"]["ran"], json!("m0"));
+    }
+}
+
+#[test]
+fn a_batch_whose_results_do_not_fit_gives_its_callback_where_to_read_them() {
+    let w = World::new(OrderingMode::Strict, 3);
+    let jobs: Vec<Value> = (0..20).map(|i| with_body(&format!("m{i}"), None, &[], json!({"pad": 4000}))).collect();
+    assert_eq!(
+        batch(&w, jobs, json!({"id": "cb", "payload": {"type": "webhook", "url": "https://h.test/done"}})).status,
+        202
+    );
+    w.drain();
+    let given = w.runner.payloads.borrow()["cb"].clone();
+    let b = &given["body"]["batch"];
+    assert_eq!(b["results"], json!("/batches/cb"), "{given}");
+    assert_eq!(b["jobs"].as_array().map(Vec::len), Some(20));
+    assert!(b["jobs"][0].get("result").is_none());
+    let read = w.call("GET", "/batches/cb", None).json_body();
+    assert_eq!(read["batch"]["jobs"][19]["result"]["ran"], json!("m19"));
+}
+
+#[test]
+fn a_batch_is_refused_whole_when_its_callback_or_a_job_cannot_be_one() {
+    let w = World::new(OrderingMode::Lock, 3);
+    let cb = |extra: Value| {
+        let mut then = json!({"id": "cb", "payload": {"type": "webhook", "url": "https://h.test/done"}});
+        then.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+        then
+    };
+    let cases = [
+        (vec![job("m0", None, &[])], cb(json!({"after": ["m0"]})), "takes no \"after\""),
+        (vec![job("m0", None, &[])], cb(json!({"dedupe_key": "d"})), "no dedupe_key"),
+        (vec![job("cb", None, &[])], cb(json!({})), "is a job of the batch"),
+        (
+            vec![json!({"id": "m0", "dedupe_key": "d", "payload": {"type": "webhook", "url": "https://h.test/"}})],
+            cb(json!({})),
+            "take no dedupe_key",
+        ),
+        (vec![job("m0", None, &[])], json!({"payload": 1}), "then:"),
+    ];
+    for (jobs, then, says) in cases {
+        let r = batch(&w, jobs, then);
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert!(r.json_body()["error"].as_str().unwrap_or_default().contains(says), "{says}: {}", r.body);
+    }
+    for id in ["m0", "cb"] {
+        assert_eq!(w.call("GET", &format!("/jobs/{id}"), None).status, 404);
+    }
+    w.submit(vec![job("plain", None, &[])]);
+    assert_eq!(w.call("GET", "/batches/plain", None).status, 404, "a job that is no batch's callback");
+    assert_eq!(w.call("GET", "/batches/nope", None).status, 404);
 }
