@@ -93,6 +93,18 @@ export interface Job {
   waiting_on?: string[];
 }
 
+/** A batch's progress (GET /batches/{id}). */
+export interface Batch {
+  id: string;
+  total: number;
+  finished: number;
+  done: number;
+  dead: number;
+  then: { id: string; status: Status };
+  /** In the batch's order; `result` once finished, for ADMIN_TOKEN only. */
+  jobs: { id: string; status: Status; result?: unknown }[];
+}
+
 export interface JobEvent {
   n: number;
   at: number;
@@ -187,6 +199,13 @@ export class OrderlyClient {
   enqueue(payload: unknown, options?: EnqueueOptions): Promise<EnqueuedJob>;
   /** Jobs each with its own options (at most 500), in one request, all or none. */
   enqueueJobs(jobs: { payload: unknown; options?: EnqueueOptions }[]): Promise<EnqueuedJob[]>;
+  /** A batch and its callback, which runs once after every job of it finished, its payload given
+   * `batch: {id, jobs: [{id, status, result}]}` (a webhook's under `body.batch`). */
+  enqueueBatch(
+    jobs: { payload: unknown; options?: EnqueueOptions }[],
+    then: { payload: unknown; options?: EnqueueOptions },
+  ): Promise<{ jobs: EnqueuedJob[]; then: EnqueuedJob }>;
+  batch(id: string): Promise<Batch>;
   get(id: string): Promise<{ job: Job; history: JobEvent[] }>;
   counts(): Promise<Counts>;
   redrive(id: string): Promise<Job>;

@@ -103,6 +103,25 @@ export class OrderlyClient {
     return out.jobs;
   }
 
+  /**
+   * Submits a batch (`[{payload, options}]`, at most 499) and its callback `then` (`{payload,
+   * options}`), which runs once after every job of the batch finished, given each one's id,
+   * status and result. All or none; answers `{jobs, then}`, `then.id` being the batch's id.
+   */
+  async enqueueBatch(jobs, then) {
+    const body = { jobs: jobs.map((j) => jobBody(j.payload, j.options ?? {})), then: jobBody(then.payload, then.options ?? {}) };
+    const out = await this.request("POST", "/jobs", body);
+    if (!Array.isArray(out.jobs) || out.jobs.length !== jobs.length || typeof out.then?.id !== "string") {
+      throw new OrderlyError(202, { error: "orderly's answer does not list the batch submitted", ...out });
+    }
+    return { jobs: out.jobs, then: out.then };
+  }
+
+  /** A batch's progress: its jobs' statuses (and results, for ADMIN_TOKEN) and its callback's. */
+  async batch(id) {
+    return (await this.request("GET", `/batches/${encodeURIComponent(id)}`)).batch;
+  }
+
   /** One job with its history. */
   get(id) {
     return this.request("GET", `/jobs/${encodeURIComponent(id)}`);

@@ -79,3 +79,39 @@ test("a DEAD dependency ends its dependents DEAD, saying which, unless they run 
     await w.dispose();
   }
 });
+
+test("a batch of 50 jobs over 10 ordering keys calls back once with 50 results", async () => {
+  const w = await start({ vars: { ORDERING_MODE: "strict" } });
+  try {
+    const client = clientOf(w);
+    const jobs = Array.from({ length: 50 }, (_, i) => ({
+      payload: webhook(`/echo/m${i}`, { n: i }),
+      options: { id: `m${i}`, orderingKey: `k${i % 10}` },
+    }));
+    const then = { payload: webhook("/echo/callback", { report: "nightly" }), options: { id: "batch-1" } };
+    const answer = await client.enqueueBatch(jobs, then);
+    assert.equal(answer.jobs.length, 50);
+    assert.equal(answer.then.id, "batch-1");
+    await waitFor(async () => (await w.job("batch-1"))?.status === "DONE", "the callback DONE", 60_000);
+    const calls = w.target.to("/echo/callback");
+    assert.equal(calls.length, 1, "called back once");
+    const body = JSON.parse(calls[0].body);
+    assert.equal(body.report, "nightly", "its own body kept");
+    assert.equal(body.batch.id, "batch-1");
+    assert.equal(body.batch.jobs.length, 50, "every job");
+    body.batch.jobs.forEach((m, i) => {
+      assert.equal(m.id, `m${i}`, "in the batch's order");
+      assert.equal(m.status, "DONE");
+      assert.deepEqual(JSON.parse(m.result.body), { received: JSON.stringify({ n: i }) }, "its result");
+    });
+    for (let i = 0; i < 50; i++) {
+      const member = w.target.requests.filter((r) => r.path === `/echo/m${i}`);
+      assert.equal(member.length, 1);
+      assert.ok(member[0].at <= calls[0].at, `m${i} ran before the callback`);
+    }
+    const progress = await client.batch("batch-1");
+    assert.deepEqual([progress.total, progress.finished, progress.done, progress.dead, progress.then.status], [50, 50, 50, 0, "DONE"]);
+  } finally {
+    await w.dispose();
+  }
+});
