@@ -287,11 +287,12 @@ const CANCELLING_OPERATOR: &str = "cancelling-operator";
 const REVISER: &str = "reviser";
 /// What every setup's seeds must have done (counted in `fired` beside the faults, not as faults):
 /// a running job cancelled, a pending one replaced, a debounced one put off.
-const COVERED: [(&str, &str); 4] = [
+const COVERED: [(&str, &str); 5] = [
     ("cancel_running", "a cancel of a running job"),
     ("replaced", "a replacement of a pending job"),
     ("debounced", "a debounce of a pending job"),
     ("waited", "a job started after waiting for a job it runs after (design §24)"),
+    ("called_back", "a batch's callback ran (design §25)"),
 ];
 
 struct Sim {
@@ -543,6 +544,17 @@ impl Sim {
                     std::cell::RefCell::new(planned[i..j].iter().map(|p| p.id.clone()).collect());
                 let new_id = || ids.borrow_mut().pop_front().unwrap_or_default();
                 let jobs: Vec<Value> = planned[i..j].iter().map(submission).collect();
+                // Some requests of two jobs or more with no dedupe key are batches (design §25):
+                // a callback runs once after all of them, given how each finished.
+                let batch = j - i >= 2 && planned[i..j].iter().all(|p| p.revisions == 0) && sched.chance(0.25);
+                let then = batch.then(|| {
+                    let id = format!("batch-{}", planned[i].id);
+                    let members: Vec<String> = planned[i..j].iter().map(|p| p.id.clone()).collect();
+                    let mut o = obs.borrow_mut();
+                    o.deps.insert(id.clone(), (members.clone(), true));
+                    o.batches.insert(id.clone(), members);
+                    json!({"id": id, "payload": {"type": "webhook", "url": "https://sim.test/batch", "body": {"batch_of": j - i}}})
+                });
                 let asked_at = sched.now();
                 // A delayed job may not run before its delay has passed from its submission.
                 for p in planned[i..j].iter().filter(|p| p.delay_seconds > 0) {
@@ -553,7 +565,11 @@ impl Sim {
                     method: "POST".into(),
                     path: "/jobs".into(),
                     authorization: Some(format!("Bearer {SIM_TOKEN}")),
-                    body: serde_json::to_vec(&json!({"jobs": jobs})).unwrap_or_default(),
+                    body: serde_json::to_vec(&match &then {
+                        Some(then) => json!({"jobs": jobs, "then": then}),
+                        None => json!({"jobs": jobs}),
+                    })
+                    .unwrap_or_default(),
                     ..ApiRequest::default()
                 };
                 loop {
@@ -958,7 +974,7 @@ impl Sim {
                 )
                 .unwrap_or(0)
         };
-        let extra = self.obs.borrow().cancels.extra.len();
+        let extra = self.obs.borrow().cancels.extra.len() + self.obs.borrow().batches.len();
         self.dbs.iter().map(|db| finished(db)).sum::<i64>() as usize >= self.planned.len() + extra
     }
 
@@ -1340,6 +1356,20 @@ impl Sim {
                 Some(j) if !j.status.is_finished() => {
                     t.stuck += 1;
                     violations.push(format!("{id} (a revision recorded anew) stuck {}", j.status.as_str()));
+                }
+                _ => {}
+            }
+        }
+        // A batch's callback is a job like the planned ones: it finishes (design §25).
+        for id in obs.batches.keys() {
+            match rows.get(id) {
+                None => {
+                    t.lost += 1;
+                    violations.push(format!("{id} (a batch's callback) lost: no ledger row"));
+                }
+                Some(j) if !j.status.is_finished() => {
+                    t.stuck += 1;
+                    violations.push(format!("{id} (a batch's callback) stuck {}", j.status.as_str()));
                 }
                 _ => {}
             }
@@ -1928,4 +1958,54 @@ fn a_fault_that_never_fired_and_a_dead_letter_queue_never_used_are_gaps() {
     );
     assert!(coverage_gaps(&retries3, 40, &fired, 1).is_empty());
     assert!(coverage_gaps(&setup("lock-c1"), 40, &covered.collect(), 0).is_empty(), "no faults configured");
+}
+
+#[test]
+fn a_start_before_a_dependency_finished_and_a_callback_given_the_wrong_batch_are_violations() {
+    let sim = Sim::new(setup("strict-c1"), 0);
+    let runner = SimRunner {
+        dbs: sim.dbs.clone(),
+        sched: sim.sched.clone(),
+        faults: sim.setup.faults,
+        obs: sim.obs.clone(),
+        inv: "inv-test".into(),
+        strict: Some(OnDead::Skip),
+        timeout_ms: 1_000,
+        limits: sim.cfg.limits.clone(),
+        lease_ms: 1_000,
+        backoff: (1, 1),
+    };
+    let conn = &sim.dbs[0].conn;
+    for (id, status) in [("done", "DONE"), ("dead", "DEAD"), ("open", "PENDING")] {
+        conn.execute(
+            "INSERT INTO job (id, status, max_attempts, next_run_at, created_at, updated_at, finished_at) \
+             VALUES (?1, ?2, 1, 0, 0, 0, CASE WHEN ?2 = 'PENDING' THEN NULL ELSE 1 END)",
+            [id, status],
+        )
+        .unwrap();
+    }
+    let mut o = sim.obs.borrow_mut();
+    let deps = |after: &[&str], anyway: bool| (after.iter().map(|s| s.to_string()).collect::<Vec<_>>(), anyway);
+    o.deps.insert("j1".into(), deps(&["done"], false));
+    o.deps.insert("j2".into(), deps(&["done", "open"], false));
+    o.deps.insert("j3".into(), deps(&["dead"], false));
+    o.deps.insert("j4".into(), deps(&["dead"], true));
+    assert!(runner.dependency_violation(&mut o, "j1").is_none());
+    assert!(runner.dependency_violation(&mut o, "j2").is_some_and(|v| v.contains("open")), "a dependency still open");
+    assert!(runner.dependency_violation(&mut o, "j3").is_some(), "a DEAD dependency, not run anyway");
+    assert!(runner.dependency_violation(&mut o, "j4").is_none(), "run anyway");
+    o.redriven.insert("j3".into(), None);
+    assert!(runner.dependency_violation(&mut o, "j3").is_none(), "an operator's redrive of the dependent");
+
+    o.batches.insert("cb".into(), vec!["done".into(), "dead".into()]);
+    let given = |jobs: Value| json!({"body": {"batch": {"id": "cb", "jobs": jobs}}});
+    let right = given(json!([{"id": "done", "status": "DONE"}, {"id": "dead", "status": "DEAD"}]));
+    assert!(runner.batch_violation(&mut o, "cb", &right).is_none());
+    let short = given(json!([{"id": "done", "status": "DONE"}]));
+    assert!(runner.batch_violation(&mut o, "cb", &short).is_some(), "a member missing");
+    let wrong = given(json!([{"id": "done", "status": "DONE"}, {"id": "dead", "status": "DONE"}]));
+    assert!(runner.batch_violation(&mut o, "cb", &wrong).is_some(), "a member's status not its row's");
+    o.batches.insert("cb2".into(), vec!["done".into(), "open".into()]);
+    let early = given(json!([{"id": "done", "status": "DONE"}, {"id": "open", "status": "PENDING"}]));
+    assert!(runner.batch_violation(&mut o, "cb2", &early).is_some(), "a member not finished");
 }

@@ -276,6 +276,8 @@ pub struct Observations {
     /// Dependencies (design §24): job -> the jobs it runs after, and whether it runs anyway when
     /// one ends DEAD.
     pub deps: BTreeMap<String, (Vec<String>, bool)>,
+    /// Batches (design §25): each callback's id -> its members, in order.
+    pub batches: BTreeMap<String, Vec<String>>,
 }
 
 impl Observations {
@@ -753,6 +755,9 @@ impl Runner for SimRunner {
             if let Some(v) = self.dependency_violation(&mut o, job.id) {
                 o.violations.push(v);
             }
+            if let Some(v) = self.batch_violation(&mut o, job.id, job.payload) {
+                o.violations.push(v);
+            }
             let v = body.get("v").and_then(Value::as_i64).unwrap_or(0);
             let claimed_at = me.as_ref().and_then(|j| j.started_at).unwrap_or(now);
             if let Some(broken) = o.cancels.start_violation(job.id, claimed_at, now, v) {
@@ -837,11 +842,37 @@ impl Runner for SimRunner {
 }
 
 impl SimRunner {
+    /// Batches' oracle at a callback's start (design §25): its payload names every member, in
+    /// order, each with the status its row has (DONE or DEAD), unless an operator redrove it
+    /// since (or redrove the callback, which then runs with what it was given).
+    pub fn batch_violation(&self, o: &mut Observations, job: &str, payload: &Value) -> Option<String> {
+        let members = o.batches.get(job)?.clone();
+        *o.fired.entry("called_back").or_default() += 1;
+        let given = payload["body"]["batch"]["jobs"].as_array().cloned().unwrap_or_default();
+        let ids: Vec<&str> = given.iter().filter_map(|m| m["id"].as_str()).collect();
+        if ids != members.iter().map(String::as_str).collect::<Vec<_>>() {
+            return Some(format!("{job} (a batch's callback) was given {ids:?}, not its members {members:?}"));
+        }
+        for (m, id) in given.iter().zip(&members) {
+            if o.redriven.contains_key(id) || o.redriven.contains_key(job) {
+                continue;
+            }
+            let row = self.dbs.iter().find_map(|db| row(db, id)).map(|j| j.status.as_str().to_string());
+            if m["status"].as_str() != row.as_deref() || !matches!(row.as_deref(), Some("DONE" | "DEAD")) {
+                return Some(format!(
+                    "{job} (a batch's callback) was given {id} {}, its row says {row:?}",
+                    m["status"]
+                ));
+            }
+        }
+        None
+    }
+
     /// Dependencies' oracle at a handler's start (design §24): each job it runs after is DONE, or
     /// DEAD when it runs anyway. A job an operator redrove is the operator's to start (its waits
     /// were released when a dependency ended DEAD); so is one whose dependency was redriven since
     /// it ended DEAD.
-    fn dependency_violation(&self, o: &mut Observations, job: &str) -> Option<String> {
+    pub fn dependency_violation(&self, o: &mut Observations, job: &str) -> Option<String> {
         let (after, anyway) = o.deps.get(job)?.clone();
         *o.fired.entry("waited").or_default() += 1;
         if o.redriven.contains_key(job) {
