@@ -1985,7 +1985,7 @@ fn a_start_before_a_dependency_finished_and_a_callback_given_the_wrong_batch_are
         .unwrap();
     }
     let mut o = sim.obs.borrow_mut();
-    let deps = |after: &[&str], anyway: bool| (after.iter().map(|s| s.to_string()).collect::<Vec<_>>(), anyway);
+    let deps = |after: &[&str], anyway: bool| (after.iter().map(ToString::to_string).collect::<Vec<_>>(), anyway);
     o.deps.insert("j1".into(), deps(&["done"], false));
     o.deps.insert("j2".into(), deps(&["done", "open"], false));
     o.deps.insert("j3".into(), deps(&["dead"], false));
