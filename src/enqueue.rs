@@ -181,6 +181,29 @@ impl<'a, S: Sql, Q: QueueSender, C: Clock> Producer<'a, S, Q, C> {
         self.submit(items).await
     }
 
+    /// Enqueues a batch (design §25): `jobs` in order and `then`, which runs once after every one of
+    /// them finished, given their ids, statuses and results; all or none. The batch's id is
+    /// `then`'s.
+    pub async fn enqueue_batch<P: Serialize, T: Serialize>(
+        &self,
+        jobs: Vec<(P, Enqueue)>,
+        then: (T, Enqueue),
+    ) -> Result<(Vec<Submitted>, Submitted), EnqueueError> {
+        let payload = |e: serde_json::Error| EnqueueError::Payload(e.to_string());
+        let items = jobs
+            .into_iter()
+            .map(|(p, o)| serde_json::to_value(p).map(|p| o.job(p)).map_err(payload))
+            .collect::<Result<Vec<Value>, _>>()?;
+        let then = then.1.job(serde_json::to_value(then.0).map_err(payload)?);
+        match self.api.submit_with(self.cfg, items, Some(then)).await.map_err(EnqueueError::Unavailable)? {
+            Submission::Accepted(mut jobs) | Submission::Unsent { mut jobs, .. } => {
+                let then = jobs.pop().ok_or_else(|| EnqueueError::Unavailable(InfraError::new("D1", "no callback recorded")))?;
+                Ok((jobs, then))
+            }
+            Submission::Refused(r) => Err(EnqueueError::Refused(r)),
+        }
+    }
+
     /// Enqueues jobs written as `POST /jobs` takes them (a schedule's template with its period's
     /// id: design §23), in order, all or none.
     pub(crate) async fn submit(&self, items: Vec<Value>) -> Result<Vec<Submitted>, EnqueueError> {

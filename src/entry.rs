@@ -191,6 +191,22 @@ impl App {
         producer.enqueue_all(jobs).await
     }
 
+    /// Enqueues a batch (design §25): `jobs`, and `then`, a job that runs once after every one of
+    /// them finished, given their ids, statuses and results. All or none.
+    pub async fn enqueue_batch<P: serde::Serialize, T: serde::Serialize>(
+        &self,
+        env: &Env,
+        jobs: Vec<(P, Enqueue)>,
+        then: (T, Enqueue),
+    ) -> Result<(Vec<Submitted>, Submitted), EnqueueError> {
+        let s = self.start(env).map_err(|e| EnqueueError::Unavailable(InfraError::new("config", e.to_string())))?;
+        let sealer = s.sealer.as_ref().map(|s| s as &dyn Sealer);
+        let types = Bound { types: &self.handlers, missing: s.missing.clone() };
+        let ledger = s.ledger();
+        let producer = Producer::new(&ledger, &s.queue, &SystemClock, &s.cfg, &types, &edge::random_id, sealer);
+        producer.enqueue_batch(jobs, then).await
+    }
+
     /// The queue consumer. Settles every message itself and never returns `Err`: an `Err` would
     /// make the runtime retry the whole batch, acked messages included.
     pub async fn queue(&self, batch: MessageBatch<Value>, env: Env, _ctx: Context) -> worker::Result<()> {

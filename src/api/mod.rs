@@ -226,7 +226,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 Ok(_) => Some(ApiResponse::error(
                     403,
                     "PRODUCER_TOKEN may only submit jobs (POST /jobs) and read their state (GET /jobs/{id}, \
-                     GET /jobs/counts); this needs ADMIN_TOKEN",
+                     GET /batches/{id}, GET /jobs/counts); this needs ADMIN_TOKEN",
                 )),
                 // Unknown paths and methods are answered by the router, as for the admin.
                 _ => None,

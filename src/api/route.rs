@@ -207,13 +207,13 @@ mod tests {
     }
 
     #[test]
-    fn the_producer_token_opens_submitting_a_jobs_state_and_the_counts_only() {
+    fn the_producer_token_opens_submitting_a_jobs_state_a_batch_s_and_the_counts_only() {
         let open: Vec<(&str, &str)> = routes()
             .filter(|(m, p)| {
                 let path = p.replace("{id}", "j").replace("{key}", "k");
                 Route::parse(m, &path).is_ok_and(|(r, _)| r.producer_may())
             })
             .collect();
-        assert_eq!(open, vec![("POST", "/jobs"), ("GET", "/jobs/counts"), ("GET", "/jobs/{id}")]);
+        assert_eq!(open, vec![("POST", "/jobs"), ("GET", "/jobs/counts"), ("GET", "/jobs/{id}"), ("GET", "/batches/{id}")]);
     }
 }

@@ -675,3 +675,25 @@ fn a_batch_is_refused_whole_when_its_callback_or_a_job_cannot_be_one() {
     assert_eq!(w.call("GET", "/batches/plain", None).status, 404, "a job that is no batch's callback");
     assert_eq!(w.call("GET", "/batches/nope", None).status, 404);
 }
+
+#[test]
+fn rust_enqueues_a_chain_and_a_batch_with_the_api_s_rules() {
+    use orderly::enqueue::{Enqueue, Producer};
+    let w = World::new(OrderingMode::Strict, 3);
+    let ledger = w.ledger();
+    let new_id = || "unused".to_string();
+    let producer = Producer::new(&ledger, &w.queue, &w.clock, &w.cfg, &orderly::app::BuiltIn, &new_id, None);
+    let hook = |n: u32| json!({"type": "webhook", "url": "https://h.test/", "body": {"n": n}});
+    let first = Enqueue { id: Some("r1".into()), ..Enqueue::key("k1") };
+    let second = Enqueue { id: Some("r2".into()), ..Enqueue::key("k2").after(["r1"]) };
+    block_on(producer.enqueue_all(vec![(hook(1), first), (hook(2), second)])).unwrap();
+    let unknown = block_on(producer.enqueue_all(vec![(hook(3), Enqueue::key("k3").after(["nope"]))]));
+    assert!(matches!(unknown, Err(orderly::enqueue::EnqueueError::Refused(_))), "{unknown:?}");
+    let members = (0..3).map(|n| (hook(n), Enqueue { id: Some(format!("b{n}")), ..Enqueue::key("k4") })).collect();
+    let then = (hook(9), Enqueue { id: Some("rb".into()), ..Enqueue::default() });
+    let (jobs, cb) = block_on(producer.enqueue_batch(members, then)).unwrap();
+    assert_eq!((jobs.len(), cb.id.as_str()), (3, "rb"));
+    w.drain();
+    assert!(w.started("r2") >= w.finished("r1"));
+    assert_eq!(w.runner.payloads.borrow()["rb"]["body"]["batch"]["jobs"].as_array().map(Vec::len), Some(3));
+}
