@@ -146,6 +146,10 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
         Some(v) => Some(checked_timeout(&v).map_err(invalid)?),
     };
     let (after, after_dead) = dependencies(&mut o, &id)?;
+    if !after.is_empty() && on_duplicate == OnDuplicate::Replace {
+        // A replacement lands in the job it replaces, whose waits were fixed when it was recorded.
+        return Err(BadInput::invalid("\"after\" cannot be combined with a replacement or a debounce"));
+    }
     if let Some(k) = o.keys().next() {
         return Err(BadInput::invalid(format!("unknown field {k:?}")));
     }

@@ -339,6 +339,12 @@ fn a_submission_naming_an_unknown_or_later_job_or_itself_is_refused_and_records_
             0,
         ),
         (
+            vec![json!({"id": "c", "dedupe_key": "x", "on_duplicate": "replace", "after": ["a"],
+                        "payload": {"type": "webhook", "url": "https://h.test/"}})],
+            "replacement",
+            0,
+        ),
+        (
             vec![
                 json!({"id": "c", "payload": {"type": "webhook", "url": "https://h.test/"}, "after": ["a"], "after_dead": "maybe"}),
             ],
