@@ -423,6 +423,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                     job_route: job.route(),
                     on_id: on_id.clone(),
                     on_route: routes.get(on_id).copied().unwrap_or(*on_route),
+                    since: now,
                 })),
                 // The head of its key's jobs: it waits in its limit key's line (design §20.12).
                 (true, true, _) => lined.push(job),

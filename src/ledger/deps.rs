@@ -23,6 +23,17 @@ pub struct Wait {
     pub on_id: String,
     /// Where that lives.
     pub on_route: Route,
+    /// When the wait was recorded (ms): a dependency redriven since died after it.
+    pub since: i64,
+}
+
+/// A dependency as a registration found it: its row, and when it was last redriven.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Standing {
+    /// Its row.
+    pub job: JobRow,
+    /// Its last redrive (ms), if any.
+    pub redriven_at: Option<i64>,
 }
 
 /// A wait to release: `on_id` finished with `on_status`.
@@ -97,11 +108,17 @@ impl<S: Sql> Shard<S> {
     /// In the dependencies' shard: registers each wait while its dependency is unfinished, and
     /// reads how each dependency stands (`None`: no row yet: a job of the same request whose
     /// shard failed, recorded when the request is retried).
-    pub async fn register(&self, waits: &[&Wait]) -> Result<Vec<Option<JobRow>>, InfraError> {
+    pub async fn register(&self, waits: &[&Wait]) -> Result<Vec<Option<Standing>>, InfraError> {
         let stmts =
-            waits.iter().flat_map(|w| [stmt::wait_register(&w.on_id, &w.job_id, w.job_route), stmt::get(&w.on_id)]).collect();
+            waits.iter().flat_map(|w| [stmt::wait_register(&w.on_id, &w.job_id, w.job_route), stmt::wait_on(&w.on_id)]).collect();
         let out = self.sql.batch(stmts).await?;
-        out.chunks(2).map(|pair| JobRow::first(pair.get(1).map(Vec::as_slice).unwrap_or_default())).collect()
+        out.chunks(2)
+            .map(|pair| {
+                let rows = pair.get(1).map(Vec::as_slice).unwrap_or_default();
+                let redriven_at = rows.first().and_then(|r| r.get("redriven_at")).and_then(int_of);
+                Ok(JobRow::first(rows)?.map(|job| Standing { job, redriven_at }))
+            })
+            .collect()
     }
 
     /// In the dependents' shard: these waits are registered.
@@ -125,6 +142,7 @@ impl<S: Sql> Shard<S> {
                             job_route: route_at(r, "job_route")?,
                             on_id: on_id.clone(),
                             on_route: *on_route,
+                            since: 0,
                         };
                         Ok(Waiter { wait, on_status: on_status(r), on_result: text(r, "on_result") })
                     })
@@ -183,7 +201,13 @@ impl<S: Sql> Shard<S> {
         rows.iter()
             .map(|r| {
                 let on_id = need(r, "on_id")?;
-                let wait = Wait { job_id: need(r, "job_id")?, job_route: route_at(r, "job_route")?, on_route: keys_route(r, &on_id), on_id };
+                let wait = Wait {
+                    job_id: need(r, "job_id")?,
+                    job_route: route_at(r, "job_route")?,
+                    on_route: keys_route(r, &on_id),
+                    on_id,
+                    since: 0,
+                };
                 Ok(Waiter { wait, on_status: on_status(r), on_result: text(r, "on_result") })
             })
             .collect()
@@ -195,16 +219,17 @@ impl<S: Sql> Shard<S> {
         rows.iter()
             .map(|r| {
                 let job_id = need(r, "job_id")?;
-                Ok(Wait { job_route: keys_route(r, &job_id), job_id, on_id: need(r, "on_id")?, on_route: route_at(r, "on_route")? })
+                let since = r.get("created_at").and_then(int_of).unwrap_or(0);
+                Ok(Wait { job_route: keys_route(r, &job_id), job_id, on_id: need(r, "on_id")?, on_route: route_at(r, "on_route")?, since })
             })
             .collect()
     }
 }
 
 impl<S: Sql> Ledger<S> {
-    /// Registers each wait in its dependency's shard, one round trip per shard: each dependency's
-    /// row as it stands (`None`: not recorded yet).
-    pub async fn register(&self, waits: &[Wait]) -> Result<Vec<Option<JobRow>>, InfraError> {
+    /// Registers each wait in its dependency's shard, one round trip per shard: each dependency as
+    /// it stands (`None`: not recorded yet).
+    pub async fn register(&self, waits: &[Wait]) -> Result<Vec<Option<Standing>>, InfraError> {
         self.routed(waits, |w| w.on_route, async |s, part| s.register(&part).await).await
     }
 

@@ -105,6 +105,7 @@ fn every_statement() -> Vec<Stmt> {
         stmt::batch_done("a", "b", Status::Done, Some("{}"), 1),
         stmt::batch_ready("a", 10),
         stmt::batch_members("a"),
+        stmt::wait_on("a"),
         stmt::key_resume("k"),
         stmt::key_waiting("k", 10),
         stmt::paused_keys("a", 10),

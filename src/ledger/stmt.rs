@@ -556,3 +556,7 @@ pub fn batch_ready(job_id: &str, limit: u32) -> Stmt {
 pub fn batch_members(batch_id: &str) -> Stmt {
     with(sql!("batch_members"), [("batch_id", batch_id.into())])
 }
+/// A dependency as a registration reads it, with its last redrive's time (design §24).
+pub fn wait_on(on_id: &str) -> Stmt {
+    with(sql!("wait_on"), [("on_id", on_id.into())])
+}

@@ -703,3 +703,34 @@ fn rust_enqueues_a_chain_and_a_batch_with_the_api_s_rules() {
     assert!(w.started("r2") >= w.finished("r1"));
     assert_eq!(w.runner.payloads.borrow()["rb"]["body"]["batch"]["jobs"].as_array().map(Vec::len), Some(3));
 }
+
+#[test]
+fn a_wait_registered_after_its_dependency_died_and_was_redriven_answers_for_that_death() {
+    for w in every_world() {
+        w.submit(vec![with_body("x", Some("k1"), &[], json!({"dead": true}))]);
+        // b's wait on x is recorded, but its submission dies before registering it.
+        let spec = orderly::ledger::JobSpec {
+            id: "b".into(),
+            job_type: Some("webhook".into()),
+            ordering_key: Some("k2".into()),
+            dedupe_key: None,
+            limit_key: None,
+            deadline_at: None,
+            timeout_seconds: None,
+            payload: Some(json!({"type": "webhook", "url": "https://h.test/"}).to_string()),
+            max_attempts: 3,
+            priority: 5,
+        };
+        let after = [("x".to_string(), Route::key("k1"))];
+        let submit = orderly::ledger::Submit { after: &after, ..orderly::ledger::Submit::due(&spec, T0) };
+        block_on(w.ledger().submit_all(&[submit], T0)).unwrap();
+        w.drain();
+        assert_eq!(w.status("x"), "DEAD");
+        // x is redriven before maintenance registers b's wait: x's death came after b was recorded.
+        assert_eq!(w.call("POST", "/jobs/x/redrive", None).status, 200);
+        w.clock.advance_ms(REGISTER_GRACE_MS);
+        let report = w.maintain();
+        assert_eq!(report.released, 1, "{report:?}");
+        assert_eq!(w.job("b")["last_error"], json!("a job it runs after ended DEAD: x"));
+    }
+}
