@@ -197,14 +197,14 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
                 // the request is retried. The wait stays unregistered; maintenance tries again.
                 None => {}
                 Some(on) if on.job.status.is_finished() => {
-                    finished.push(Waiter { wait, on_status: on.job.status, on_result: on.job.result })
+                    finished.push(Waiter { wait, on_status: on.job.status, on_result: on.job.result });
                 }
                 // Redriven since the wait was recorded (a registration left to maintenance): it
                 // ended DEAD after its dependent was recorded, and waiting for its new life could
                 // wait forever (in strict mode the redrive put it at its key's end, behind jobs
                 // that may wait, through their keys, for this very dependent).
                 Some(on) if on.redriven_at.is_some_and(|at| at >= wait.since) => {
-                    finished.push(Waiter { wait, on_status: Status::Dead, on_result: None })
+                    finished.push(Waiter { wait, on_status: Status::Dead, on_result: None });
                 }
                 Some(_) => open.push(wait),
             }
