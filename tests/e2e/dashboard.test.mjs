@@ -249,6 +249,33 @@ test("the dashboard lists a schedule with its last job, and pauses and resumes i
   }
 });
 
+test("the dashboard shows what a job waits for and a batch's progress on its callback", async () => {
+  const w = await start();
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
+  try {
+    // b waits for a, which is held for a while; the batch's callback waits for both.
+    const r = await w.api("POST", "/jobs", {
+      jobs: [{ id: "a", payload: webhook("/slow/4000/a") }, { id: "b", payload: webhook("/ok/b"), after: ["a"] }],
+      then: { id: "cb", payload: webhook("/ok/cb") },
+    });
+    assert.equal(r.status, 202, JSON.stringify(r.json));
+    const page = await browser.newPage();
+    await page.goto(w.url.href);
+    await page.fill("#token", TOKEN);
+    await page.click("button[type=submit]");
+    await page.evaluate(() => show("b"));
+    await page.waitForSelector('#detail[data-id="b"]');
+    assert.match(await page.textContent("#facts"), /waits for a/);
+    await waitFor(async () => (await w.job("cb"))?.status === "DONE", "the callback DONE");
+    await page.evaluate(() => show("cb"));
+    await page.waitForSelector('#detail[data-id="cb"]');
+    assert.match(await page.textContent("#facts"), /batch of 2: 2 finished, 0 dead/);
+  } finally {
+    await browser.close();
+    await w.dispose();
+  }
+});
+
 test("the dashboard pauses an ordering key, shows its waiting jobs, and resumes it", async () => {
   const w = await start();
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
