@@ -183,12 +183,7 @@ impl App {
         env: &Env,
         jobs: Vec<(P, Enqueue)>,
     ) -> Result<Vec<Submitted>, EnqueueError> {
-        let s = self.start(env).map_err(|e| EnqueueError::Unavailable(InfraError::new("config", e.to_string())))?;
-        let sealer = s.sealer.as_ref().map(|s| s as &dyn Sealer);
-        let types = Bound { types: &self.handlers, missing: s.missing.clone() };
-        let ledger = s.ledger();
-        let producer = Producer::new(&ledger, &s.queue, &SystemClock, &s.cfg, &types, &edge::random_id, sealer);
-        producer.enqueue_all(jobs).await
+        self.producing(env, async move |p| p.enqueue_all(jobs).await).await
     }
 
     /// Enqueues a batch (design §25): `jobs`, and `then`, a job that runs once after every one of
@@ -199,12 +194,23 @@ impl App {
         jobs: Vec<(P, Enqueue)>,
         then: (T, Enqueue),
     ) -> Result<(Vec<Submitted>, Submitted), EnqueueError> {
+        self.producing(env, async move |p| p.enqueue_batch(jobs, then).await).await
+    }
+
+    /// Runs `f` with this worker's producer over its bindings (what every enqueue shares).
+    async fn producing<R>(
+        &self,
+        env: &Env,
+        f: impl AsyncFnOnce(
+            &Producer<'_, &EdgeSql, crate::producer::Lanes<edge::WorkerQueue>, SystemClock>,
+        ) -> Result<R, EnqueueError>,
+    ) -> Result<R, EnqueueError> {
         let s = self.start(env).map_err(|e| EnqueueError::Unavailable(InfraError::new("config", e.to_string())))?;
         let sealer = s.sealer.as_ref().map(|s| s as &dyn Sealer);
         let types = Bound { types: &self.handlers, missing: s.missing.clone() };
         let ledger = s.ledger();
         let producer = Producer::new(&ledger, &s.queue, &SystemClock, &s.cfg, &types, &edge::random_id, sealer);
-        producer.enqueue_batch(jobs, then).await
+        f(&producer).await
     }
 
     /// The queue consumer. Settles every message itself and never returns `Err`: an `Err` would

@@ -208,6 +208,26 @@ fn with_body(id: &str, key: Option<&str>, after: &[&str], body: Value) -> Value 
     j
 }
 
+/// Job "b" (key k2) recorded with its wait on `on` (key k1), as a submission that died before
+/// registering the wait leaves it.
+fn record_unregistered(w: &World, on: &str) {
+    let spec = orderly::ledger::JobSpec {
+        id: "b".into(),
+        job_type: Some("webhook".into()),
+        ordering_key: Some("k2".into()),
+        dedupe_key: None,
+        limit_key: None,
+        deadline_at: None,
+        timeout_seconds: None,
+        payload: Some(json!({"type": "webhook", "url": "https://h.test/"}).to_string()),
+        max_attempts: 3,
+        priority: 5,
+    };
+    let after = [(on.to_string(), Route::key("k1"))];
+    let submit = orderly::ledger::Submit { after: &after, ..orderly::ledger::Submit::due(&spec, T0) };
+    block_on(w.ledger().submit_all(&[submit], T0)).unwrap();
+}
+
 fn every_world() -> Vec<World> {
     let mut worlds = Vec::new();
     for mode in [OrderingMode::Lock, OrderingMode::Strict] {
@@ -469,21 +489,7 @@ fn a_wait_a_submission_left_unregistered_is_registered_by_maintenance() {
     for w in every_world() {
         w.submit(vec![job("a", Some("k1"), &[])]);
         // b's row and wait are recorded, but its submission dies before registering it.
-        let spec = orderly::ledger::JobSpec {
-            id: "b".into(),
-            job_type: Some("webhook".into()),
-            ordering_key: Some("k2".into()),
-            dedupe_key: None,
-            limit_key: None,
-            deadline_at: None,
-            timeout_seconds: None,
-            payload: Some(json!({"type": "webhook", "url": "https://h.test/"}).to_string()),
-            max_attempts: 3,
-            priority: 5,
-        };
-        let after = [("a".to_string(), Route::key("k1"))];
-        let submit = orderly::ledger::Submit { after: &after, ..orderly::ledger::Submit::due(&spec, T0) };
-        block_on(w.ledger().submit_all(&[submit], T0)).unwrap();
+        record_unregistered(&w, "a");
         w.drain();
         assert_eq!((w.status("a"), w.status("b")), ("DONE".into(), "PENDING".into()), "a's finish found no waiter");
         w.clock.advance_ms(REGISTER_GRACE_MS);
@@ -709,21 +715,7 @@ fn a_wait_registered_after_its_dependency_died_and_was_redriven_answers_for_that
     for w in every_world() {
         w.submit(vec![with_body("x", Some("k1"), &[], json!({"dead": true}))]);
         // b's wait on x is recorded, but its submission dies before registering it.
-        let spec = orderly::ledger::JobSpec {
-            id: "b".into(),
-            job_type: Some("webhook".into()),
-            ordering_key: Some("k2".into()),
-            dedupe_key: None,
-            limit_key: None,
-            deadline_at: None,
-            timeout_seconds: None,
-            payload: Some(json!({"type": "webhook", "url": "https://h.test/"}).to_string()),
-            max_attempts: 3,
-            priority: 5,
-        };
-        let after = [("x".to_string(), Route::key("k1"))];
-        let submit = orderly::ledger::Submit { after: &after, ..orderly::ledger::Submit::due(&spec, T0) };
-        block_on(w.ledger().submit_all(&[submit], T0)).unwrap();
+        record_unregistered(&w, "x");
         w.drain();
         assert_eq!(w.status("x"), "DEAD");
         // x is redriven before maintenance registers b's wait: x's death came after b was recorded.
