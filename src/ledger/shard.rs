@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::history::{self, Kind, Minute, ACTIVITY_MINUTES};
 use super::job::{int_of, Cancel, CancelFilter, Cancellable, Claimed, Counts, DeadFilter, DeadFound, Enqueued, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::stmt;
-use super::store::{Sql, Stmt};
+use super::store::{Port, Sql, Stmt};
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 
@@ -17,7 +17,7 @@ use crate::error::InfraError;
 /// `pause.rs`, `maintain.rs`), taking typed values and answering verdicts or rows. `Ledger`
 /// (`shards.rs`) routes to these.
 pub(crate) struct Shard<S> {
-    pub(super) sql: S,
+    pub(super) sql: Port<S>,
 }
 
 impl<S: Sql> Shard<S> {

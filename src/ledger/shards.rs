@@ -21,7 +21,7 @@ use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, D
 use super::transition::{Record, RecordedDead};
 use super::route::Route;
 use super::shard::Shard;
-use super::store::Sql;
+use super::store::{Port, Sql};
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
 use crate::flow::Policy;
@@ -42,25 +42,25 @@ fn mismatch() -> InfraError {
 impl<S> Ledger<S> {
     /// A ledger in one database.
     pub fn new(sql: S) -> Self {
-        Ledger { shards: vec![Shard { sql }] }
+        Ledger { shards: vec![Shard { sql: Port(sql) }] }
     }
 
     /// A ledger over `shards` databases (at least one), in shard order: shard `i` must always be
     /// the same database.
     pub fn sharded(shards: Vec<S>) -> Self {
-        Ledger { shards: shards.into_iter().map(|sql| Shard { sql }).collect() }
+        Ledger { shards: shards.into_iter().map(|sql| Shard { sql: Port(sql) }).collect() }
     }
 
     /// The first shard's backend, for the project's tests that look under the ledger.
     #[cfg(feature = "testing")]
     pub fn backend(&self) -> &S {
-        &self.shards[0].sql
+        &self.shards[0].sql.0
     }
 
     /// Every shard's backend, in shard order.
     #[cfg(feature = "testing")]
     pub fn backends(&self) -> impl Iterator<Item = &S> {
-        self.shards.iter().map(|s| &s.sql)
+        self.shards.iter().map(|s| &s.sql.0)
     }
 
     pub(super) fn at(&self, route: Route) -> &Shard<S> {

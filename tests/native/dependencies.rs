@@ -1,6 +1,6 @@
-//! Dependencies (design §24) and batches (§25) on the host: the real API, consumer and maintenance over shard
-//! objects on in-process SQLite (one shard, as one database, and three, so the jobs of an edge
-//! live in different shards), a recording queue delivered by hand, one manual clock. A job that
+//! Dependencies (design §24) and batches (§25) on the host: the real API, consumer and maintenance over
+//! every ledger users deploy (the D1 stand-in, which refuses what D1 refuses; one shard object;
+//! three, so the jobs of an edge live in different shards), a recording queue delivered by hand, one manual clock. A job that
 //! runs after others starts only once each is DONE, is woken by the last to finish (never
 //! polled), ends DEAD with a DEAD dependency unless it runs anyway; what a crash leaves undone,
 //! maintenance finishes.
@@ -15,14 +15,13 @@ use orderly::clock::{Clock, ManualClock};
 use orderly::config::{Config, OrderingMode};
 use orderly::consumer::{Consumer, Incoming, Outcome, Role};
 use orderly::handlers::{Done, JobContext, JobError, Runner};
-use orderly::ledger::object::ShardSql;
 use orderly::ledger::{Ledger, Route};
 use orderly::lock::MemoryKv;
 use orderly::maintenance::{self, REGISTER_GRACE_MS, RESEND_GRACE_MS};
 use serde_json::{json, Value};
 
 use crate::support::api::{T0, TOKEN};
-use crate::support::{memory_shards, InProcess, MemoryQueue};
+use crate::support::{ledger_dbs, Db, MemoryQueue, EVERY_LEDGER};
 
 /// Records each run's start (job id, time); a payload body `{"fail": n}` fails the first n
 /// attempts (retryable), `{"dead": true}` fails for good.
@@ -51,7 +50,7 @@ impl Runner for Starts {
 }
 
 struct World {
-    shards: Vec<ShardSql<InProcess>>,
+    shards: Vec<Db>,
     queue: MemoryQueue,
     clock: Rc<ManualClock>,
     kv: MemoryKv<Rc<ManualClock>>,
@@ -64,7 +63,7 @@ impl World {
     fn new(mode: OrderingMode, shards: u32) -> World {
         let clock = Rc::new(ManualClock::new(T0));
         World {
-            shards: memory_shards(shards).1,
+            shards: ledger_dbs(shards),
             queue: MemoryQueue::default(),
             kv: MemoryKv::new(clock.clone()),
             runner: Starts { runs: RefCell::default(), payloads: RefCell::default(), clock: clock.clone() },
@@ -74,7 +73,7 @@ impl World {
         }
     }
 
-    fn ledger(&self) -> Ledger<&ShardSql<InProcess>> {
+    fn ledger(&self) -> Ledger<&Db> {
         Ledger::sharded(self.shards.iter().collect())
     }
 
@@ -231,7 +230,7 @@ fn record_unregistered(w: &World, on: &str) {
 fn every_world() -> Vec<World> {
     let mut worlds = Vec::new();
     for mode in [OrderingMode::Lock, OrderingMode::Strict] {
-        for shards in [1, 3] {
+        for shards in EVERY_LEDGER {
             worlds.push(World::new(mode, shards));
         }
     }
@@ -401,7 +400,7 @@ fn a_submission_naming_an_unknown_or_later_job_or_itself_is_refused_and_records_
 
 #[test]
 fn strict_mode_a_waiting_job_holds_its_key_s_later_jobs_behind_it() {
-    for shards in [1, 3] {
+    for shards in EVERY_LEDGER {
         let w = World::new(OrderingMode::Strict, shards);
         w.submit(vec![
             with_body("x", Some("other"), &[], json!({"fail": 2})),
@@ -557,7 +556,7 @@ fn a_duplicate_submission_never_makes_the_job_it_duplicates_wait() {
 
 #[test]
 fn a_dead_dependency_redriven_before_its_release_releases_its_dependents_first() {
-    for shards in [1, 3] {
+    for shards in EVERY_LEDGER {
         let w = World::new(OrderingMode::Strict, shards);
         let mut anyway = job("d", Some("k"), &["a"]);
         anyway["after_dead"] = json!("run");

@@ -21,21 +21,63 @@ use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{params_from_iter, Connection};
 use serde_json::Value;
 
-/// A connection to a SQLite database, as a `Sql` backend. A batch is one IMMEDIATE transaction,
-/// like D1's `batch()`.
+/// D1 as the platform runs it, on SQLite: what D1 refuses, this refuses (design §19.1), so a
+/// test or a seed that passes here does not pass only because SQLite is kinder:
+/// - an empty batch ("No SQL statements detected");
+/// - D1's limits, as SQLite's own (`sqlite3_limit`): 100 bound parameters and 100 KB a
+///   statement, 2 MB a string or row, 32 arguments to a function, 50 bytes of LIKE pattern,
+///   expressions 100 deep; foreign keys on;
+/// - numbers bound as the platform binds a JS number, REAL (`typeof(?1)` is `real`, `?1 || ''`
+///   is `5.0`), and read back as a JS number: a whole REAL arrives as an integer;
+/// - more queries in one invocation than its budget ([`Sqlite::budget`]), each statement of a
+///   batch counted (design §19.1: what counts).
+///
+/// A batch is one IMMEDIATE transaction, like D1's `batch()`.
 pub struct Sqlite {
     pub conn: Connection,
     /// Batches run, i.e. D1 round trips.
     pub round_trips: std::cell::Cell<u64>,
+    /// Statements run since the invocation began ([`Sqlite::invocation`]).
+    pub statements: std::cell::Cell<u64>,
+    /// The per-invocation query budget: a batch that would take `statements` past it is refused,
+    /// as D1 refuses past 1,000 (paid) or 50 (free). `None`: unbounded (the default).
+    pub budget: std::cell::Cell<Option<u64>>,
     /// When set, every batch fails as an outage would.
     pub down: std::cell::Cell<bool>,
     /// When set to n, batches after the n-th fail (an outage that starts mid-invocation).
     pub down_after: std::cell::Cell<Option<u64>>,
 }
 
+/// D1's queries per Worker invocation on the paid plan, and on the free plan.
+pub const D1_PAID_QUERIES: u64 = 1_000;
+pub const D1_FREE_QUERIES: u64 = 50;
+
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 impl Sqlite {
+    fn with(conn: Connection) -> Sqlite {
+        use rusqlite::limits::Limit;
+        for (limit, value) in [
+            (Limit::SQLITE_LIMIT_VARIABLE_NUMBER, 100),
+            (Limit::SQLITE_LIMIT_SQL_LENGTH, 100_000),
+            (Limit::SQLITE_LIMIT_LENGTH, 2_000_000),
+            (Limit::SQLITE_LIMIT_FUNCTION_ARG, 32),
+            (Limit::SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 50),
+            (Limit::SQLITE_LIMIT_EXPR_DEPTH, 100),
+        ] {
+            conn.set_limit(limit, value);
+        }
+        conn.pragma_update(None, "foreign_keys", "ON").expect("foreign keys");
+        Sqlite {
+            conn,
+            round_trips: Default::default(),
+            statements: Default::default(),
+            budget: Default::default(),
+            down: Default::default(),
+            down_after: Default::default(),
+        }
+    }
+
     /// A fresh, migrated database in a temp file (a file, so other connections can race on it).
     pub fn temp() -> (Sqlite, std::path::PathBuf) {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
@@ -48,9 +90,7 @@ impl Sqlite {
 
     /// A fresh, migrated database in memory (one connection; for the simulation's speed).
     pub fn memory() -> Sqlite {
-        let conn = Connection::open_in_memory().expect("open sqlite");
-        let db =
-            Sqlite { conn, round_trips: Default::default(), down: Default::default(), down_after: Default::default() };
+        let db = Sqlite::bare();
         db.migrate();
         db
     }
@@ -60,7 +100,12 @@ impl Sqlite {
         let conn = Connection::open(path).expect("open sqlite");
         conn.busy_timeout(Duration::from_secs(10)).expect("busy timeout");
         conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
-        Sqlite { conn, round_trips: Default::default(), down: Default::default(), down_after: Default::default() }
+        Sqlite::with(conn)
+    }
+
+    /// A new invocation begins: its query budget is whole again.
+    pub fn invocation(&self) {
+        self.statements.set(0);
     }
 
     /// Applies every file of `migrations/`, in name order.
@@ -83,22 +128,21 @@ impl Sqlite {
 
     /// An unmigrated database in memory.
     pub fn bare() -> Sqlite {
-        let conn = Connection::open_in_memory().expect("open sqlite");
-        Sqlite { conn, round_trips: Default::default(), down: Default::default(), down_after: Default::default() }
+        Sqlite::with(Connection::open_in_memory().expect("open sqlite"))
     }
 
+    /// Runs `stmts` as D1's `batch()` does, refusing what D1 refuses first.
     fn run(&self, stmts: &[Stmt]) -> rusqlite::Result<Vec<Vec<Row>>> {
-        let params = |s: &Stmt| {
-            s.params
-                .iter()
-                .map(|p| match p {
-                    Param::Null => SqlValue::Null,
-                    Param::Int(i) => SqlValue::Integer(*i),
-                    Param::Text(t) => SqlValue::Text(t.clone()),
-                })
-                .collect()
-        };
-        self.run_sql(stmts.iter().map(|s| (s.sql, params(s))))
+        let refuse = |why: String| Err(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(1), Some(why)));
+        if stmts.is_empty() {
+            return refuse("D1_ERROR: No SQL statements detected.".into());
+        }
+        let spent = self.statements.get() + stmts.len() as u64;
+        if let Some(budget) = self.budget.get().filter(|&b| spent > b) {
+            return refuse(format!("Too many API requests by single worker invocation ({spent} queries, budget {budget})"));
+        }
+        self.statements.set(spent);
+        self.run_sql(stmts.iter().map(|s| (s.sql, s.params.iter().map(bound).collect())))
     }
 
     /// Runs statements in one IMMEDIATE transaction: all apply or none.
@@ -120,7 +164,7 @@ impl Sqlite {
                         let v = match r.get_ref(i)? {
                             ValueRef::Null => Value::Null,
                             ValueRef::Integer(x) => Value::from(x),
-                            ValueRef::Real(x) => Value::from(x),
+                            ValueRef::Real(x) => js_number(x),
                             ValueRef::Text(t) => Value::String(String::from_utf8_lossy(t).into_owned()),
                             ValueRef::Blob(_) => Value::Null,
                         };
@@ -162,6 +206,25 @@ impl Sql for Sqlite {
     }
 }
 
+/// A parameter as the platform binds it: a JS number is a REAL (D1 and a Durable Object's SQL
+/// alike), whole or not.
+fn bound(p: &Param) -> SqlValue {
+    match p {
+        Param::Null => SqlValue::Null,
+        Param::Int(i) => SqlValue::Real(*i as f64),
+        Param::Text(t) => SqlValue::Text(t.clone()),
+    }
+}
+
+/// A REAL as it reaches the Worker: a JS number, which arrives as an integer when whole.
+fn js_number(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0 {
+        Value::from(x as i64)
+    } else {
+        Value::from(x)
+    }
+}
+
 /// A ledger shard's object storage on SQLite (unmigrated until its object prepares it), as a
 /// Durable Object's `transactionSync` runs it: a batch is one transaction.
 pub struct ShardDb(pub std::rc::Rc<Sqlite>);
@@ -171,7 +234,7 @@ impl ObjectStore for ShardDb {
         let value = |v: &Value| match v {
             Value::Null => SqlValue::Null,
             Value::String(s) => SqlValue::Text(s.clone()),
-            v => SqlValue::Integer(v.as_i64().unwrap_or(0)),
+            v => SqlValue::Real(v.as_f64().unwrap_or(f64::NAN)),
         };
         let stmts = stmts.iter().map(|s| (s.sql.as_str(), s.params.iter().map(value).collect()));
         self.0.run_sql(stmts).map_err(|e| StoreError(e.to_string()))
@@ -210,6 +273,33 @@ pub fn memory_shards(n: u32) -> (Vec<std::rc::Rc<Sqlite>>, Vec<ShardSql<InProces
         .collect();
     (dbs, sqls)
 }
+
+/// One database of a test's ledger: the D1 stand-in ([`Sqlite`]), or a shard object reached in
+/// process. Tests that must hold on every ledger users deploy run over [`ledger_dbs`].
+pub enum Db {
+    D1(Sqlite),
+    Shard(ShardSql<InProcess>),
+}
+
+impl Sql for Db {
+    async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
+        match self {
+            Db::D1(d1) => d1.batch(stmts).await,
+            Db::Shard(shard) => shard.batch(stmts).await,
+        }
+    }
+}
+
+/// A ledger's databases: `0` is one D1 database (the stand-in), `n` is n shard objects.
+pub fn ledger_dbs(shards: u32) -> Vec<Db> {
+    if shards == 0 {
+        return vec![Db::D1(Sqlite::memory())];
+    }
+    memory_shards(shards).1.into_iter().map(Db::Shard).collect()
+}
+
+/// The ledgers users deploy, for tests over each: D1, one shard object, three.
+pub const EVERY_LEDGER: [u32; 3] = [0, 1, 3];
 
 /// A queue producer that records what it was sent, and can go down.
 #[derive(Default)]
