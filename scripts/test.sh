@@ -40,7 +40,12 @@ failed=0
 echo "== native tests, beside the end-to-end passes (niced)"
 # The simulation's fixed seeds run optimized (the sim profile): in a debug build they take minutes.
 native() {
-  cargo test --locked -- --skip fixed_seeds_hold_every_invariant &&
+  # Every batch the native suite runs on the D1 stand-in is traced, then replayed on miniflare's
+  # D1 below, each answer compared (tests/d1/replay.test.mjs, design §19.1).
+  rm -rf target/d1-trace
+  ORDERLY_D1_TRACE="$PWD/target/d1-trace" cargo test --locked -- --skip fixed_seeds_hold_every_invariant &&
+    echo "== the native suite's D1 batches replayed on miniflare's D1" &&
+    node scripts/node-tests.mjs "tests/d1/*.test.mjs" &&
     cargo test --locked --profile sim --test simulation fixed_seeds_hold_every_invariant &&
     echo "== the checkers' own tests (the mutation runner, the test file runner, the mutation table)" &&
     node scripts/node-tests.mjs "tests/tools/*.test.mjs"

@@ -25,5 +25,6 @@ mod schedules;
 mod schema;
 mod secrets;
 mod shards;
+mod stand_in;
 mod strict_consumer;
 mod strict_ledger;

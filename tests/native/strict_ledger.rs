@@ -67,7 +67,7 @@ fn enqueue(db: &Sqlite, ids: &[&str]) {
 }
 
 fn set(db: &Sqlite, id: &str, sql: &str) {
-    db.conn.execute(&format!("UPDATE job SET {sql} WHERE id = ?1"), [id]).unwrap();
+    db.exec(&format!("UPDATE job SET {sql} WHERE id = ?1"), &[id]).unwrap();
 }
 
 #[test]

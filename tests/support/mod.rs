@@ -29,19 +29,23 @@ use serde_json::Value;
 ///   expressions 100 deep; foreign keys on;
 /// - numbers bound as the platform binds a JS number, REAL (`typeof(?1)` is `real`, `?1 || ''`
 ///   is `5.0`), and read back as a JS number: a whole REAL arrives as an integer;
-/// - more queries in one invocation than its budget ([`Sqlite::budget`]), each statement of a
-///   batch counted (design §19.1: what counts).
+/// - more queries in one invocation than its budget ([`Sqlite::budget`]): a batch is one query,
+///   one call to D1 (design §19.1: what counts).
 ///
-/// A batch is one IMMEDIATE transaction, like D1's `batch()`.
+/// A batch is one IMMEDIATE transaction, like D1's `batch()`. With `ORDERLY_D1_TRACE` set to a
+/// folder, a database in memory writes every batch it ran and what it answered there, and
+/// `tests/d1/replay.test.mjs` runs the same batches on miniflare's D1 and compares the answers.
 pub struct Sqlite {
     pub conn: Connection,
     /// Batches run, i.e. D1 round trips.
     pub round_trips: std::cell::Cell<u64>,
-    /// Statements run since the invocation began ([`Sqlite::invocation`]).
-    pub statements: std::cell::Cell<u64>,
-    /// The per-invocation query budget: a batch that would take `statements` past it is refused,
-    /// as D1 refuses past 1,000 (paid) or 50 (free). `None`: unbounded (the default).
+    /// Queries (batches) run since the invocation began ([`Sqlite::invocation`]).
+    pub queries: std::cell::Cell<u64>,
+    /// The per-invocation query budget: a batch past it is refused, as D1 refuses past 1,000
+    /// (paid) or 50 (free). `None`: unbounded (the default).
     pub budget: std::cell::Cell<Option<u64>>,
+    /// Where the batches run are traced for the replay on D1 (`ORDERLY_D1_TRACE`).
+    trace: Option<std::cell::RefCell<Trace>>,
     /// When set, every batch fails as an outage would.
     pub down: std::cell::Cell<bool>,
     /// When set to n, batches after the n-th fail (an outage that starts mid-invocation).
@@ -53,6 +57,10 @@ pub const D1_PAID_QUERIES: u64 = 1_000;
 pub const D1_FREE_QUERIES: u64 = 50;
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// The database files a second connection opened (perhaps on another thread).
+static SHARED: std::sync::Mutex<std::collections::BTreeSet<std::path::PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
 
 impl Sqlite {
     fn with(conn: Connection) -> Sqlite {
@@ -71,32 +79,43 @@ impl Sqlite {
         Sqlite {
             conn,
             round_trips: Default::default(),
-            statements: Default::default(),
+            queries: Default::default(),
             budget: Default::default(),
+            trace: None,
             down: Default::default(),
             down_after: Default::default(),
         }
     }
 
-    /// A fresh, migrated database in a temp file (a file, so other connections can race on it).
+    /// A fresh, migrated database in a temp file (a file, so other connections can race on it),
+    /// traced as [`Sqlite::memory`] is until another connection opens it.
     pub fn temp() -> (Sqlite, std::path::PathBuf) {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let path = std::env::temp_dir().join(format!("orderly-test-{}-{n}.sqlite", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let db = Sqlite::open(&path);
+        let mut db = Sqlite::connect(&path);
+        db.trace = Trace::new(Some(&path));
         db.migrate();
         (db, path)
     }
 
-    /// A fresh, migrated database in memory (one connection; for the simulation's speed).
+    /// A fresh, migrated database in memory, its batches traced for the replay on D1 when
+    /// `ORDERLY_D1_TRACE` is set (one connection, so its trace is the whole of what changed it).
     pub fn memory() -> Sqlite {
-        let db = Sqlite::bare();
+        let mut db = Sqlite::bare();
+        db.trace = Trace::new(None);
         db.migrate();
         db
     }
 
-    /// Opens another connection to `path`.
+    /// Opens another connection to `path` (its first connection's trace is then not written:
+    /// what this one changes is not in it).
     pub fn open(path: &Path) -> Sqlite {
+        SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(path.to_path_buf());
+        Sqlite::connect(path)
+    }
+
+    fn connect(path: &Path) -> Sqlite {
         let conn = Connection::open(path).expect("open sqlite");
         conn.busy_timeout(Duration::from_secs(10)).expect("busy timeout");
         conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
@@ -105,7 +124,17 @@ impl Sqlite {
 
     /// A new invocation begins: its query budget is whole again.
     pub fn invocation(&self) {
-        self.statements.set(0);
+        self.queries.set(0);
+    }
+
+    /// Runs one statement outside the ledger (a test setting up a state), traced like a batch.
+    pub fn exec(&self, sql: &str, params: &[&str]) -> rusqlite::Result<usize> {
+        let out = self.conn.execute(sql, params_from_iter(params.iter()));
+        if let Some(t) = &self.trace {
+            let stmts = [(sql.to_string(), params.iter().map(|p| Value::from(*p)).collect())];
+            t.borrow_mut().batch(&stmts, &out.as_ref().map(|_| vec![Vec::new()]).map_err(ToString::to_string));
+        }
+        out
     }
 
     /// Applies every file of `migrations/`, in name order.
@@ -122,6 +151,9 @@ impl Sqlite {
             let name = f.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
             if take(&name) {
                 self.conn.execute_batch(&std::fs::read_to_string(&f).unwrap()).expect("migration applies");
+                if let Some(t) = &self.trace {
+                    t.borrow_mut().line(serde_json::json!({ "migration": name }));
+                }
             }
         }
     }
@@ -135,14 +167,25 @@ impl Sqlite {
     fn run(&self, stmts: &[Stmt]) -> rusqlite::Result<Vec<Vec<Row>>> {
         let refuse = |why: String| Err(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(1), Some(why)));
         if stmts.is_empty() {
+            if let Some(t) = &self.trace {
+                t.borrow_mut().batch(&[], &Err("no statements".into()));
+            }
             return refuse("D1_ERROR: No SQL statements detected.".into());
         }
-        let spent = self.statements.get() + stmts.len() as u64;
+        let spent = self.queries.get() + 1;
         if let Some(budget) = self.budget.get().filter(|&b| spent > b) {
-            return refuse(format!("Too many API requests by single worker invocation ({spent} queries, budget {budget})"));
+            return refuse(format!(
+                "Too many API requests by single worker invocation ({spent} queries, budget {budget})"
+            ));
         }
-        self.statements.set(spent);
-        self.run_sql(stmts.iter().map(|s| (s.sql, s.params.iter().map(bound).collect())))
+        self.queries.set(spent);
+        let out = self.run_sql(stmts.iter().map(|s| (s.sql, s.params.iter().map(bound).collect())));
+        if let Some(t) = &self.trace {
+            let traced: Vec<(String, Vec<Value>)> =
+                stmts.iter().map(|s| (s.sql.to_string(), s.params.iter().map(param_json).collect())).collect();
+            t.borrow_mut().batch(&traced, &out.as_ref().map(Clone::clone).map_err(ToString::to_string));
+        }
+        out
     }
 
     /// Runs statements in one IMMEDIATE transaction: all apply or none.
@@ -203,6 +246,73 @@ impl Sql for Sqlite {
             return Err(InfraError::new("D1", "simulated outage"));
         }
         self.run(&stmts).map_err(|e| InfraError::new("D1", e.to_string()))
+    }
+}
+
+/// A parameter as the trace writes it: a number, a string, or null.
+fn param_json(p: &Param) -> Value {
+    match p {
+        Param::Null => Value::Null,
+        Param::Int(i) => Value::from(*i),
+        Param::Text(t) => Value::from(t.as_str()),
+    }
+}
+
+/// A database's trace for the replay on D1 (`tests/d1/replay.test.mjs`): one JSON line per
+/// migration applied and per batch run, with its answer; each SQL text written once, then named
+/// by its number. Written when the database is dropped, if it ran any batch.
+struct Trace {
+    path: std::path::PathBuf,
+    /// The database's file, if it has one.
+    file: Option<std::path::PathBuf>,
+    lines: Vec<String>,
+    sqls: std::collections::HashMap<String, usize>,
+    batches: usize,
+}
+
+impl Trace {
+    fn new(file: Option<&Path>) -> Option<std::cell::RefCell<Trace>> {
+        let dir = std::env::var_os("ORDERLY_D1_TRACE")?;
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let test = std::thread::current().name().unwrap_or("main").replace("::", ".");
+        let path = Path::new(&dir).join(format!("{test}-{}-{n}.jsonl", std::process::id()));
+        let file = file.map(Path::to_path_buf);
+        Some(std::cell::RefCell::new(Trace { path, file, lines: Vec::new(), sqls: Default::default(), batches: 0 }))
+    }
+
+    fn line(&mut self, v: Value) {
+        self.lines.push(v.to_string());
+    }
+
+    fn batch(&mut self, stmts: &[(String, Vec<Value>)], out: &Result<Vec<Vec<Row>>, String>) {
+        let mut batch = Vec::new();
+        for (sql, params) in stmts {
+            let next = self.sqls.len();
+            let n = *self.sqls.entry(sql.clone()).or_insert_with(|| {
+                self.lines.push(serde_json::json!({ "sql": next, "text": sql }).to_string());
+                next
+            });
+            batch.push(serde_json::json!({ "sql": n, "params": params }));
+        }
+        self.batches += 1;
+        let answer = match out {
+            Ok(rows) => serde_json::json!({ "batch": batch, "rows": rows }),
+            Err(e) => serde_json::json!({ "batch": batch, "error": e }),
+        };
+        self.lines.push(answer.to_string());
+    }
+}
+
+impl Drop for Trace {
+    fn drop(&mut self) {
+        let shared = self
+            .file
+            .as_ref()
+            .is_some_and(|f| SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(f));
+        if self.batches > 0 && !shared {
+            let _ = std::fs::create_dir_all(self.path.parent().unwrap_or(Path::new(".")));
+            let _ = std::fs::write(&self.path, self.lines.join("\n") + "\n");
+        }
     }
 }
 
