@@ -115,3 +115,80 @@ test("a batch of 50 jobs over 10 ordering keys calls back once with 50 results",
     await w.dispose();
   }
 });
+
+// Running after jobs that have already finished is the common case, not an edge: on D1 the
+// registration of waits whose dependencies had all finished was a batch of no statements, which D1
+// refuses, and stranded the job and, in strict mode, its key (design §19.1).
+for (const mode of ["lock", "strict"]) {
+  test(`${mode} mode: jobs after jobs already DONE or DEAD, keyed and unkeyed, run or die at once, and their keys move on`, async () => {
+    const w = await start({ vars: { ORDERING_MODE: mode } });
+    try {
+      const first = await w.api("POST", "/jobs", {
+        jobs: [
+          { id: "done1", payload: webhook("/ok/done1"), ordering_key: "k" },
+          { id: "done2", payload: webhook("/ok/done2") },
+          { id: "dead1", payload: webhook("/status/410/dead1"), ordering_key: "k3" },
+        ],
+      });
+      assert.equal(first.status, 202, JSON.stringify(first.json));
+      for (const [id, status] of [["done1", "DONE"], ["done2", "DONE"], ["dead1", "DEAD"]]) {
+        await waitFor(async () => (await w.job(id))?.status === status, `${id} ${status}`);
+      }
+      const r = await w.api("POST", "/jobs", {
+        jobs: [
+          { id: "a", payload: webhook("/ok/a"), ordering_key: "k", after: ["done1"] },
+          { id: "u", payload: webhook("/ok/u"), after: ["done1", "done2"] },
+          { id: "b", payload: webhook("/ok/b"), ordering_key: "k2", after: ["dead1"] },
+          { id: "c", payload: webhook("/ok/c"), after: ["done1", "dead1"] },
+          { id: "anyway", payload: webhook("/ok/anyway"), ordering_key: "k2", after: ["done2", "dead1"], after_dead: "run" },
+          { id: "next", payload: webhook("/ok/next"), ordering_key: "k" },
+        ],
+      });
+      assert.equal(r.status, 202, JSON.stringify(r.json));
+      for (const [id, status] of [["a", "DONE"], ["u", "DONE"], ["anyway", "DONE"], ["next", "DONE"], ["b", "DEAD"], ["c", "DEAD"]]) {
+        await waitFor(async () => (await w.job(id))?.status === status, `${id} ${status}`);
+      }
+      assert.equal((await w.job("b")).last_error, "a job it runs after ended DEAD: dead1");
+      assert.equal((await w.job("c")).last_error, "a job it runs after ended DEAD: dead1");
+      assert.equal(w.target.to("/ok/b").length + w.target.to("/ok/c").length, 0, "b and c never ran");
+      assert.ok(w.target.to("/ok/next")[0].at >= w.target.to("/ok/a")[0].at, "the key's next job ran after the one that waited");
+      // Submitting again changes nothing: the same jobs, duplicates.
+      const again = await w.api("POST", "/jobs", { id: "a", payload: webhook("/ok/a"), ordering_key: "k", after: ["done1"] });
+      assert.equal(again.status, 202, JSON.stringify(again.json));
+      assert.deepEqual(again.json.jobs, [{ id: "a", status: "DONE", duplicate: true }]);
+    } finally {
+      await w.dispose();
+    }
+  });
+}
+
+test("maintenance registers a wait a submission left unregistered after its dependency finished, and bulk actions matching nothing answer 200", async () => {
+  const w = await start({ vars: { ORDERING_MODE: "strict" } });
+  try {
+    const r = await w.api("POST", "/jobs", {
+      jobs: [
+        { id: "dep", payload: webhook("/slow/1500/dep"), ordering_key: "m1" },
+        { id: "s", payload: webhook("/ok/s"), ordering_key: "m2", after: ["dep"] },
+      ],
+    });
+    assert.equal(r.status, 202, JSON.stringify(r.json));
+    // As a submission that died between recording the wait and registering it leaves it, a while ago.
+    await w.db.prepare("DELETE FROM job_waiter WHERE job_id = ?1").bind("s").run();
+    await w.db.prepare("UPDATE job_wait SET registered = 0, created_at = created_at - 600000 WHERE job_id = ?1").bind("s").run();
+    await waitFor(async () => (await w.job("dep"))?.status === "DONE", "dep DONE");
+    assert.equal((await w.job("s")).status, "PENDING", "nothing released s");
+    await w.worker.scheduled({ cron: "* * * * *" });
+    await waitFor(async () => (await w.job("s"))?.status === "DONE", "s DONE after maintenance");
+    assert.equal(w.target.to("/ok/s").length, 1);
+
+    for (const path of ["/jobs/redrive", "/jobs/cancel"]) {
+      for (const dry_run of [true, false]) {
+        const none = await w.api("POST", path, { filter: { type: "none-such" }, dry_run });
+        assert.equal(none.status, 200, `${path} ${dry_run}: ${JSON.stringify(none.json)}`);
+        assert.equal(none.json.remaining ?? 0, 0);
+      }
+    }
+  } finally {
+    await w.dispose();
+  }
+});
