@@ -41,7 +41,7 @@ echo "== native tests, beside the end-to-end passes (niced)"
 # The simulation's fixed seeds run optimized (the sim profile): in a debug build they take minutes.
 native() {
   # Every batch the native suite runs on the D1 stand-in is traced, then replayed on miniflare's
-  # D1 below, each answer compared (tests/d1/replay.test.mjs, design §19.1).
+  # D1 below, each answer compared (tests/d1/replay.test.mjs, design §26).
   rm -rf target/d1-trace
   ORDERLY_D1_TRACE="$PWD/target/d1-trace" cargo test --locked -- --skip fixed_seeds_hold_every_invariant &&
     echo "== the native suite's D1 batches replayed on miniflare's D1" &&

@@ -7,8 +7,8 @@
 
 use thiserror::Error;
 
-/// The most `BULK_REDRIVE_LIMIT` may be: three D1 statements a job plus one within Workers'
-/// 1,000 D1 queries per invocation.
+/// The most `BULK_REDRIVE_LIMIT` may be. A call is a few D1 queries however many jobs it takes (a
+/// batch counts one, design §26); the most keeps one call's transaction a few thousand statements.
 pub const MAX_BULK_REDRIVE: u32 = 333;
 pub use crate::limits::MAX_DELAY_SECONDS;
 /// The job types orderly itself handles (`handlers::TYPES` says the same, checked by a test):

@@ -138,6 +138,18 @@ impl Submission {
     }
 }
 
+/// The refusal of a request of more than [`MAX_JOBS_PER_REQUEST`] jobs, a batch's callback
+/// counting as one of them (499 jobs with a `then`), before anything is recorded.
+fn over_the_most(jobs: usize, then: bool) -> Option<Submission> {
+    if jobs + usize::from(then) <= MAX_JOBS_PER_REQUEST {
+        return None;
+    }
+    let most = MAX_JOBS_PER_REQUEST - usize::from(then);
+    let with = if then { " with a callback (\"then\" counts as one)" } else { "" };
+    Some(Submission::refused(413, None, format!("more than {most} jobs in one request{with}")))
+}
+
+
 /// How a parsed job is recorded: due after its delay; in strict mode, a job due now under a
 /// limit key with a concurrency is recorded parked when it is its ordering key's next, to wait in
 /// the limit key's line rather than in the queue (design §20.12).
@@ -382,8 +394,8 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         if items.is_empty() {
             return Ok(Submission::refused(400, None, "no jobs given"));
         }
-        if items.len() > MAX_JOBS_PER_REQUEST {
-            return Ok(Submission::refused(413, None, format!("more than {MAX_JOBS_PER_REQUEST} jobs in one request")));
+        if let Some(refused) = over_the_most(items.len(), then.is_some()) {
+            return Ok(refused);
         }
         let now = self.clock.now_ms();
         let jobs = match self.parse_all(cfg, items, then, now).await? {

@@ -84,7 +84,7 @@ pub trait Sql {
 /// The ledger's way to its database, whatever the backend: the rules every batch keeps, in one
 /// place. A batch of no statements makes no round trip and answers no results: D1 refuses an empty
 /// `batch()` ("No SQL statements detected"), and a list the ledger works on (the waits still open,
-/// the jobs a filter matched) is often empty. Must not: know a backend.
+/// the jobs a filter matched) is often empty (design §26). Must not: know a backend.
 pub(crate) struct Port<S>(pub(crate) S);
 
 impl<S: Sql> Sql for Port<S> {

@@ -1,4 +1,4 @@
-// Replays the native suite's D1 traces on miniflare's D1 (design §19.1): every batch the ledger
+// Replays the native suite's D1 traces on miniflare's D1 (design §26): every batch the ledger
 // ran on the native stand-in (tests/support/mod.rs, with ORDERLY_D1_TRACE set), in order, on a
 // fresh database built by the same migrations, each answer compared with the stand-in's. A batch
 // the stand-in refused must be refused here, one it ran must run and answer the same rows: so

@@ -1,4 +1,4 @@
-// The native D1 stand-in held to miniflare's D1 (design §19.1): every batch the native suite ran
+// The native D1 stand-in held to miniflare's D1 (design §26): every batch the native suite ran
 // on the stand-in (npm test runs it with ORDERLY_D1_TRACE=target/d1-trace first) runs again on
 // D1, in order, and must answer the same: the same rows, or a refusal where the stand-in refused.
 import assert from "node:assert/strict";

@@ -118,7 +118,7 @@ test("a batch of 50 jobs over 10 ordering keys calls back once with 50 results",
 
 // Running after jobs that have already finished is the common case, not an edge: on D1 the
 // registration of waits whose dependencies had all finished was a batch of no statements, which D1
-// refuses, and stranded the job and, in strict mode, its key (design §19.1).
+// refuses, and stranded the job and, in strict mode, its key (design §26).
 for (const mode of ["lock", "strict"]) {
   test(`${mode} mode: jobs after jobs already DONE or DEAD, keyed and unkeyed, run or die at once, and their keys move on`, async () => {
     const w = await start({ vars: { ORDERING_MODE: mode } });

@@ -7,6 +7,7 @@
 mod support;
 
 mod api;
+mod budget;
 mod cancel;
 mod capacity;
 mod conformance;

@@ -1,4 +1,4 @@
-//! The native D1 stand-in refuses what D1 refuses (design §19.1), each case here shown once. The
+//! The native D1 stand-in refuses what D1 refuses (design §26), each case here shown once. The
 //! replay (`tests/d1/replay.test.mjs`) runs these same batches on miniflare's D1 and requires the
 //! same answers, refusals included, so the stand-in cannot drift kinder than the platform.
 

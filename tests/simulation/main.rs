@@ -471,6 +471,7 @@ impl Sim {
                 faults: self.setup.faults,
                 obs: self.obs.clone(),
                 inv: inv.to_string(),
+                queries: Default::default(),
             })];
         }
         let n = self.objects.len();
@@ -1280,6 +1281,7 @@ impl Sim {
             ..Tally::default()
         };
         t.deliveries = self.broker.borrow().deliveries;
+        t.most_queries = self.obs.borrow().most_queries;
         // Violations of what this setup does not promise (lock mode's order): counted and shown
         // by `replay`, never failed.
         let mut reported = Vec::new();
@@ -1733,6 +1735,7 @@ fn run_setup(s: Setup, seeds: std::ops::Range<u64>) -> (Tally, Vec<String>) {
         total.deliveries += t.deliveries;
         total.crashes += t.crashes;
         total.dead_lettered += t.dead_lettered;
+        total.most_queries = total.most_queries.max(t.most_queries);
         for (kind, n) in out.fired {
             *fired.entry(kind).or_default() += n;
         }
@@ -1782,11 +1785,11 @@ fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
         rows.push((s, total));
     }
     if print_table {
-        println!("\n| setup | seeds | jobs | faults injected | crashes | lost | stuck | order violations | overlapping runs | crash-repeated successes | dead-lettered by Queues | deliveries/job | promised order |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("\n| setup | seeds | jobs | faults injected | crashes | lost | stuck | order violations | overlapping runs | crash-repeated successes | dead-lettered by Queues | deliveries/job | most D1 queries in an invocation | promised order |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (s, t) in &rows {
             println!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} |",
                 s.name,
                 t.seeds,
                 t.jobs,
@@ -1799,6 +1802,7 @@ fn run_many(seeds: std::ops::Range<u64>, print_table: bool) {
                 t.crash_repeats,
                 t.dead_lettered,
                 t.deliveries as f64 / t.jobs.max(1) as f64,
+                if s.shards == 1 { t.most_queries.to_string() } else { "-".into() },
                 if s.order_promised { "yes" } else { "no (reported)" }
             );
         }

@@ -278,6 +278,8 @@ pub struct Observations {
     pub deps: BTreeMap<String, (Vec<String>, bool)>,
     /// Batches (design §25): each callback's id -> its members, in order.
     pub batches: BTreeMap<String, Vec<String>>,
+    /// The most D1 queries (batches) one consumer invocation or cron run made (design §26).
+    pub most_queries: u64,
 }
 
 impl Observations {
@@ -355,10 +357,26 @@ pub struct SimSql {
     pub faults: Faults,
     pub obs: Obs,
     pub inv: String,
+    /// Queries this invocation made: a consumer invocation or a cron run must stay within
+    /// D1's per-invocation budget (design §26). The producer and the operators are one port
+    /// each for the whole run, so they are not counted.
+    pub queries: std::cell::Cell<u64>,
 }
 
 impl Sql for SimSql {
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
+        if self.inv.starts_with("inv-") || self.inv.starts_with("cron") {
+            self.queries.set(self.queries.get() + 1);
+            let mut o = self.obs.borrow_mut();
+            o.most_queries = o.most_queries.max(self.queries.get());
+            if self.queries.get() == crate::support::D1_PAID_QUERIES + 1 {
+                o.violations.push(format!(
+                    "{} made more than {} D1 queries",
+                    self.inv,
+                    crate::support::D1_PAID_QUERIES
+                ));
+            }
+        }
         self.sched.jitter(1, 8).await;
         stall_maybe(&self.sched, &self.faults, &self.obs, &self.inv).await;
         if self.sched.chance(self.faults.d1_fail) {
@@ -1028,6 +1046,8 @@ pub struct Tally {
     pub crashes: u64,
     /// Jobs Queues dead-lettered (DEAD "delivery attempts exhausted").
     pub dead_lettered: u64,
+    /// The most D1 queries one invocation made.
+    pub most_queries: u64,
 }
 
 pub type Shared<T> = Rc<RefCell<T>>;

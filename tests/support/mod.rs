@@ -21,7 +21,7 @@ use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{params_from_iter, Connection};
 use serde_json::Value;
 
-/// D1 as the platform runs it, on SQLite: what D1 refuses, this refuses (design §19.1), so a
+/// D1 as the platform runs it, on SQLite: what D1 refuses, this refuses (design §26), so a
 /// test or a seed that passes here does not pass only because SQLite is kinder:
 /// - an empty batch ("No SQL statements detected");
 /// - D1's limits, as SQLite's own (`sqlite3_limit`): 100 bound parameters and 100 KB a
@@ -30,7 +30,7 @@ use serde_json::Value;
 /// - numbers bound as the platform binds a JS number, REAL (`typeof(?1)` is `real`, `?1 || ''`
 ///   is `5.0`), and read back as a JS number: a whole REAL arrives as an integer;
 /// - more queries in one invocation than its budget ([`Sqlite::budget`]): a batch is one query,
-///   one call to D1 (design §19.1: what counts).
+///   one call to D1 (design §26, what counts).
 ///
 /// A batch is one IMMEDIATE transaction, like D1's `batch()`. With `ORDERLY_D1_TRACE` set to a
 /// folder, a database in memory writes every batch it ran and what it answered there, and
@@ -387,7 +387,7 @@ pub fn memory_shards(n: u32) -> (Vec<std::rc::Rc<Sqlite>>, Vec<ShardSql<InProces
 /// One database of a test's ledger: the D1 stand-in ([`Sqlite`]), or a shard object reached in
 /// process. Tests that must hold on every ledger users deploy run over [`ledger_dbs`].
 pub enum Db {
-    D1(Sqlite),
+    D1(Box<Sqlite>),
     Shard(ShardSql<InProcess>),
 }
 
@@ -403,7 +403,7 @@ impl Sql for Db {
 /// A ledger's databases: `0` is one D1 database (the stand-in), `n` is n shard objects.
 pub fn ledger_dbs(shards: u32) -> Vec<Db> {
     if shards == 0 {
-        return vec![Db::D1(Sqlite::memory())];
+        return vec![Db::D1(Box::new(Sqlite::memory()))];
     }
     memory_shards(shards).1.into_iter().map(Db::Shard).collect()
 }
