@@ -2,8 +2,12 @@
 // format `npm create cloudflare` makes): the jobs queue and its consumer, the dead-letter queue,
 // the KV namespace, the D1 ledger with its migrations from this package, a cron for maintenance,
 // and orderly's vars. Whatever the config already has stays as it is, comments included, and
-// running it again adds nothing. Then `npx orderly-queues provision` creates them on Cloudflare.
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+// running it again adds nothing. For local development it writes a local ADMIN_TOKEN into `.dev.vars`
+// (beside the config; never over a token already there), as `new` does. Then `npx orderly-queues
+// dev` runs it locally, and `npx orderly-queues provision` creates its resources on Cloudflare.
+import { randomBytes } from "node:crypto";
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { applyEdits, modify, parse } from "jsonc-parser";
 
 
@@ -84,9 +88,21 @@ export function run(args) {
     writeFileSync(path, result.text);
     for (const what of result.added) console.log(`orderly init: ${path}: added ${what}`);
   }
+  // A local admin token for the API and dashboard under `wrangler dev` (wrangler reads .dev.vars).
+  const devVars = join(dirname(path), ".dev.vars");
+  const vars = existsSync(devVars) ? readFileSync(devVars, "utf8") : "";
+  if (/^ADMIN_TOKEN=/m.test(vars)) {
+    console.log(`orderly init: ${devVars} has an ADMIN_TOKEN already`);
+  } else {
+    appendFileSync(devVars, `${vars && !vars.endsWith("\n") ? "\n" : ""}ADMIN_TOKEN=${randomBytes(16).toString("hex")}\n`);
+    console.log(`orderly init: ${devVars}: added a local ADMIN_TOKEN (for wrangler dev only; keep .dev.vars out of git)`);
+  }
   console.log(`Next:
   - your main module: export default orderly({ handlers: { ... } }) from "orderly-queues/worker"
-    (and export { OrderlyLedger } from it for LEDGER = "do")
+    (and export { OrderlyLedger } from it for LEDGER = "do"); orderly's API and dashboard are then
+    under /orderly
+  - npx orderly-queues dev         # locally: the ledger migrated (wrangler d1 migrations apply DB --local),
+                                   # wrangler dev, and the cron every minute; the token is in .dev.vars
   - npx orderly-queues provision   # the queues, KV and D1 on your account, their ids into ${path}
-  - npx wrangler secret put ADMIN_TOKEN`);
+  - npx wrangler secret put ADMIN_TOKEN   # the deployed Worker's own token`);
 }

@@ -5,8 +5,9 @@
 // taken from the folder's, on the same orderly release as this package, with a local ADMIN_TOKEN
 // in `.dev.vars`. `npx orderly-queues init`: orderly's bindings added to an existing Worker's
 // wrangler.jsonc (bin/init.mjs). `npx orderly-queues provision`: the Worker's queues, KV and D1 on Cloudflare
-// (bin/provision.mjs). `npx orderly-queues migrations`: where the ledger's migrations are (for a
-// wrangler config's `migrations_dir`).
+// (bin/provision.mjs). `npx orderly-queues dev`: local development that runs what production runs,
+// the cron included (bin/dev.mjs). `npx orderly-queues migrations`: where the ledger's migrations
+// are (for a wrangler config's `migrations_dir`).
 import { randomBytes } from "node:crypto";
 import { cpSync, existsSync, readFileSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
@@ -21,6 +22,9 @@ function usage(code) {
   npx orderly-queues new <dir>           a new worker on orderly in <dir> (which must not exist or be
                                          empty), its job handlers in TypeScript
   npx orderly-queues new <dir> --rust    the same in Rust (needs Rust and worker-build)
+  npx orderly-queues dev [options]       local development: the local ledger migrated, wrangler dev
+                                         started (options passed on), and the Worker's cron fired
+                                         every minute, as Cloudflare does
   npx orderly-queues init [--config F]        orderly's bindings added to this Worker's wrangler.jsonc
   npx orderly-queues provision [--config F]   the queues, KV namespace and D1 database the Worker's
                                          wrangler config names, created (or found) and their ids
@@ -52,11 +56,20 @@ function create(dir, rust) {
     writeFileSync(f, readFileSync(f, "utf8").replaceAll("{{name}}", name).replaceAll("{{version}}", version));
   }
   writeFileSync(join(target, ".dev.vars"), `ADMIN_TOKEN=${randomBytes(16).toString("hex")}\n`);
+  // A TypeScript worker serves orderly under /orderly (its own fetch has the rest); a Rust one at the root.
+  const at = rust ? "http://localhost:8787" : "http://localhost:8787/orderly";
   console.log(`Created ${name} in ${target}, on orderly ${version}. Next:
 
   cd ${dir}
   npm install
-  npm start      # local Queues, KV and D1; the ledger migrated; the dashboard at http://localhost:8787
+  npm start      # local Queues, KV and D1, the ledger migrated, the cron every minute
+
+Then send a job (the admin token is in .dev.vars):
+
+  curl -X POST ${at}/jobs -H "authorization: Bearer $(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars)" \\
+    -H 'content-type: application/json' -d '{"payload": {"type": "greet", "name": "Ada"}, "ordering_key": "ada"}'
+
+and open ${at}/ for the dashboard.
 `);
 }
 
@@ -66,5 +79,6 @@ const [command, arg] = args.filter((a) => a !== "--rust");
 if (command === "new" && arg && !arg.startsWith("-")) create(arg, rust);
 else if (command === "migrations") console.log(join(here, "migrations"));
 else if (command === "provision") (await import("./provision.mjs")).run();
+else if (command === "dev") (await import("./dev.mjs")).run(args.slice(1));
 else if (command === "init") (await import("./init.mjs")).run(args);
 else usage(command ? 1 : 0);

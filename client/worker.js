@@ -24,13 +24,21 @@ export const HANDLERS_BINDING = "ORDERLY_JS_HANDLERS";
 const MAX_DELAY_SECONDS = 86_400;
 
 const clampDelay = (s) => Math.min(Math.max(Math.ceil(Number(s) || 1), 1), MAX_DELAY_SECONDS);
+/** The answer orderly records in the handler's own words, not HTTP's (design §13c): its status says only how the run ended. */
+const OWN_WORDS = { "orderly-own-words": "1" };
+/** A thrown value as its error: the message, after the error's name where the name says something. */
+const words = (e) => {
+  if (!(e instanceof Error)) return String(e);
+  const plain = e instanceof PermanentError || e instanceof RetryAfter || e.name === "Error" || !e.name;
+  return plain ? e.message : `${e.name}: ${e.message}`;
+};
 
 /** Runs one job as orderly's service handler contract says (design §13b), in this isolate. */
 async function run(handlers, request, env) {
   const job = await request.json();
   const handler = Object.hasOwn(handlers, job.type) ? handlers[job.type] : undefined;
   if (typeof handler !== "function") {
-    return new Response(`no JavaScript handler for ${JSON.stringify(job.type)}`, { status: 422 });
+    return new Response(`no JavaScript handler for ${JSON.stringify(job.type)}`, { status: 422, headers: OWN_WORDS });
   }
   const view = {
     id: job.id,
@@ -48,16 +56,15 @@ async function run(handlers, request, env) {
         ? { ...out.payload, type: job.type }
         : out.payload;
       const body = next === undefined ? {} : { payload: next };
-      return Response.json(body, { status: 202, headers: { "orderly-snooze": String(clampDelay(out.seconds)) } });
+      return Response.json(body, { status: 202, headers: { ...OWN_WORDS, "orderly-snooze": String(clampDelay(out.seconds)) } });
     }
-    return Response.json(out === undefined ? null : out);
+    return Response.json(out === undefined ? null : out, { headers: OWN_WORDS });
   } catch (e) {
-    const message = e instanceof Error ? e.message : String(e);
-    if (e instanceof PermanentError) return new Response(message, { status: 422 });
+    if (e instanceof PermanentError) return new Response(words(e), { status: 422, headers: OWN_WORDS });
     if (e instanceof RetryAfter) {
-      return new Response(message, { status: 503, headers: { "retry-after": String(clampDelay(e.seconds)) } });
+      return new Response(words(e), { status: 503, headers: { ...OWN_WORDS, "retry-after": String(clampDelay(e.seconds)) } });
     }
-    return new Response(`${e?.name ?? "Error"}: ${message}`, { status: 500 });
+    return new Response(words(e), { status: 500, headers: OWN_WORDS });
   }
 }
 
@@ -80,8 +87,9 @@ export function orderly({ handlers = {}, fetch: own, mount = "/orderly" } = {}) 
   };
   const prefix = mount.endsWith("/") ? mount.slice(0, -1) : mount;
   const inMount = (path) => path === prefix || path.startsWith(`${prefix}/`);
-  /** orderly's API for a request already meant for it (no mount prefix). */
-  const api = (request, env, ctx) => new Orderly(ctx, withHandlers(env)).fetch(request);
+  /** orderly's API for a request already meant for it (no mount prefix); what it says names its
+   * routes under the mount when the Worker has its own `fetch`. */
+  const api = (request, env, ctx) => new Orderly(ctx, { ...withHandlers(env), ...(own ? { ORDERLY_MOUNT: prefix } : {}) }).fetch(request);
   return {
     async fetch(request, env, ctx) {
       const url = new URL(request.url);

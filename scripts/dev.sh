@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts orderly locally: wrangler dev with local Queues, KV and D1, the ledger migrated, and a
-# dev admin token (kept in .dev.vars, which wrangler reads for secrets).
+# Starts orderly locally: wrangler dev with local Queues, KV and D1, the ledger migrated, the cron
+# fired every minute (maintenance and schedules run as in production), and a dev admin token
+# (kept in .dev.vars, which wrangler reads for secrets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,8 +12,6 @@ if ! grep -q '^ADMIN_TOKEN=' .dev.vars 2>/dev/null; then
 fi
 TOKEN=$(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars | head -n1)
 PORT="${PORT:-8787}"
-
-wrangler d1 migrations apply DB --local
 
 cat <<MSG
 
@@ -26,4 +25,6 @@ orderly is starting on http://localhost:$PORT  (dashboard: open it and paste the
     curl -sS http://localhost:$PORT/jobs/counts -H "authorization: Bearer $TOKEN"
 
 MSG
-exec wrangler dev --port "$PORT" --test-scheduled
+# The ledger migrated, wrangler dev started, and the cron fired every minute as Cloudflare does
+# (wrangler dev fires none by itself): bin/dev.mjs.
+exec node bin/orderly-queues.mjs dev --port "$PORT"

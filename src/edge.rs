@@ -223,9 +223,10 @@ impl HttpClient for WorkerFetch {
             let header = |name: &str| resp.headers().get(name).ok().flatten();
             let (retry_after, content_type, snooze) =
                 (header("retry-after"), header("content-type"), header(crate::handlers::service::SNOOZE_HEADER));
+            let own_words = header(crate::handlers::service::OWN_WORDS_HEADER).is_some_and(|v| v == "1");
             let status = resp.status_code();
             let body_start = read_start(&mut resp, limit).await;
-            Ok::<_, worker::Error>(HttpResponse { status, retry_after, content_type, body_start, snooze })
+            Ok::<_, worker::Error>(HttpResponse { status, retry_after, content_type, body_start, snooze, own_words })
         });
         let timeout = Delay::from(Duration::from_millis(u64::from(timeout_ms)));
         match select(fetch, timeout).await {

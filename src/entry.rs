@@ -403,7 +403,7 @@ async fn migrate_ledger(s: &Started, apply: bool) -> ApiResponse {
         d1.applied().await.map(|applied| {
             let standing = Standing::of(&applied);
             json!({ "ledger": "d1", "schema": SCHEMA, "current": standing == Standing::Current,
-                    "problem": standing.refusal(), "migrations": applied })
+                    "problem": standing.refusal(&d1.1), "migrations": applied })
         })
     };
     match answer {

@@ -229,6 +229,9 @@ pub struct HttpResponse {
     pub body_start: String,
     /// The `orderly-snooze` header, if sent (service handlers).
     pub snooze: Option<String>,
+    /// The `orderly-own-words` header was sent (a handler in the same isolate): its status says
+    /// only how the run ended, and a failure's body is the handler's own error message.
+    pub own_words: bool,
 }
 
 /// How much of a response body is read (for the job's result); the rest is never read.

@@ -11,7 +11,10 @@
 //! state, such as Fedify's attempt count: same `type`, at most `MAX_PAYLOAD_BYTES`); 2xx is done
 //! (a JSON body is the result, else its text); 429 and 503 with `Retry-After` retry then (capped);
 //! 408, 425, 429, 5xx, a thrown error or the timeout retry with backoff; any other status is
-//! permanent. Pure but for the transport ([`HttpClient`]), so the contract is tested natively.
+//! permanent. With `orderly-own-words: 1` (a handler in the same isolate, design §13c, whose
+//! answer only stands for a function's return or throw) no HTTP words are recorded: a failure's
+//! error is its body as the handler wrote it, a snooze says so, and no HTTP status is kept.
+//! Pure but for the transport ([`HttpClient`]), so the contract is tested natively.
 
 use serde_json::{json, Value};
 
@@ -28,6 +31,8 @@ pub const RUN_PATH: &str = "/orderly/run";
 pub const RUN_URL: &str = "https://orderly.internal/orderly/run";
 /// The answer header that snoozes the job.
 pub const SNOOZE_HEADER: &str = "orderly-snooze";
+/// The answer header of a handler in the same isolate: record its words, not HTTP's.
+pub const OWN_WORDS_HEADER: &str = "orderly-own-words";
 
 /// The request for one run of `job` (of type `job_type`) on `binding`.
 pub fn request(job: &JobContext<'_>, job_type: &str, binding: &str, key: Option<&[u8]>, now_s: i64) -> HttpRequest {
@@ -64,40 +69,43 @@ pub fn request(job: &JobContext<'_>, job_type: &str, binding: &str, key: Option<
 /// What an answer means (design §13b), `Retry-After` capped at `retry_after_cap` seconds.
 pub fn outcome(resp: &HttpResponse, retry_after_cap: u32) -> Result<Done, JobError> {
     let s = resp.status;
+    // What is recorded of the answer: HTTP's words, or, from a handler in the same isolate, its own.
+    let (status, reason) = if resp.own_words {
+        (None, own_words(resp))
+    } else {
+        (Some(s), format!("HTTP {s}{}", said(resp)))
+    };
     if let Some(v) = resp.snooze.as_deref() {
         // Digits only: `+30` or ` 30 s` is a broken contract, not a guess.
         let seconds = Some(v.trim()).filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()));
         return match seconds.map_or(Ok(0), str::parse::<u32>) {
             Ok(n) if (1..=MAX_DELAY_SECONDS).contains(&n) => match replacement(resp) {
-                Ok(payload) => Err(JobError::Snooze {
-                    seconds: n,
-                    reason: format!("the handler asked (HTTP {s})"),
-                    http_status: Some(s),
-                    payload,
-                }),
-                Err(why) => {
-                    Err(JobError::Retryable { reason: why.to_string(), retry_after: None, http_status: Some(s) })
+                Ok(payload) => {
+                    let asked = if resp.own_words { String::new() } else { format!(" (HTTP {s})") };
+                    let reason = format!("the handler asked{asked}");
+                    Err(JobError::Snooze { seconds: n, reason, http_status: status, payload })
                 }
+                Err(why) => Err(JobError::Retryable { reason: why.to_string(), retry_after: None, http_status: status }),
             },
             // A broken contract is the handler's bug: retried (with backoff) until it is fixed.
             _ => Err(JobError::Retryable {
                 reason: format!("HTTP {s} with {SNOOZE_HEADER}: {v:?}, not 1 to {MAX_DELAY_SECONDS} seconds"),
                 retry_after: None,
-                http_status: Some(s),
+                http_status: status,
             }),
         };
     }
     match s {
-        200..=299 => Ok(Done { result: result_of(resp), http_status: Some(s) }),
+        200..=299 => Ok(Done { result: result_of(resp), http_status: status }),
         408 | 425 | 429 | 500..=599 => {
             let retry_after = if matches!(s, 429 | 503) {
                 resp.retry_after.as_deref().and_then(retry_after_seconds).map(|r| r.min(retry_after_cap))
             } else {
                 None
             };
-            Err(JobError::Retryable { reason: format!("HTTP {s}{}", said(resp)), retry_after, http_status: Some(s) })
+            Err(JobError::Retryable { reason, retry_after, http_status: status })
         }
-        _ => Err(JobError::Permanent { reason: format!("HTTP {s}{}", said(resp)), http_status: Some(s) }),
+        _ => Err(JobError::Permanent { reason, http_status: status }),
     }
 }
 
@@ -139,6 +147,19 @@ fn said(resp: &HttpResponse) -> String {
     format!(": {}", &text[..end])
 }
 
+/// A failed answer's error in the handler's own words: its body, whole up to 1,000 bytes.
+fn own_words(resp: &HttpResponse) -> String {
+    let text = resp.body_start.trim();
+    if text.is_empty() {
+        return "the handler failed and said nothing".into();
+    }
+    let mut end = text.len().min(1000);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
 /// Runs `job` on the Worker bound as `binding`.
 pub async fn run<H: HttpClient, C: Clock>(
     job: &JobContext<'_>,
@@ -171,7 +192,38 @@ mod tests {
             content_type: Some("application/json".into()),
             body_start: body.into(),
             snooze: snooze.map(str::to_string),
+            own_words: false,
         }
+    }
+
+    fn own(status: u16, body: &str, retry_after: Option<&str>, snooze: Option<&str>) -> HttpResponse {
+        HttpResponse { own_words: true, ..resp(status, body, retry_after, snooze) }
+    }
+
+    #[test]
+    fn a_handler_in_the_same_isolate_is_recorded_in_its_own_words() {
+        let done = outcome(&own(200, r#"{"sent": true}"#, None, None), 3600).unwrap();
+        assert_eq!((done.result, done.http_status), (Some(json!({"sent": true})), None));
+        assert!(matches!(
+            outcome(&own(422, "no name to greet", None, None), 60),
+            Err(JobError::Permanent { reason, http_status: None }) if reason == "no name to greet"
+        ));
+        assert!(matches!(
+            outcome(&own(500, "TypeError: x is not a function", None, None), 60),
+            Err(JobError::Retryable { reason, http_status: None, .. }) if reason == "TypeError: x is not a function"
+        ));
+        assert!(matches!(
+            outcome(&own(503, "the remote said later", Some("7"), None), 60),
+            Err(JobError::Retryable { reason, retry_after: Some(7), http_status: None }) if reason == "the remote said later"
+        ));
+        assert!(matches!(
+            outcome(&own(202, "", None, Some("30")), 60),
+            Err(JobError::Snooze { seconds: 30, reason, http_status: None, .. }) if reason == "the handler asked"
+        ));
+        assert!(matches!(
+            outcome(&own(500, "  ", None, None), 60),
+            Err(JobError::Retryable { reason, .. }) if reason == "the handler failed and said nothing"
+        ));
     }
 
     #[test]

@@ -273,6 +273,7 @@ mod tests {
             content_type: None,
             body_start: String::new(),
             snooze: None,
+            own_words: false,
         }
     }
 

@@ -18,8 +18,9 @@ thread_local! {
     static CURRENT: Cell<bool> = const { Cell::new(false) };
 }
 
-/// A D1 binding.
-pub struct D1Sql(pub D1Database);
+/// A D1 binding, and where the worker serves orderly's routes (`ORDERLY_MOUNT`: `/orderly` under
+/// the JS wrapper, design §13c), so a refusal names the route that fixes it.
+pub struct D1Sql(pub D1Database, pub String);
 
 /// The binding without the schema check: what checks and migrates it.
 struct Unchecked<'a>(&'a D1Database);
@@ -50,7 +51,7 @@ fn js(p: &Param) -> JsValue {
 impl Sql for D1Sql {
     async fn batch(&self, stmts: Vec<Stmt>) -> Result<Vec<Vec<Row>>, InfraError> {
         if !CURRENT.get() {
-            schema::check(&Unchecked(&self.0)).await?;
+            schema::check(&Unchecked(&self.0), &self.1).await?;
             CURRENT.set(true);
         }
         Unchecked(&self.0).batch(stmts).await

@@ -188,7 +188,8 @@ pub fn edge_shards(env: &Env, objects: Option<u32>) -> Result<Vec<EdgeSql>, Infr
     match objects {
         None => {
             let db = env.d1(DB_BINDING).map_err(|e| InfraError::new("D1", format!("{DB_BINDING}: {e}")))?;
-            Ok(vec![EdgeSql::D1(super::d1::D1Sql(db))])
+            let mount = env.var("ORDERLY_MOUNT").map(|v| v.to_string()).unwrap_or_default();
+            Ok(vec![EdgeSql::D1(super::d1::D1Sql(db, mount))])
         }
         Some(n) => Ok(shards(env, n)
             .map_err(|e| InfraError::new("ledger shard", format!("{BINDING}: {}", e.detail)))?

@@ -39,9 +39,16 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
 /// The schema this code's SQL is written for: how many migrations it has.
 pub const SCHEMA: u32 = MIGRATIONS.len() as u32;
 
-/// What fixes a D1 ledger whose schema is behind, said in every refusal.
-pub const MIGRATE_HINT: &str = "apply the migrations: `POST /admin/migrate` with the admin token, or \
-     `npx wrangler d1 migrations apply <database> --remote` over the package's migrations/ (docs/design.md §21)";
+/// What fixes a D1 ledger whose schema is behind, said in every refusal: each way, for the
+/// ledger's routes at `mount` (`""` for a worker that is all orderly's, `"/orderly"` under the JS
+/// wrapper), and where the release's notes on migrations ship (both packages carry CHANGELOG.md).
+pub fn migrate_hint(mount: &str) -> String {
+    format!(
+        "apply the migrations: locally `npx wrangler d1 migrations apply DB --local` (`npm start` does), on \
+         Cloudflare `npx wrangler d1 migrations apply DB --remote` (`npm run deploy` does), or `POST \
+         {mount}/admin/migrate` with the admin token (orderly's CHANGELOG.md, \"Version policy\")"
+    )
+}
 
 /// wrangler's table of applied migrations (its default `migrations_table`), as wrangler creates it.
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS d1_migrations(id INTEGER PRIMARY KEY AUTOINCREMENT, \
@@ -108,22 +115,24 @@ impl Standing {
         }
     }
 
-    /// Why the ledger cannot run on this schema, naming what fixes it; `None` when it can.
-    pub fn refusal(&self) -> Option<String> {
+    /// Why the ledger cannot run on this schema, naming what fixes it for the ledger's routes at
+    /// `mount` ([`migrate_hint`]); `None` when it can.
+    pub fn refusal(&self, mount: &str) -> Option<String> {
+        let hint = migrate_hint(mount);
         match self {
             Standing::Current => None,
             Standing::Behind(missing) if missing.len() == MIGRATIONS.len() => {
-                Some(format!("the D1 database has no orderly ledger yet (schema 0 of {SCHEMA}): {MIGRATE_HINT}"))
+                Some(format!("the D1 database has no orderly ledger yet (schema 0 of {SCHEMA}): {hint}"))
             }
             Standing::Behind(missing) => Some(format!(
-                "the D1 ledger's schema is behind this orderly's ({} of {SCHEMA} migrations; missing {}): {MIGRATE_HINT}",
+                "the D1 ledger's schema is behind this orderly's ({} of {SCHEMA} migrations; missing {}): {hint}",
                 MIGRATIONS.len() - missing.len(),
                 missing.join(", ")
             )),
             Standing::Ahead(unknown) => Some(format!(
                 "the D1 ledger's schema is newer than this orderly's (d1_migrations lists {}, which this release \
                  does not know): deploy the release that migrated it, or keep other migrations in another \
-                 migrations_table (docs/design.md §21)",
+                 migrations_table (orderly's CHANGELOG.md, \"Version policy\")",
                 unknown.join(", ")
             )),
         }
@@ -142,10 +151,10 @@ pub async fn applied(sql: &impl Sql) -> Result<Vec<String>, InfraError> {
         .collect())
 }
 
-/// Checks a D1 ledger's schema: `Err` names what is wrong and what fixes it.
-pub async fn check(sql: &impl Sql) -> Result<(), InfraError> {
+/// Checks a D1 ledger's schema: `Err` names what is wrong and what fixes it (its routes at `mount`).
+pub async fn check(sql: &impl Sql, mount: &str) -> Result<(), InfraError> {
     let applied = applied(sql).await?;
-    match Standing::of(&applied).refusal() {
+    match Standing::of(&applied).refusal(mount) {
         None => Ok(()),
         Some(why) => Err(InfraError::new("ledger", why)),
     }
@@ -168,7 +177,7 @@ pub async fn migrate(sql: &impl Sql) -> Result<Migrated, InfraError> {
     let missing = match Standing::of(&applied_before) {
         Standing::Current => Vec::new(),
         Standing::Behind(missing) => missing,
-        ahead @ Standing::Ahead(_) => return Err(InfraError::new("ledger", ahead.refusal().unwrap_or_default())),
+        ahead @ Standing::Ahead(_) => return Err(InfraError::new("ledger", ahead.refusal("").unwrap_or_default())),
     };
     for name in &missing {
         let file = MIGRATIONS.iter().find(|(n, _)| n == name).map(|(_, f)| *f).unwrap_or_default();
@@ -222,7 +231,7 @@ mod tests {
     fn standing_names_what_is_missing_or_unknown() {
         let all: Vec<String> = MIGRATIONS.iter().map(|(n, _)| n.to_string()).collect();
         assert_eq!(Standing::of(&all), Standing::Current);
-        assert_eq!(Standing::of(&all).refusal(), None);
+        assert_eq!(Standing::of(&all).refusal(""), None);
         let behind = Standing::of(&all[..9]);
         assert_eq!(
             behind,
@@ -237,12 +246,15 @@ mod tests {
                 "0017_dependencies.sql"
             ])
         );
-        let why = behind.refusal().unwrap_or_default();
-        assert!(why.contains("9 of 17") && why.contains("POST /admin/migrate"), "{why}");
-        assert!(Standing::of(&[]).refusal().unwrap_or_default().contains("no orderly ledger yet"));
+        let why = behind.refusal("").unwrap_or_default();
+        assert!(why.contains("9 of 17") && why.contains("`POST /admin/migrate`"), "{why}");
+        // Under the JS wrapper's mount, its route; the local and the remote command either way.
+        let mounted = Standing::of(&[]).refusal("/orderly").unwrap_or_default();
+        assert!(mounted.contains("no orderly ledger yet") && mounted.contains("`POST /orderly/admin/migrate`"), "{mounted}");
+        assert!(mounted.contains("migrations apply DB --local") && mounted.contains("migrations apply DB --remote"), "{mounted}");
         let mut newer = all.clone();
         newer.push("0018_next.sql".into());
         assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0018_next.sql".into()]));
-        assert!(Standing::of(&newer).refusal().unwrap_or_default().contains("newer than this orderly's"));
+        assert!(Standing::of(&newer).refusal("").unwrap_or_default().contains("newer than this orderly's"));
     }
 }

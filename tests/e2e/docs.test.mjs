@@ -52,6 +52,15 @@ test("the handler guide shows the Rust example's whole lib.rs, as it is", () => 
   assert.ok(read("docs/getting-started.md").includes("```rust\n" + read("examples/rust-handler/src/lib.rs") + "```"));
 });
 
+test("the README's first job is the TypeScript template's own handler, shown whole, and its curl reaches orderly under the mount", () => {
+  const shown = read("template-ts/src/index.ts").replaceAll("{{name}}", "my-worker");
+  const readme = read("README.md");
+  const first = readme.slice(readme.indexOf("## A first job"), readme.indexOf("### In Rust"));
+  assert.ok(first.includes("```ts\n" + shown + "```"), "the README shows template-ts/src/index.ts whole");
+  assert.match(first, /curl -X POST http:\/\/localhost:8787\/orderly\/jobs /);
+  assert.match(first, /http:\/\/localhost:8787\/orderly\/ is the dashboard/);
+});
+
 test("the README is a front door: at most 250 lines, and every page of docs/ is linked from it", () => {
   const readme = read("README.md");
   assert.ok(readme.split("\n").length <= 250, `${readme.split("\n").length} lines`);

@@ -168,6 +168,12 @@ test("a new TypeScript worker from the template, with no Rust toolchain on PATH:
   const [, total, gzip] = /Total Upload: ([\d.]+) KiB \/ gzip: ([\d.]+) KiB/.exec(out);
   console.log(`the TypeScript template's bundle: ${total} KiB, ${gzip} KiB gzip`);
   assert.ok(Number(gzip) < 3 * 1024, `${gzip} KiB gzip`);
+  // The README's figures are this measurement's, within 5%.
+  const [, said, saidGzip] = /compiled \(([\d,]+) KiB, ([\d,]+) KiB gzip as\s+wrangler bundles the template\)/.exec(readFileSync(join(root, "README.md"), "utf8"));
+  for (const [text, measured] of [[said, total], [saidGzip, gzip]]) {
+    const shown = Number(text.replaceAll(",", ""));
+    assert.ok(Math.abs(shown - Number(measured)) / Number(measured) < 0.05, `the README says ${shown} KiB, wrangler measured ${measured} KiB`);
+  }
 
   const w = await start({
     ledger: null,
@@ -181,7 +187,11 @@ test("a new TypeScript worker from the template, with no Rust toolchain on PATH:
     // An empty database: refused, naming the command; the command; then jobs run.
     const refused = await w.api("POST", "/orderly/jobs", { payload: { type: "greet", name: "Ada" } });
     assert.equal(refused.status, 503);
-    assert.match(refused.json.error, /POST \/admin\/migrate/);
+    // It names the route under the Worker's mount, the local and the remote command, and a page that ships.
+    assert.match(refused.json.error, /`POST \/orderly\/admin\/migrate`/);
+    assert.match(refused.json.error, /migrations apply DB --local/);
+    assert.match(refused.json.error, /migrations apply DB --remote/);
+    assert.match(refused.json.error, /CHANGELOG\.md/);
     const migrated = await w.api("POST", "/orderly/admin/migrate", {});
     assert.equal(migrated.status, 200, migrated.text);
     const r = await w.api("POST", "/orderly/jobs", { jobs: [
@@ -240,14 +250,20 @@ test("`npx orderly-queues init` adds orderly's bindings to an existing Worker's 
 export default orderly({ handlers: { hello: async (job) => ({ hello: job.payload.to }) }, fetch: async () => new Response("my app") });
 `);
   const bare = { PATH: [dirname(process.execPath), "/usr/bin", "/bin"].join(":") };
+  // A .dev.vars of the user's own, without a token: init adds one and keeps what was there.
+  writeFileSync(join(app, ".dev.vars"), "MY_SECRET=mine");
   const said = run(process.execPath, [join(root, "bin/orderly-queues.mjs"), "init"], app, bare);
   assert.match(said, /added the queue producer JOBS \(my-app-jobs\)/);
+  assert.match(said, /npx orderly-queues dev/);
+  const devVars = readFileSync(join(app, ".dev.vars"), "utf8");
+  assert.match(devVars, /^MY_SECRET=mine\nADMIN_TOKEN=\w{32}\n$/);
   const config = readFileSync(join(app, "wrangler.jsonc"), "utf8");
   assert.ok(config.includes('// "vars": { "MY_VARIABLE": "production_value" },'), "its comments kept");
   assert.match(config, /\t\t"GREETING": "hi",/, "its vars kept, indented with its tabs");
   assert.match(config, /"migrations_dir": "node_modules\/orderly-queues\/migrations"/);
   assert.match(run(process.execPath, [join(root, "bin/orderly-queues.mjs"), "init"], app, bare), /has orderly's bindings already/);
   assert.equal(readFileSync(join(app, "wrangler.jsonc"), "utf8"), config, "a second init changes nothing");
+  assert.equal(readFileSync(join(app, ".dev.vars"), "utf8"), devVars, "nor the token it wrote");
 
   mkdirSync(join(app, "node_modules/orderly-queues"), { recursive: true });
   run("tar", ["xzf", tgz, "-C", join(app, "node_modules/orderly-queues"), "--strip-components=1"], scratch);

@@ -60,9 +60,10 @@ for (const mode of ["strict", "lock"]) {
         { payload: { type: "later" }, ordering_key: "k" },
         { payload: { type: "greet", name: "bob" }, ordering_key: "k" },
         { payload: { type: "doomed" } },
+        { payload: { type: "typed" } },
       ] });
       assert.equal(r.status, 202, r.text);
-      const [ada, flaky, later, bob, doomed] = r.json.jobs.map((j) => j.id);
+      const [ada, flaky, later, bob, doomed, typed] = r.json.jobs.map((j) => j.id);
       const got = async (id) => (await w.api("GET", `/orderly/jobs/${id}`)).json;
       for (const id of [ada, flaky, later, bob]) await waitFor(async () => (await got(id))?.job.status === "DONE", `${id} DONE`, 60_000);
       await waitFor(async () => (await got(doomed))?.job.status === "DEAD", "the doomed job DEAD");
@@ -76,7 +77,15 @@ for (const mode of ["strict", "lock"]) {
       assert.deepEqual([l.job.attempts, l.job.result.steps], [1, 1]);
       const dead = await got(doomed);
       assert.equal(dead.job.attempts, 1, "a PermanentError is not retried");
-      assert.match(dead.job.last_error, /this one never works/);
+      // Each is recorded in the handler's own words, with no HTTP status: no HTTP was involved.
+      assert.equal(dead.job.last_error, "this one never works");
+      assert.deepEqual(f.history.map((e) => [e.error ?? null, e.http_status ?? null]), [["not yet", null], [null, null]]);
+      assert.deepEqual(l.history[0].error, "the handler asked");
+      assert.equal(l.history[0].http_status ?? null, null);
+      assert.equal(a.job.http_status ?? null, null);
+      await waitFor(async () => (await got(typed))?.job.status === "DONE", "the typed job DONE", 60_000);
+      const t = await got(typed);
+      assert.deepEqual(t.history.map((e) => e.error ?? null), ["TypeError: no such thing", "the remote said later", null]);
     } finally {
       await w.dispose();
     }

@@ -617,6 +617,7 @@ impl orderly::handlers::HttpClient for FakeService {
             content_type: Some("application/json".into()),
             body_start: body.into(),
             snooze: snooze.map(str::to_string),
+            own_words: false,
         })
     }
 }

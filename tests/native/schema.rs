@@ -27,7 +27,7 @@ fn names() -> Vec<&'static str> {
 #[test]
 fn an_empty_database_is_refused_then_migrated_and_used() {
     let db = empty();
-    let refused = block_on(schema::check(&db)).expect_err("no schema yet");
+    let refused = block_on(schema::check(&db, "")).expect_err("no schema yet");
     assert!(
         refused.detail.contains("no orderly ledger yet") && refused.detail.contains("POST /admin/migrate"),
         "{refused}"
@@ -36,7 +36,7 @@ fn an_empty_database_is_refused_then_migrated_and_used() {
     let migrated = block_on(schema::migrate(&db)).expect("migrates");
     assert_eq!(migrated.applied, names());
     assert_eq!(migrated.schema, SCHEMA);
-    block_on(schema::check(&db)).expect("current now");
+    block_on(schema::check(&db, "")).expect("current now");
     let listed = block_on(schema::applied(&db)).expect("listed");
     assert_eq!(listed, names());
     // The ledger's own tables are there: a job can be counted.
@@ -61,7 +61,7 @@ fn a_half_migrated_database_gets_only_what_it_lacks() {
         block_on(db.query(Stmt::bind("INSERT INTO d1_migrations (name) VALUES (?1)", [("name", name.into())])))
             .expect("recorded");
     }
-    let refused = block_on(schema::check(&db)).expect_err("behind");
+    let refused = block_on(schema::check(&db, "")).expect_err("behind");
     assert!(refused.detail.contains("9 of 17"), "{refused}");
     let migrated = block_on(schema::migrate(&db)).expect("migrates");
     assert_eq!(
@@ -77,7 +77,7 @@ fn a_half_migrated_database_gets_only_what_it_lacks() {
             "0017_dependencies.sql"
         ]
     );
-    block_on(schema::check(&db)).expect("current now");
+    block_on(schema::check(&db, "")).expect("current now");
 }
 
 #[test]

@@ -30,6 +30,12 @@ export default orderly({
     limited: async () => {
       throw new RetryAfter(1, "the remote said later");
     },
+    // A TypeError, then a Retry-After, then done: each failure recorded as the handler said it.
+    typed: async (job: Job) => {
+      if (job.attempt === 1) throw new TypeError("no such thing");
+      if (job.attempt === 2) throw new RetryAfter(1, "the remote said later");
+      return { attempts: job.attempt };
+    },
     // Waits up to 20 s, unless its run is cancelled: the signal aborts, and it stops.
     waits: async (job: Job, { signal }) => {
       await new Promise<void>((resolve) => {
