@@ -50,7 +50,7 @@ mod worker_app {
                     let shards = durable::shards(&env, n).map_err(|e| worker::Error::from(e.to_string()))?;
                     conformance::exercise(&Ledger::sharded(shards), &prefix).await
                 }
-                None => conformance::exercise(&Ledger::new(D1Sql(env.d1("DB")?)), &prefix).await,
+                None => conformance::exercise(&Ledger::new(D1Sql(env.d1("DB")?, String::new())), &prefix).await,
             };
             return Response::from_json(&report);
         }
