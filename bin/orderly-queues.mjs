@@ -14,7 +14,10 @@ import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(dirname(fileURLToPath(import.meta.url)));
-const { version } = JSON.parse(readFileSync(join(here, "package.json"), "utf8"));
+const manifest = JSON.parse(readFileSync(join(here, "package.json"), "utf8"));
+const { version } = manifest;
+/** The Fedify release this orderly is tested with: the Fedify starter pins it, @fedify/vocab alike. */
+const fedify = manifest.devDependencies?.["@fedify/fedify"] ?? "^2.3.6";
 
 function usage(code) {
   console.error(`orderly-queues ${version}
@@ -22,6 +25,8 @@ function usage(code) {
   npx orderly-queues new <dir>           a new worker on orderly in <dir> (which must not exist or be
                                          empty), its job handlers in TypeScript
   npx orderly-queues new <dir> --rust    the same in Rust (needs Rust and worker-build)
+  npx orderly-queues new <dir> --fedify  a Fedify server with orderly as its queue, in one Worker:
+                                         an actor, its inbox, notes sent to its followers in order
   npx orderly-queues dev [options]       local development: the local ledger migrated, wrangler dev
                                          started (options passed on), and the Worker's cron fired
                                          every minute, as Cloudflare does
@@ -38,7 +43,7 @@ function files(dir) {
   return readdirSync(dir).flatMap((f) => (statSync(join(dir, f)).isDirectory() ? files(join(dir, f)) : [join(dir, f)]));
 }
 
-function create(dir, rust) {
+function create(dir, kind) {
   const target = resolve(dir);
   if (existsSync(target) && readdirSync(target).length > 0) {
     console.error(`${target} is not empty: choose a new folder`);
@@ -49,15 +54,38 @@ function create(dir, rust) {
     console.error(`${basename(target)}: a worker's name starts with a letter and has letters, digits and dashes`);
     process.exit(1);
   }
-  cpSync(join(here, rust ? "template" : "template-ts"), target, { recursive: true });
+  cpSync(join(here, { rust: "template", fedify: "template-fedify", ts: "template-ts" }[kind]), target, { recursive: true });
   // npm leaves a package's .gitignore out; the template keeps it as `gitignore`.
   renameSync(join(target, "gitignore"), join(target, ".gitignore"));
   for (const f of files(target)) {
-    writeFileSync(f, readFileSync(f, "utf8").replaceAll("{{name}}", name).replaceAll("{{version}}", version));
+    const text = readFileSync(f, "utf8").replaceAll("{{name}}", name).replaceAll("{{version}}", version);
+    writeFileSync(f, text.replaceAll("{{fedify}}", fedify));
   }
-  writeFileSync(join(target, ".dev.vars"), `ADMIN_TOKEN=${randomBytes(16).toString("hex")}\n`);
+  // Local secrets for wrangler dev, never for production. A Fedify server's queued messages carry
+  // its private keys: orderly seals them under PAYLOAD_KEY; its queue submits with PRODUCER_TOKEN;
+  // locally it may reach private addresses (other servers on this machine).
+  const secret = () => randomBytes(16).toString("hex");
+  const local = kind === "fedify"
+    ? `ADMIN_TOKEN=${secret()}\nPRODUCER_TOKEN=${secret()}\nPAYLOAD_KEY=local:${randomBytes(32).toString("base64")}\nALLOW_PRIVATE_ADDRESS=true\n`
+    : `ADMIN_TOKEN=${secret()}\n`;
+  writeFileSync(join(target, ".dev.vars"), local);
   // A TypeScript worker serves orderly under /orderly (its own fetch has the rest); a Rust one at the root.
-  const at = rust ? "http://localhost:8787" : "http://localhost:8787/orderly";
+  const at = kind === "rust" ? "http://localhost:8787" : "http://localhost:8787/orderly";
+  if (kind === "fedify") {
+    console.log(`Created ${name} in ${target}, a Fedify server on orderly ${version} (Fedify ${fedify}). Next:
+
+  cd ${dir}
+  npm install
+  npm start      # local Queues, KV and D1, the ledger migrated, the cron every minute
+
+The actor is http://localhost:8787/users/${name}. Post a note to its followers (the admin token is in .dev.vars):
+
+  curl -X POST http://localhost:8787/notes -H "authorization: Bearer $(sed -n 's/^ADMIN_TOKEN=//p' .dev.vars)" -d '{"content": "Hello, fediverse!"}'
+
+and open ${at}/ for orderly's dashboard: each delivery, in order per inbox.
+`);
+    return;
+  }
   console.log(`Created ${name} in ${target}, on orderly ${version}. Next:
 
   cd ${dir}
@@ -74,9 +102,12 @@ and open ${at}/ for the dashboard.
 }
 
 const args = process.argv.slice(2);
-const rust = args.includes("--rust");
-const [command, arg] = args.filter((a) => a !== "--rust");
-if (command === "new" && arg && !arg.startsWith("-")) create(arg, rust);
+const kind = args.includes("--rust") ? "rust" : args.includes("--fedify") ? "fedify" : "ts";
+const [command, arg] = args.filter((a) => a !== "--rust" && a !== "--fedify");
+if (command === "new" && args.includes("--rust") && args.includes("--fedify")) {
+  console.error("--rust and --fedify: choose one (the Fedify server is TypeScript)");
+  process.exit(1);
+} else if (command === "new" && arg && !arg.startsWith("-")) create(arg, kind);
 else if (command === "migrations") console.log(join(here, "migrations"));
 else if (command === "provision") (await import("./provision.mjs")).run();
 else if (command === "dev") (await import("./dev.mjs")).run(args.slice(1));

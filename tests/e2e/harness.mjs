@@ -2,8 +2,8 @@
 // migrated from migrations/, and an in-process HTTP target that answers the worker's webhooks.
 import { Miniflare } from "miniflare";
 import { build } from "esbuild";
-import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdirSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { basename, join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
@@ -396,3 +396,48 @@ export async function waitFor(fn, what, timeoutMs = 20_000) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** The PATH of a newcomer with only Node: no cargo, rustc or worker-build. */
+export const NODE_ONLY = { PATH: [dirname(process.execPath), "/usr/bin", "/bin"].join(":"), HOME: process.env.HOME };
+
+/**
+ * A new worker `name` made in `scratch` by `npx orderly-queues new` (with `flags`) and installed as
+ * an offline `npm install` would: the packed npm package from its tarball, `deps` (wrangler,
+ * TypeScript, Fedify) the repository's own, and the commands npm links into `node_modules/.bin`.
+ * Only Node is on PATH. Returns the worker's folder.
+ */
+export function newWorker(scratch, name, flags = [], deps = ["wrangler"]) {
+  const tgz = join(scratch, execFileSync("npm", ["pack", "--silent", "--pack-destination", scratch], { cwd: root, encoding: "utf8" }).trim().split("\n").pop());
+  execFileSync(process.execPath, [join(root, "bin/orderly-queues.mjs"), "new", name, ...flags], { cwd: scratch, env: NODE_ONLY });
+  const app = join(scratch, name);
+  mkdirSync(join(app, "node_modules/.bin"), { recursive: true });
+  mkdirSync(join(app, "node_modules/orderly-queues"));
+  execFileSync("tar", ["xzf", tgz, "-C", join(app, "node_modules/orderly-queues"), "--strip-components=1"]);
+  for (const dep of deps) {
+    mkdirSync(dirname(join(app, "node_modules", dep)), { recursive: true });
+    symlinkSync(join(root, "node_modules", dep), join(app, "node_modules", dep));
+  }
+  const bins = { "orderly-queues": "orderly-queues/bin/orderly-queues.mjs", wrangler: "wrangler/bin/wrangler.js", typescript: "typescript/bin/tsc" };
+  symlinkSync(`../${bins["orderly-queues"]}`, join(app, "node_modules/.bin/orderly-queues"));
+  for (const dep of deps.filter((d) => bins[d])) symlinkSync(`../${bins[dep]}`, join(app, "node_modules/.bin", dep === "typescript" ? "tsc" : dep));
+  return app;
+}
+
+/**
+ * `npm start -- ...args` in `app`, with only Node on PATH, in its own process group: its output so
+ * far (`output()`), and `stop()`, which ends the whole group (npm, wrangler, workerd).
+ */
+export function npmStart(app, args) {
+  const dev = spawn("npm", ["start", "--", ...args], { cwd: app, env: NODE_ONLY, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  dev.stdout.on("data", (c) => { out += c; });
+  dev.stderr.on("data", (c) => { out += c; });
+  return {
+    output: () => out,
+    async stop() {
+      try { process.kill(-dev.pid, "SIGTERM"); } catch {}
+      await sleep(1000);
+      try { process.kill(-dev.pid, "SIGKILL"); } catch {}
+    },
+  };
+}

@@ -5,13 +5,13 @@
 // fires. The proof is a per-minute schedule whose job runs under `npm start`.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { applyEdits, modify } from "jsonc-parser";
-import { ONCE, waitFor } from "./harness.mjs";
+import { NODE_ONLY, newWorker, npmStart, ONCE, waitFor } from "./harness.mjs";
 import { untilNextMinute } from "../../bin/dev.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -24,19 +24,7 @@ test("the cron's next tick is the next whole minute, a second into it", () => {
 
 test("`npm start` in a new TypeScript worker fires orderly's cron every minute: a per-minute schedule's job runs; the README's first job, pasted as it is, runs there", { ...ONCE, timeout: 300_000 }, async () => {
   const scratch = mkdtempSync(join(tmpdir(), "orderly-dev-"));
-  const bare = { PATH: [dirname(process.execPath), "/usr/bin", "/bin"].join(":"), HOME: process.env.HOME };
-  const run = (cmd, args, cwd) => execFileSync(cmd, args, { cwd, encoding: "utf8", env: bare, stdio: ["ignore", "pipe", "pipe"] });
-  const tgz = join(scratch, execFileSync("npm", ["pack", "--silent", "--pack-destination", scratch], { cwd: root, encoding: "utf8" }).trim().split("\n").pop());
-  run(process.execPath, [join(root, "bin/orderly-queues.mjs"), "new", "ticker"], scratch);
-  const app = join(scratch, "ticker");
-  // `npm install`, offline: the package from its tarball, wrangler the repository's, and the
-  // commands npm would link.
-  mkdirSync(join(app, "node_modules/.bin"), { recursive: true });
-  mkdirSync(join(app, "node_modules/orderly-queues"));
-  run("tar", ["xzf", tgz, "-C", join(app, "node_modules/orderly-queues"), "--strip-components=1"], scratch);
-  symlinkSync(join(root, "node_modules/wrangler"), join(app, "node_modules/wrangler"));
-  symlinkSync("../orderly-queues/bin/orderly-queues.mjs", join(app, "node_modules/.bin/orderly-queues"));
-  symlinkSync("../wrangler/bin/wrangler.js", join(app, "node_modules/.bin/wrangler"));
+  const app = newWorker(scratch, "ticker");
   // A schedule every minute, of the template's own job type.
   const config = join(app, "wrangler.jsonc");
   const schedule = [{ name: "beat", cron: "* * * * *", job: { payload: { type: "greet", name: "the clock" } } }];
@@ -47,22 +35,20 @@ test("`npm start` in a new TypeScript worker fires orderly's cron every minute: 
 
   // The README's port: its first job is pasted as it is.
   const port = 8787;
-  const dev = spawn("npm", ["start", "--", "--port", String(port)], { cwd: app, env: bare, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  dev.stdout.on("data", (c) => { out += c; });
-  dev.stderr.on("data", (c) => { out += c; });
+  const dev = npmStart(app, ["--port", String(port)]);
+  const out = () => dev.output();
   try {
     const api = async (path) => {
       const res = await fetch(`http://127.0.0.1:${port}/orderly${path}`, { headers: { authorization: `Bearer ${token}` } });
       return res.json();
     };
-    await waitFor(async () => /Ready on/.test(out), "wrangler dev ready", 90_000);
-    assert.match(out, /firing the Worker's cron every minute/);
+    await waitFor(async () => /Ready on/.test(out()), "wrangler dev ready", 90_000);
+    assert.match(out(), /firing the Worker's cron every minute/);
     // The README's first job, its curl pasted as it is into a shell in the new worker's folder.
     const readme = readFileSync(join(root, "README.md"), "utf8");
     const first = readme.slice(readme.indexOf("## A first job"));
     const curl = /```sh\n(curl [\s\S]*?)```/.exec(first)[1];
-    const sent = JSON.parse(execFileSync("sh", ["-c", curl], { cwd: app, encoding: "utf8", env: bare }));
+    const sent = JSON.parse(execFileSync("sh", ["-c", curl], { cwd: app, encoding: "utf8", env: NODE_ONLY }));
     const id = sent.jobs[0].id;
     await waitFor(async () => (await api(`/jobs/${id}`))?.job?.status === "DONE", "the README's first job DONE");
     assert.deepEqual((await api(`/jobs/${id}`)).job.result, { greeting: "Hello, Ada!" });
@@ -74,12 +60,10 @@ test("`npm start` in a new TypeScript worker fires orderly's cron every minute: 
     const job = (await api("/jobs?type=greet")).jobs.find((j) => j.id.startsWith("schedule:beat:"));
     assert.deepEqual((await api(`/jobs/${encodeURIComponent(job.id)}`)).job.result, { greeting: "Hello, the clock!" });
   } catch (e) {
-    console.log(`npm start said:\n${out}`);
+    console.log(`npm start said:\n${out()}`);
     throw e;
   } finally {
-    try { process.kill(-dev.pid, "SIGTERM"); } catch {}
-    await new Promise((r) => setTimeout(r, 1000));
-    try { process.kill(-dev.pid, "SIGKILL"); } catch {}
+    await dev.stop();
     rmSync(scratch, { recursive: true, force: true });
   }
 });

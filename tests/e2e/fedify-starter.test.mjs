@@ -1,0 +1,112 @@
+// The Fedify starter (`npx orderly-queues new <dir> --fedify`): a Fedify server with orderly as its
+// queue in one Worker, run as a user runs it, with `npm start` and only Node on PATH. Its follower
+// is a real Fedify server in this process (bob, on a local port): bob follows the starter's actor
+// (Fedify verifies bob's signature and fetches his actor), the starter accepts through orderly, then
+// posts, edits and deletes a note, and bob's inbox receives Create, Update and Delete in that order,
+// once each, each verified by Fedify as signed by the starter's actor.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:http";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createFederation, generateCryptoKeyPair, MemoryKvStore } from "@fedify/fedify";
+import { Accept, Create, Delete, Follow, Person, Update } from "@fedify/vocab";
+import { NODE_ONLY, newWorker, npmStart, ONCE, waitFor } from "./harness.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const HOST = "127.0.0.1";
+const PORT = 8788;
+
+/** bob: a Fedify server in this process, recording what reaches his inbox (Fedify verifies each signature). */
+async function bob() {
+  const got = [];
+  let keys;
+  const federation = createFederation({ kv: new MemoryKvStore(), allowPrivateAddress: true });
+  federation
+    .setActorDispatcher("/users/{identifier}", async (ctx, identifier) => {
+      if (identifier !== "bob") return null;
+      const pairs = await ctx.getActorKeyPairs(identifier);
+      return new Person({ id: ctx.getActorUri(identifier), preferredUsername: identifier, inbox: ctx.getInboxUri(identifier), publicKey: pairs[0]?.cryptographicKey });
+    })
+    .setKeyPairsDispatcher(async () => {
+      keys ??= await generateCryptoKeyPair("RSASSA-PKCS1-v1_5");
+      return [keys];
+    });
+  const record = (type) => async (_ctx, activity) => {
+    got.push({ type, id: activity.id?.href, actor: activity.actorId?.href, object: activity.objectId?.href });
+  };
+  federation.setInboxListeners("/users/{identifier}/inbox", "/inbox")
+    .on(Accept, record("Accept")).on(Create, record("Create")).on(Update, record("Update")).on(Delete, record("Delete"));
+  const server = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const body = chunks.length ? Buffer.concat(chunks) : undefined;
+    const request = new Request(`http://${HOST}:${server.address().port}${req.url}`, { method: req.method, headers: req.headers, body });
+    const response = await federation.fetch(request, { contextData: undefined });
+    res.writeHead(response.status, Object.fromEntries(response.headers));
+    res.end(Buffer.from(await response.arrayBuffer()));
+  });
+  await new Promise((r) => server.listen(0, HOST, r));
+  const origin = `http://${HOST}:${server.address().port}`;
+  return { got, federation, origin, close: () => server.close() };
+}
+
+test("`new --fedify`: a Fedify server on orderly in one Worker, under `npm start` with no Rust, delivers Create, Update, Delete to a follower in order, signed, once each", { ...ONCE, timeout: 300_000 }, async () => {
+  const scratch = mkdtempSync(join(tmpdir(), "orderly-fedify-"));
+  for (const tool of ["cargo", "rustc", "worker-build"]) {
+    assert.throws(() => execFileSync("which", [tool], { env: NODE_ONLY, stdio: "ignore" }), `${tool} is not on the test's PATH`);
+  }
+  // Fedify, wrangler and TypeScript the repository's, at the versions the manifest names.
+  const app = newWorker(scratch, "social", ["--fedify"], ["wrangler", "typescript", "@fedify/fedify", "@fedify/vocab"]);
+  const manifest = JSON.parse(readFileSync(join(app, "package.json"), "utf8"));
+  const fedify = JSON.parse(readFileSync(join(root, "package.json"), "utf8")).devDependencies["@fedify/fedify"];
+  assert.deepEqual([manifest.dependencies["@fedify/fedify"], manifest.dependencies["@fedify/vocab"]], [fedify, fedify], "one coherent Fedify version");
+  execFileSync("npm", ["run", "check"], { cwd: app, env: NODE_ONLY, encoding: "utf8" });
+  const token = readFileSync(join(app, ".dev.vars"), "utf8").match(/^ADMIN_TOKEN=(\w+)$/m)[1];
+
+  const follower = await bob();
+  const dev = npmStart(app, ["--ip", HOST, "--port", String(PORT)]);
+  const base = `http://${HOST}:${PORT}`;
+  const actor = `${base}/users/social`;
+  try {
+    await waitFor(async () => /Ready on/.test(dev.output()), "wrangler dev ready", 90_000);
+    const person = await (await fetch(actor, { headers: { accept: "application/activity+json" } })).json();
+    assert.equal(person.inbox, `${actor}/inbox`);
+    // bob follows the starter's actor; its Accept reaches him through orderly.
+    const ctx = follower.federation.createContext(new URL(follower.origin), undefined);
+    await ctx.sendActivity({ identifier: "bob" }, { id: new URL(actor), inboxId: new URL(person.inbox) },
+      new Follow({ id: new URL(`${follower.origin}/follows/1`), actor: ctx.getActorUri("bob"), object: new URL(actor) }));
+    await waitFor(async () => follower.got.some((a) => a.type === "Accept"), "bob's follow accepted", 60_000);
+
+    const notes = async (method, path, body) => {
+      const res = await fetch(`${base}${path}`, { method, headers: { authorization: `Bearer ${token}` }, body: body && JSON.stringify(body) });
+      assert.equal(res.status, 202, await res.clone().text());
+      return res.json();
+    };
+    const { id, url } = await notes("POST", "/notes", { content: "Hello, fediverse!" });
+    await notes("PUT", `/notes/${id}`, { content: "Hello again" });
+    await notes("DELETE", `/notes/${id}`);
+    await waitFor(async () => follower.got.filter((a) => a.type !== "Accept").length >= 3, "three activities in bob's inbox", 90_000);
+    // Any more would arrive within a few seconds (a repeat, a late retry): none may.
+    await new Promise((r) => setTimeout(r, 3000));
+    const about = follower.got.filter((a) => a.type !== "Accept");
+    assert.deepEqual(about.map((a) => a.type), ["Create", "Update", "Delete"], "in the order sent, once each");
+    assert.ok(about.every((a) => a.actor === actor), "each verified by Fedify as the starter's actor's");
+    assert.equal(about[2].object, url);
+    // Each delivery was an orderly job, DONE, on the note's key for bob's inbox.
+    const jobs = await (await fetch(`${base}/orderly/jobs?type=fedify&limit=100`, { headers: { authorization: `Bearer ${token}` } })).json();
+    const toBob = jobs.jobs.filter((j) => j.ordering_key?.startsWith(url));
+    assert.equal(toBob.length, 3, JSON.stringify(jobs.jobs));
+    assert.ok(toBob.every((j) => j.status === "DONE"));
+  } catch (e) {
+    console.log(`npm start said:\n${dev.output()}`);
+    throw e;
+  } finally {
+    await dev.stop();
+    follower.close();
+    rmSync(scratch, { recursive: true, force: true });
+  }
+});
