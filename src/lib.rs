@@ -120,6 +120,7 @@ internal!(
     lock,
     log,
     maintenance,
+    metrics,
     operations,
     panics,
     periodic,

@@ -17,6 +17,7 @@
 mod http;
 mod keys;
 mod limits;
+mod metrics;
 mod ports;
 mod route;
 mod schedules;
@@ -321,6 +322,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Route::Limit(key) => self.limit(cfg, &key).await,
             Route::ChangeLimit(key) => self.change_limit(cfg, &key, &req.body).await,
             Route::Schedules => self.schedules(cfg).await,
+            Route::Metrics => self.metrics(cfg).await,
             Route::ChangeSchedule(name) => self.change_schedule(cfg, &name, &req.body).await,
             // The worker's edge answers these before it calls the API: they need its bindings.
             Route::Migrate { .. } | Route::MoveLedger { .. } => {

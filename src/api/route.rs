@@ -50,6 +50,8 @@ pub enum Route {
     Schedules,
     /// `PUT /schedules/{name}`: pause or resume a schedule.
     ChangeSchedule(String),
+    /// `GET /metrics`: the ledger's state in the Prometheus text format (design §27).
+    Metrics,
     /// `GET` (where it stands) or `POST` (apply) `/admin/migrate`: a D1 ledger's schema (design
     /// §21). Answered by the worker's edge, which holds the D1 binding.
     Migrate {
@@ -91,6 +93,7 @@ const TABLE: &[Entry] = &[
     ("PUT", "/limits/{key}", Route::ChangeLimit),
     ("GET", "/schedules", |_| Route::Schedules),
     ("PUT", "/schedules/{name}", Route::ChangeSchedule),
+    ("GET", "/metrics", |_| Route::Metrics),
     ("GET", "/admin/migrate", |_| Route::Migrate { apply: false }),
     ("POST", "/admin/migrate", |_| Route::Migrate { apply: true }),
     ("GET", "/ledger/move", |_| Route::MoveLedger { copy: false }),
@@ -174,6 +177,7 @@ impl Route {
             | Route::ChangeLimit(_)
             | Route::Schedules
             | Route::ChangeSchedule(_)
+            | Route::Metrics
             | Route::Migrate { .. }
             | Route::MoveLedger { .. } => false,
         }

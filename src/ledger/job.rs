@@ -394,6 +394,48 @@ pub struct Lease {
     pub due_before: i64,
 }
 
+/// Jobs of one status and type (`GET /metrics`, design §27).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeCount {
+    /// PENDING, RUNNING or DEAD.
+    pub status: Status,
+    /// The jobs' type (`None`: a body that had none).
+    pub job_type: Option<String>,
+    /// How many.
+    pub n: i64,
+    /// The earliest `next_run_at` of its PENDING jobs already due, ms.
+    pub oldest_due: Option<i64>,
+}
+
+impl TypeCount {
+    /// A row of `metrics_jobs.sql`.
+    pub fn of(row: &Row) -> Option<TypeCount> {
+        Some(TypeCount {
+            status: Status::parse(row.get("status")?.as_str()?)?,
+            job_type: row.get("type").and_then(Value::as_str).map(str::to_string),
+            n: row.get("n").and_then(int_of)?,
+            oldest_due: row.get("oldest_due").and_then(int_of),
+        })
+    }
+
+    /// `counts` of every shard as one list: a status and type's counts summed, its oldest due job
+    /// the oldest of all.
+    pub fn merged(counts: impl IntoIterator<Item = TypeCount>) -> Vec<TypeCount> {
+        let mut out: Vec<TypeCount> = Vec::new();
+        for c in counts {
+            match out.iter_mut().find(|o| o.status == c.status && o.job_type == c.job_type) {
+                Some(o) => {
+                    o.n += c.n;
+                    o.oldest_due = o.oldest_due.into_iter().chain(c.oldest_due).min();
+                }
+                None => out.push(c),
+            }
+        }
+        out.sort_by(|a, b| (a.status.as_str(), &a.job_type).cmp(&(b.status.as_str(), &b.job_type)));
+        out
+    }
+}
+
 /// Counts by status, always all four.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {

@@ -55,7 +55,8 @@ pub mod transition;
 
 pub use crate::limits::{DEFAULT_PRIORITY, MAX_PRIORITY};
 #[cfg(any(test, feature = "testing"))]
-pub use job::{Counts, DeadMatches};
+pub use job::DeadMatches;
+pub use job::{Counts, TypeCount};
 pub use job::{AfterDead, Cancel, CancelFilter, Claimed, DeadFilter, Enqueued, JobRow, JobSpec, Lease, ListFilter, OnDuplicate, Redrive, Sent, Status, Submit};
 pub use route::Route;
 pub use shards::Ledger;

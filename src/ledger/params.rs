@@ -119,6 +119,7 @@ fn every_statement() -> Vec<Stmt> {
         stmt::cancellable_matching(&CancelFilter::default()),
         stmt::existing("a", Some("d")),
         stmt::counts(),
+        stmt::metrics_jobs(1),
         stmt::list_filtered(&filter, Some((1, "a")), 10),
         stmt::redrive("a", 1),
         stmt::dead_matching(&dead, 10),

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::history::{self, Kind, Minute, ACTIVITY_MINUTES};
-use super::job::{int_of, Cancel, CancelFilter, Cancellable, Claimed, Counts, DeadFilter, DeadFound, Enqueued, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
+use super::job::{int_of, TypeCount, Cancel, CancelFilter, Cancellable, Claimed, Counts, DeadFilter, DeadFound, Enqueued, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::stmt;
 use super::store::{Port, Sql, Stmt};
 use crate::config::{OnDead, OrderingMode};
@@ -80,6 +80,11 @@ impl<S: Sql> Shard<S> {
     /// Counts by status, zeros included.
     pub async fn counts(&self) -> Result<Counts, InfraError> {
         Ok(Counts::from_rows(&self.sql.query(stmt::counts()).await?))
+    }
+
+    /// Open jobs per status and type, DEAD ones per type (`GET /metrics`).
+    pub async fn type_counts(&self, now: i64) -> Result<Vec<TypeCount>, InfraError> {
+        Ok(self.sql.query(stmt::metrics_jobs(now)).await?.iter().filter_map(TypeCount::of).collect())
     }
 
     /// A page of jobs, newest first; the cursor for the next page when there may be more.

@@ -17,7 +17,7 @@ use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::schedule::ScheduleState;
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
-use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
+use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, TypeCount, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
 use super::transition::{Record, RecordedDead};
 use super::route::Route;
 use super::shard::Shard;
@@ -179,6 +179,11 @@ impl<S: Sql> Ledger<S> {
     /// Counts by status, zeros included, summed over the shards.
     pub async fn counts(&self) -> Result<Counts, InfraError> {
         Ok(self.every(async |s| s.counts().await).await?.into_iter().fold(Counts::default(), Counts::plus))
+    }
+
+    /// Open jobs per status and type and DEAD ones per type, merged over the shards (`GET /metrics`).
+    pub async fn type_counts(&self, now: i64) -> Result<Vec<TypeCount>, InfraError> {
+        Ok(TypeCount::merged(self.every(async |s| s.type_counts(now).await).await?.into_iter().flatten()))
     }
 
     /// A page of jobs, newest first (by `(created_at, id)`, which orders every shard alike, so a

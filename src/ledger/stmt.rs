@@ -274,6 +274,10 @@ pub fn existing(id: &str, dedupe_key: Option<&str>) -> Stmt {
 pub fn counts() -> Stmt {
     with(sql!("counts"), [])
 }
+/// Open jobs per status and type, DEAD ones per type, and each open group's oldest due job.
+pub fn metrics_jobs(now: i64) -> Stmt {
+    with(sql!("metrics_jobs"), [("now", now.into())])
+}
 
 fn cursor(cursor: Option<(i64, &str)>) -> [(&'static str, Param); 2] {
     let (at, id) = match cursor {

@@ -19,6 +19,7 @@ mod key_pause;
 mod ledger;
 mod limited_submission;
 mod limits;
+mod metrics;
 mod migration;
 mod operator;
 mod readme;

@@ -7,7 +7,7 @@
 -- to require the change.)
 -- params: ?1 job_id, ?2 at, ?3 kind, ?4 actor, ?5 attempt, ?6 started_at, ?7 outcome, ?8 error, ?9 http_status, ?10 keep, ?11 status, ?12 after_change
 INSERT OR REPLACE INTO job_event (job_id, slot, n, at, kind, actor, attempt, started_at, outcome, error, http_status)
-SELECT ?1, last.n % ?10, last.n, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
+SELECT ?1, last.n % CAST(?10 AS INTEGER), last.n, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
 FROM (SELECT coalesce(max(n), 0) + 1 AS n FROM job_event WHERE job_id = ?1) AS last
 WHERE (?11 IS NULL OR EXISTS (SELECT 1 FROM job WHERE id = ?1 AND status = ?11 AND updated_at = ?2))
   AND (?12 = 0 OR changes() > 0)

@@ -1,0 +1,54 @@
+//! `GET /metrics` (design §27) on the D1 stand-in: the ledger's state as Prometheus gauges, each
+//! figure what the ledger holds (jobs by status and type, the oldest due job, paused keys, limit
+//! keys, schedules), admin only.
+
+use orderly::config::Config;
+use serde_json::json;
+
+use crate::support::api::{ApiWorld, PRODUCER_TOKEN, T0};
+
+fn hook(host: &str) -> serde_json::Value {
+    json!({"type": "webhook", "url": format!("https://{host}.test/")})
+}
+
+#[test]
+fn metrics_answer_the_ledger_s_state_in_the_prometheus_text_format() {
+    let mut w = ApiWorld::new();
+    let schedules = r#"[{"name": "beat", "every_seconds": 300, "job": {"payload": {"type": "webhook", "url": "https://b.test/"}}}]"#;
+    w.cfg = Config::from_lookup(|k| (k == "SCHEDULES").then(|| schedules.to_string())).expect("SCHEDULES reads");
+    let jobs = json!({"jobs": [
+        {"payload": hook("a"), "ordering_key": "k"},
+        {"payload": hook("a"), "ordering_key": "k"},
+        {"payload": {"type": "webhook", "url": "https://later.test/"}, "delay_seconds": 600},
+        {"id": "gone", "payload": hook("c")},
+        {"payload": hook("p"), "ordering_key": "paused \"one\""},
+    ]});
+    assert_eq!(w.call("POST", "/jobs", Some(jobs)).status, 202);
+    assert_eq!(w.call("POST", "/jobs/gone/cancel", None).status, 200);
+    assert_eq!(w.call("PUT", "/keys/paused%20%22one%22", Some(json!({"paused": true}))).status, 200);
+    assert_eq!(w.call("PUT", "/limits/host-1", Some(json!({"paused": true}))).status, 200);
+    w.clock.advance_ms(90_000);
+
+    let r = w.call("GET", "/metrics", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
+    let lines: Vec<&str> = r.body.lines().collect();
+    let has = |line: &str| assert!(lines.contains(&line), "{line:?} not in:\n{}", r.body);
+    has("# TYPE orderly_jobs gauge");
+    has("orderly_jobs{status=\"PENDING\"} 4");
+    has("orderly_jobs{status=\"DEAD\"} 1");
+    has("orderly_jobs_by_type{status=\"PENDING\",type=\"webhook\"} 4");
+    has("orderly_jobs_by_type{status=\"DEAD\",type=\"webhook\"} 1");
+    // Three were due at T0, 90 s ago; the delayed one is not due yet.
+    has("orderly_oldest_due_job_age_seconds 90");
+    has("orderly_keys{state=\"paused\"} 1");
+    has("orderly_paused_key_waiting_jobs{ordering_key=\"paused \\\"one\\\"\"} 1");
+    has("orderly_limit_paused{limit_key=\"host-1\"} 1");
+    has("orderly_limit_running{limit_key=\"host-1\"} 0");
+    has(&format!("orderly_schedule_next_period_seconds{{schedule=\"beat\"}} {}", (T0 + 90_000) / 300_000 * 300 + 300));
+    has("orderly_schedule_paused{schedule=\"beat\"} 0");
+
+    // The admin's alone: a producer's token may not read it.
+    let as_producer = w.call_with(Some(PRODUCER_TOKEN), Ok(&w.cfg), "GET", "/metrics", None);
+    assert_eq!(as_producer.status, 403);
+}
