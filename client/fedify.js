@@ -130,6 +130,12 @@ export class OrderlyMessageQueue {
     if (limitKey != null) opts.limitKey = limitKey;
     const delay = delaySeconds(options?.delay);
     if (delay > 0) opts.delaySeconds = delay;
+    // Fedify's message carries the trace it was enqueued in (W3C): each run joins it (design §27).
+    const trace = message?.traceContext;
+    if (typeof trace?.traceparent === "string") {
+      opts.traceparent = trace.traceparent;
+      if (typeof trace.tracestate === "string") opts.tracestate = trace.tracestate;
+    }
     return { payload: { type: "fedify", message }, options: opts };
   }
 

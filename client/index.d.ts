@@ -43,6 +43,12 @@ export interface EnqueueOptions {
   /** When a job it runs after ends DEAD: "dead" (this one ends DEAD too, saying which; the
    * default) or "run" (it runs anyway). */
   afterDead?: "dead" | "run";
+  /** The W3C trace context the job belongs to (`00-<trace id>-<span id>-<flags>`): each of its
+   * runs is a span of that trace, and a webhook's request carries it on. Without it, the
+   * submitting request's `traceparent` header, if any. */
+  traceparent?: string;
+  /** Its `tracestate`, passed on as given. */
+  tracestate?: string;
 }
 
 export interface EnqueuedJob {

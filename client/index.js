@@ -31,7 +31,7 @@ export function errorFor(status, body) {
   return new E(status, body);
 }
 
-const OPTION_FIELDS = { orderingKey: "ordering_key", dedupeKey: "dedupe_key", limitKey: "limit_key", delaySeconds: "delay_seconds", deadlineSeconds: "deadline_seconds", timeoutSeconds: "timeout_seconds", maxAttempts: "max_attempts", priority: "priority", id: "id", sensitive: "sensitive", onDuplicate: "on_duplicate", debounceSeconds: "debounce_seconds", debounceMaxSeconds: "debounce_max_seconds", after: "after", afterDead: "after_dead" };
+const OPTION_FIELDS = { orderingKey: "ordering_key", dedupeKey: "dedupe_key", limitKey: "limit_key", delaySeconds: "delay_seconds", deadlineSeconds: "deadline_seconds", timeoutSeconds: "timeout_seconds", maxAttempts: "max_attempts", priority: "priority", id: "id", sensitive: "sensitive", onDuplicate: "on_duplicate", debounceSeconds: "debounce_seconds", debounceMaxSeconds: "debounce_max_seconds", after: "after", afterDead: "after_dead", traceparent: "traceparent", tracestate: "tracestate" };
 
 function jobBody(payload, options) {
   const job = { payload };

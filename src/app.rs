@@ -345,7 +345,7 @@ mod tests {
     fn ctx(payload: &Value) -> JobContext<'_> {
         // Leaked: a test's context lives as long as the test.
         let cancel = Box::leak(Box::new(Cancellation::default()));
-        JobContext { id: "j", attempt: 2, payload, ordering_key: Some("k"), priority: 5, timeout_ms: None, cancel }
+        JobContext { id: "j", attempt: 2, payload, ordering_key: Some("k"), priority: 5, timeout_ms: None, cancel, trace: None }
     }
 
     struct NoHttp;

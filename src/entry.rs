@@ -314,6 +314,10 @@ impl App {
             query: url.query().unwrap_or_default().to_string(),
             authorization: req.headers().get("authorization").ok().flatten(),
             body: Vec::new(),
+            trace: crate::trace::TraceContext::from_headers(
+                req.headers().get("traceparent").ok().flatten().as_deref(),
+                req.headers().get("tracestate").ok().flatten().as_deref(),
+            ),
         };
         let admin_token = edge::secret(&env, "ADMIN_TOKEN");
         let producer_token = edge::secret(&env, "PRODUCER_TOKEN");

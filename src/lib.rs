@@ -127,7 +127,8 @@ internal!(
     producer,
     retry,
     schedule,
-    seal
+    seal,
+    trace
 );
 
 /// What `ledger_object!` expands to in your worker; not an API.

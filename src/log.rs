@@ -46,6 +46,9 @@ pub enum Event<'a> {
         attempts: i64,
         /// Why.
         error: &'a str,
+        /// The trace the job was submitted in and the span of the run that ended it, when it
+        /// carries a trace context (design §27): Workers Logs joins the line to its trace.
+        trace: Option<&'a crate::trace::TraceContext>,
     },
     /// A var or secret is unusable: nothing is processed until it is fixed.
     ConfigError {
@@ -91,10 +94,17 @@ impl Event<'_> {
                 "retried": retried, "deferred": deferred, "duration_ms": duration_ms,
             }),
             Event::Outage { .. } | Event::ConfigError { .. } => json!({}),
-            Event::JobDead { job_id, job_type, ordering_key, attempts, error } => json!({
-                "job_id": job_id, "job_type": job_type, "ordering_key": ordering_key,
-                "attempts": attempts, "error": error,
-            }),
+            Event::JobDead { job_id, job_type, ordering_key, attempts, error, trace } => {
+                let mut f = json!({
+                    "job_id": job_id, "job_type": job_type, "ordering_key": ordering_key,
+                    "attempts": attempts, "error": error,
+                });
+                if let Some(t) = trace {
+                    f["trace_id"] = json!(t.trace_id());
+                    f["span_id"] = json!(t.span_id());
+                }
+                f
+            }
             Event::Maintenance { report, .. } => json!({ "report": report }),
         };
         let mut line = Map::new();
@@ -193,6 +203,7 @@ mod tests {
             ordering_key: None,
             attempts: 8,
             error: "HTTP 404",
+            trace: None,
         };
         let v: Value = serde_json::from_str(&dead.json()).unwrap();
         assert_eq!(
@@ -214,17 +225,23 @@ mod tests {
             (v["event"].as_str(), v["acked"].as_u64(), v["level"].as_str()),
             (Some("batch"), Some(2), Some("info"))
         );
+        let run = crate::trace::TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", None)
+            .unwrap()
+            .run("j2", 1, "inv");
         let hook = Event::JobDead {
             job_id: "j2",
             job_type: Some("webhook"),
             ordering_key: None,
             attempts: 1,
             error: "https://hooks.test/services/T0/B0?token=s3cret&x=1: HTTP 404",
+            trace: Some(&run),
         };
         let line = hook.json();
         assert!(!line.contains("s3cret"), "{line}");
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["error"], "https://hooks.test/services/T0/B0?[redacted]: HTTP 404");
+        // A job with a trace context: the line names its trace and its run's span (design §27).
+        assert_eq!((v["trace_id"].as_str(), v["span_id"].as_str()), (Some(run.trace_id()), Some(run.span_id())));
         let outage: Value = serde_json::from_str(&Event::Outage { message: "D1 \"down\"\n".into() }.json()).unwrap();
         assert_eq!(outage["message"], "D1 \"down\"\n", "messages are escaped, never break the line");
         assert_eq!(Event::ConfigError { error: "x".into() }.level(), "error");

@@ -19,6 +19,9 @@ pub struct ApiRequest {
     pub authorization: Option<String>,
     /// Body bytes.
     pub body: Vec<u8>,
+    /// The W3C trace context of its `traceparent` and `tracestate` headers, when valid (design
+    /// §27): the jobs it submits carry it unless they name their own.
+    pub trace: Option<crate::trace::TraceContext>,
 }
 
 /// A response.

@@ -139,9 +139,12 @@ impl Submission {
     }
 }
 
-/// The refusal of a request of more than [`MAX_JOBS_PER_REQUEST`] jobs, a batch's callback
-/// counting as one of them (499 jobs with a `then`), before anything is recorded.
+/// The refusal of a request of no jobs, or of more than [`MAX_JOBS_PER_REQUEST`] jobs, a batch's
+/// callback counting as one of them (499 jobs with a `then`), before anything is recorded.
 fn over_the_most(jobs: usize, then: bool) -> Option<Submission> {
+    if jobs == 0 {
+        return Some(Submission::refused(400, None, "no jobs given"));
+    }
     if jobs + usize::from(then) <= MAX_JOBS_PER_REQUEST {
         return None;
     }
@@ -169,6 +172,7 @@ fn submit_of<'a>(cfg: &Config, job: &'a Parsed, after: &'a [(String, Place)], no
         after,
         after_dead: job.after_dead,
         batch: job.batch,
+        trace: job.trace.as_ref(),
     }
 }
 
@@ -288,7 +292,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         };
         let result = match route {
             Route::Dashboard | Route::OpenApi => Ok(public_answer(&route)),
-            Route::Submit => self.submit(cfg, &req.body).await,
+            Route::Submit => self.submit(cfg, &req.body, req.trace.as_ref()).await,
             Route::List => self.list(&req.query).await,
             Route::Counts => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
             Route::Activity => self
@@ -332,7 +336,12 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         result.unwrap_or_else(|e| ApiResponse::error(503, format!("{e}; try again")))
     }
 
-    async fn submit(&self, cfg: &Config, body: &[u8]) -> Result<ApiResponse, crate::error::InfraError> {
+    async fn submit(
+        &self,
+        cfg: &Config,
+        body: &[u8],
+        trace: Option<&crate::trace::TraceContext>,
+    ) -> Result<ApiResponse, crate::error::InfraError> {
         if body.len() > MAX_BODY_BYTES {
             return Ok(ApiResponse::error(413, format!("body is larger than {MAX_BODY_BYTES} bytes")));
         }
@@ -355,7 +364,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             _ => return Ok(ApiResponse::error(400, "body must be a job object or {\"jobs\": [...]}")),
         };
         let batch = then.is_some();
-        Ok(match self.submit_with(cfg, items, then).await? {
+        Ok(match self.submit_traced(cfg, items, then, trace).await? {
             // A batch's callback is answered apart from its jobs, as "then".
             Submission::Accepted(mut jobs) if batch => {
                 let then = jobs.pop();
@@ -393,14 +402,23 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         items: Vec<Value>,
         then: Option<Value>,
     ) -> Result<Submission, crate::error::InfraError> {
-        if items.is_empty() {
-            return Ok(Submission::refused(400, None, "no jobs given"));
-        }
+        self.submit_traced(cfg, items, then, None).await
+    }
+
+    /// [`Self::submit_with`], each job without a trace context of its own given `trace` (the
+    /// submitting request's, design §27).
+    async fn submit_traced(
+        &self,
+        cfg: &Config,
+        items: Vec<Value>,
+        then: Option<Value>,
+        trace: Option<&crate::trace::TraceContext>,
+    ) -> Result<Submission, crate::error::InfraError> {
         if let Some(refused) = over_the_most(items.len(), then.is_some()) {
             return Ok(refused);
         }
         let now = self.clock.now_ms();
-        let jobs = match self.parse_all(cfg, items, then, now).await? {
+        let jobs = match self.parse_all(cfg, items, then, trace, now).await? {
             Ok(jobs) => jobs,
             Err(refused) => return Ok(refused),
         };
@@ -465,12 +483,14 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         cfg: &Config,
         items: Vec<Value>,
         then: Option<Value>,
+        trace: Option<&crate::trace::TraceContext>,
         now: i64,
     ) -> Result<Result<Vec<Parsed>, Submission>, crate::error::InfraError> {
         let mut jobs = Vec::with_capacity(items.len() + 1);
         for (i, item) in items.into_iter().enumerate() {
             match parse_job(item, cfg, self.types, self.sealer.is_some(), (self.new_id)(), now) {
-                Ok(j) => jobs.push(j),
+                // A job without a trace context of its own carries the request's.
+                Ok(j) => jobs.push(Parsed { trace: j.trace.clone().or_else(|| trace.cloned()), ..j }),
                 Err(e) => return Ok(Err(Submission::refused(e.status(), Some(i), e.to_string()))),
             }
         }
@@ -496,9 +516,12 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     /// could not be added to it), takes the id of one of the batch's jobs; a batch job with a
     /// dedupe key (it could be recorded as a duplicate of another job).
     fn callback(&self, cfg: &Config, then: Value, jobs: &[Parsed], now: i64) -> Result<Parsed, Refusal> {
+        // It joins the trace of the batch's first job unless it names its own (design §27).
+        let trace = jobs.first().and_then(|j| j.trace.clone());
         let refused = |index: Option<usize>, e: String| Refusal { status: 400, index, error: e };
         let mut cb = parse_job(then, cfg, self.types, self.sealer.is_some(), (self.new_id)(), now)
             .map_err(|e| Refusal { status: e.status(), index: None, error: format!("then: {e}") })?;
+        cb.trace = cb.trace.or(trace);
         if !cb.after.is_empty() {
             return Err(refused(None, "then: a batch's callback runs after its jobs; it takes no \"after\"".into()));
         }

@@ -13,6 +13,7 @@ use crate::ledger::{AfterDead, CancelFilter, DeadFilter, JobSpec, OnDuplicate, D
 use crate::limits::MAX_DEADLINE_SECONDS;
 use crate::producer::{self, OutMessage, MAX_MESSAGE_BYTES, MAX_PAYLOAD_BYTES};
 use crate::seal::FEDIFY_TYPE;
+use crate::trace::TraceContext;
 
 /// Why input is refused, nothing recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,6 +57,8 @@ pub(super) struct Parsed {
     pub(super) after_dead: AfterDead,
     /// A batch's callback, `after` its members (design §25).
     pub(super) batch: bool,
+    /// The trace context it belongs to (design §27).
+    pub(super) trace: Option<TraceContext>,
 }
 
 /// The most jobs one job may run after (design §24): each is a row and a wake-up.
@@ -83,6 +86,24 @@ struct Fields {
     debounce: Option<(u32, u32)>,
     after: Vec<String>,
     after_dead: AfterDead,
+    trace: Option<TraceContext>,
+}
+
+/// Reads `traceparent` and `tracestate` (design §27): the W3C trace context the job belongs to,
+/// when its producer gives its own (Fedify's messages carry one); else the request's headers'.
+fn trace_fields(o: &mut Map<String, Value>) -> Result<Option<TraceContext>, BadInput> {
+    let text = |v: Option<Value>, f: &str| match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(BadInput::invalid(format!("\"{f}\" must be a string"))),
+    };
+    let parent = text(o.remove("traceparent"), "traceparent")?;
+    let state = text(o.remove("tracestate"), "tracestate")?;
+    match parent {
+        Some(p) => TraceContext::parse(&p, state.as_deref()).map(Some).map_err(|e| BadInput::invalid(e.to_string())),
+        None if state.is_some() => Err(BadInput::invalid("\"tracestate\" needs a \"traceparent\"")),
+        None => Ok(None),
+    }
 }
 
 fn key_field(o: &mut Map<String, Value>, f: &str) -> Result<Option<String>, BadInput> {
@@ -146,6 +167,7 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
         Some(v) => Some(checked_timeout(&v).map_err(invalid)?),
     };
     let (after, after_dead) = dependencies(&mut o, &id)?;
+    let trace = trace_fields(&mut o)?;
     if !after.is_empty() && on_duplicate == OnDuplicate::Replace {
         // A replacement lands in the job it replaces, whose waits were fixed when it was recorded.
         return Err(BadInput::invalid("\"after\" cannot be combined with a replacement or a debounce"));
@@ -168,6 +190,7 @@ fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput>
         debounce,
         after,
         after_dead,
+        trace,
     })
 }
 
@@ -328,8 +351,8 @@ pub(super) fn parse_job(
         priority: f.priority.unwrap_or(DEFAULT_PRIORITY),
     };
     let debounce_until = f.debounce.map(|(_, cap)| now + i64::from(cap) * 1000);
-    let (delay, on_duplicate, after, after_dead) = (f.delay, f.on_duplicate, f.after, f.after_dead);
-    Ok(Parsed { spec, msg, delay, sensitive, on_duplicate, debounce_until, after, after_dead, batch: false })
+    let (delay, on_duplicate, after, after_dead, trace) = (f.delay, f.on_duplicate, f.after, f.after_dead, f.trace);
+    Ok(Parsed { spec, msg, delay, sensitive, on_duplicate, debounce_until, after, after_dead, batch: false, trace })
 }
 
 /// A bulk operation's body, `{"filter": {...}, "dry_run"?: bool}`: its filter's fields and

@@ -143,9 +143,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             return Ran { record: Record { transition, run: None }, end: RunEnd::Limited(waits) };
         }
         let cancel = Cancellation::default();
+        // This run is a span of the trace the job was submitted in (design §27).
+        let trace = job.trace().map(|t| t.run(&job.id, attempt, &self.owner));
         let result = match payload.map(|v| serde_json::from_str::<Value>(&v).ok()) {
             Some(Some(payload)) => {
                 let cx = JobContext {
+                    trace: trace.as_ref(),
                     id: &job.id,
                     attempt,
                     payload: &payload,
@@ -324,12 +327,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     fn failed(&self, job: &JobRow, owner: &str, now: i64, e: &JobError, next_payload: Option<String>) -> Finished {
         match decide_failure(job.attempts, job.max_attempts, job.snoozes, e, self.cfg, (self.random)()) {
             FailureDecision::Dead(why) => {
+                let run = job.trace().map(|t| t.run(&job.id, u32::try_from(job.attempts).unwrap_or(u32::MAX), owner));
                 (self.log)(&Event::JobDead {
                     job_id: &job.id,
                     job_type: job.job_type.as_deref(),
                     ordering_key: job.ordering_key.as_deref(),
                     attempts: job.attempts,
                     error: &why,
+                    trace: run.as_ref(),
                 });
                 let dead = self.fail(job, owner, now, Status::Dead, now, &why);
                 (dead, RunEnd::Dead, Some(why), e.http_status())

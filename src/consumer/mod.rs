@@ -174,6 +174,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                         ordering_key: j.ordering_key.as_deref(),
                         attempts: j.attempts,
                         error: j.last_error.as_deref().unwrap_or_default(),
+                        trace: j.trace().as_ref(),
                     });
                     Outcome::Ack
                 }

@@ -130,6 +130,18 @@ pub struct JobContext<'a> {
     pub timeout_ms: Option<u32>,
     /// Set when an operator cancels the running job (design §22.1).
     pub cancel: &'a Cancellation,
+    /// This run's trace context, a span of the trace the job was submitted in (design §27).
+    pub trace: Option<&'a crate::trace::TraceContext>,
+}
+
+impl JobContext<'_> {
+    /// The W3C headers that carry this run's trace context on to what it calls (none without one).
+    pub fn trace_headers(&self) -> Vec<(String, String)> {
+        let Some(t) = self.trace else { return Vec::new() };
+        let mut headers = vec![("traceparent".to_string(), t.traceparent.clone())];
+        headers.extend(t.tracestate.clone().map(|s| ("tracestate".to_string(), s)));
+        headers
+    }
 }
 
 /// A run's cancellation (design §22.1): set once an operator's cancel of the running job reaches

@@ -50,6 +50,7 @@ pub fn request(job: &JobContext<'_>, job_type: &str, binding: &str, key: Option<
         ("orderly-job-id".to_string(), job.id.to_string()),
         ("orderly-attempt".to_string(), job.attempt.to_string()),
     ];
+    headers.extend(job.trace_headers());
     if let Some(key) = key {
         headers.push(("webhook-id".into(), job.id.to_string()));
         headers.push(("webhook-timestamp".into(), now_s.to_string()));
@@ -229,6 +230,9 @@ mod tests {
     #[test]
     fn the_request_carries_the_job_and_its_signature() {
         let payload = json!({"to": "a@b.test", "n": 9_007_199_254_740_993_u64});
+        let run = crate::trace::TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Some("k=v"))
+            .unwrap()
+            .run("j1", 3, "inv");
         let job = JobContext {
             id: "j1",
             attempt: 3,
@@ -237,6 +241,7 @@ mod tests {
             priority: 2,
             timeout_ms: None,
             cancel: &Cancellation::default(),
+            trace: Some(&run),
         };
         let req = request(&job, "email", "APP", Some(b"key"), 1_700_000_000);
         assert_eq!((req.method.as_str(), req.url.as_str(), req.via.as_deref()), ("POST", RUN_URL, Some("APP")));
@@ -249,6 +254,9 @@ mod tests {
         let header = |n: &str| req.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
         assert_eq!(header("orderly-job-id").as_deref(), Some("j1"));
         assert_eq!(header("orderly-attempt").as_deref(), Some("3"));
+        // The run's trace context goes on with its call (design §27).
+        assert_eq!(header("traceparent").as_deref(), Some(run.traceparent.as_str()));
+        assert_eq!(header("tracestate").as_deref(), Some("k=v"));
         assert_eq!(header("content-type").as_deref(), Some("application/json"));
         assert_eq!(header("webhook-signature"), Some(sign(b"key", "j1", 1_700_000_000, &req.body)));
         let unsigned = request(&job, "email", "APP", None, 0);

@@ -39,6 +39,11 @@ impl JobHandler for Webhook {
             req.headers.push(("webhook-timestamp".into(), ts.to_string()));
             req.headers.push(("webhook-signature".into(), sig));
         }
+        // The run's trace context, when the job has one, is the one that goes on (design §27).
+        if job.trace.is_some() {
+            req.headers.retain(|(n, _)| !matches!(n.to_ascii_lowercase().as_str(), "traceparent" | "tracestate"));
+            req.headers.extend(job.trace_headers());
+        }
         // Errors name the target without its credentials: they end up in the ledger and on the
         // dashboard.
         let shown = redacted(&req.url);
@@ -425,7 +430,7 @@ mod tests {
         };
         let payload = json!({"type": "webhook", "url": "https://user:hunter2@h.test/x"});
         let err = block_on(Webhook::run(
-            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None, cancel: &Cancellation::default() },
+            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None, cancel: &Cancellation::default(), trace: None },
             &services,
         ))
         .unwrap_err();
@@ -476,6 +481,7 @@ mod tests {
                 priority: 5,
                 timeout_ms: None,
                 cancel: &Cancellation::default(),
+                trace: None,
             },
             &services,
         ))
@@ -511,7 +517,7 @@ mod tests {
         };
         let payload = json!({"type": "webhook", "url": "http://h/", "body": 1});
         let got = block_on(Webhook::run(
-            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None, cancel: &Cancellation::default() },
+            &JobContext { id: "j", attempt: 1, payload: &payload, ordering_key: None, priority: 5, timeout_ms: None, cancel: &Cancellation::default(), trace: None },
             &services,
         ));
         assert_eq!(got, Err(JobError::retry("http://h/: timed out")));

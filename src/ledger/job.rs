@@ -137,6 +137,12 @@ pub struct JobRow {
     /// (design §24). `false` wherever not read.
     #[serde(skip)]
     pub waited: bool,
+    /// The W3C trace context it was submitted with (design §27), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// Its `tracestate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
 }
 
 // serde's `serialize_with` hands over the field as it is: `&Option<String>`.
@@ -208,7 +214,15 @@ impl JobRow {
                 .and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
                 .unwrap_or_default(),
             waited: int("waited") == Some(1),
+            // Before migration 0018 there are no such columns: no trace context.
+            traceparent: text("traceparent"),
+            tracestate: text("tracestate"),
         })
+    }
+
+    /// The trace context it was submitted with, when its row holds a valid one (design §27).
+    pub fn trace(&self) -> Option<crate::trace::TraceContext> {
+        crate::trace::TraceContext::parse(self.traceparent.as_deref()?, self.tracestate.as_deref()).ok()
     }
 
     /// The first row as a job, if any.
@@ -266,6 +280,8 @@ pub struct Submit<'a> {
     pub after_dead: AfterDead,
     /// It is a batch's callback and `after` its members (design §25).
     pub batch: bool,
+    /// The trace context it was submitted with (design §27).
+    pub trace: Option<&'a crate::trace::TraceContext>,
 }
 
 #[cfg(any(test, feature = "testing"))]
@@ -281,6 +297,7 @@ impl<'a> Submit<'a> {
             after: &[],
             after_dead: AfterDead::Dead,
             batch: false,
+            trace: None,
         }
     }
 }

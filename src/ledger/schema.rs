@@ -34,6 +34,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0015_cancel_and_supersede.sql", include_str!("../../migrations/0015_cancel_and_supersede.sql")),
     ("0016_schedules.sql", include_str!("../../migrations/0016_schedules.sql")),
     ("0017_dependencies.sql", include_str!("../../migrations/0017_dependencies.sql")),
+    ("0018_trace_context.sql", include_str!("../../migrations/0018_trace_context.sql")),
 ];
 
 /// The schema this code's SQL is written for: how many migrations it has.
@@ -243,18 +244,19 @@ mod tests {
                 "0014_parked_jobs.sql",
                 "0015_cancel_and_supersede.sql",
                 "0016_schedules.sql",
-                "0017_dependencies.sql"
+                "0017_dependencies.sql",
+                "0018_trace_context.sql"
             ])
         );
         let why = behind.refusal("").unwrap_or_default();
-        assert!(why.contains("9 of 17") && why.contains("`POST /admin/migrate`"), "{why}");
+        assert!(why.contains("9 of 18") && why.contains("`POST /admin/migrate`"), "{why}");
         // Under the JS wrapper's mount, its route; the local and the remote command either way.
         let mounted = Standing::of(&[]).refusal("/orderly").unwrap_or_default();
         assert!(mounted.contains("no orderly ledger yet") && mounted.contains("`POST /orderly/admin/migrate`"), "{mounted}");
         assert!(mounted.contains("migrations apply DB --local") && mounted.contains("migrations apply DB --remote"), "{mounted}");
         let mut newer = all.clone();
-        newer.push("0018_next.sql".into());
-        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0018_next.sql".into()]));
+        newer.push("0019_next.sql".into());
+        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0019_next.sql".into()]));
         assert!(Standing::of(&newer).refusal("").unwrap_or_default().contains("newer than this orderly's"));
     }
 }

@@ -229,6 +229,10 @@ pub fn enqueue(s: &super::job::Submit<'_>, now: i64) -> Stmt {
     st.params.push(s.debounce_until.map_or(Param::Null, Param::Int));
     st.names.push("replaceable");
     st.params.push(Param::Int(i64::from(s.on_duplicate == super::job::OnDuplicate::Replace)));
+    st.names.push("traceparent");
+    st.params.push(s.trace.map(|t| t.traceparent.as_str()).into());
+    st.names.push("tracestate");
+    st.params.push(s.trace.and_then(|t| t.tracestate.as_deref()).into());
     st
 }
 /// What a submission with a dedupe key and `on_duplicate` does to the open job holding the key,

@@ -117,3 +117,15 @@ test("an outbox delivery's limit key is its inbox's origin, and can be chosen or
   assert.deepEqual(await limitKeys({ limitKeyOf: (m) => `tenant-${m.id}` }), ["tenant-m1", "tenant-m2", "tenant-m3"]);
   assert.deepEqual(await limitKeys({ limitKeyOf: null }), [undefined, undefined, undefined]);
 });
+
+test("a Fedify message's trace context is its job's: each run joins the trace it was enqueued in", async () => {
+  const r = recorder();
+  const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  await new OrderlyMessageQueue({ client: r.client }).enqueueMany([
+    { type: "outbox", id: "t1", inbox: "https://a.test/inbox", traceContext: { traceparent, tracestate: "congo=t61" } },
+    { type: "outbox", id: "t2", inbox: "https://b.test/inbox", traceContext: {} },
+  ], { orderingKey: "k" });
+  const [traced, plain] = r.requests.flat().map((j) => j.options);
+  assert.deepEqual([traced.traceparent, traced.tracestate], [traceparent, "congo=t61"]);
+  assert.deepEqual([plain.traceparent, plain.tracestate], [undefined, undefined]);
+});

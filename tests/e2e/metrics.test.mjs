@@ -12,6 +12,9 @@ const SCHEDULES = JSON.stringify([{ name: "hourly", cron: "0 * * * *", job: { pa
 test("GET /metrics answers the ledger's state as Prometheus gauges a scraper parses", async () => {
   const w = await start({ vars: { ORDERING_MODE: "strict", SCHEDULES } });
   try {
+    // A paused key's job waits; a paused limit key shows as paused.
+    assert.equal((await w.api("PUT", "/keys/paused-key", { paused: true })).status, 200);
+    assert.equal((await w.api("PUT", "/limits/host-1", { paused: true })).status, 200);
     const r = await w.api("POST", "/jobs", { jobs: [
       { id: "ok", payload: webhook("/ok/one"), ordering_key: "k" },
       { id: "dead", payload: webhook("/status/410/dead") },
@@ -19,9 +22,7 @@ test("GET /metrics answers the ledger's state as Prometheus gauges a scraper par
       { id: "held", payload: webhook("/ok/held"), ordering_key: "paused-key" },
     ] });
     assert.equal(r.status, 202, r.text);
-    assert.equal((await w.api("PUT", "/limits/host-1", { paused: true })).status, 200);
     await waitFor(async () => (await w.job("ok"))?.status === "DONE" && (await w.job("dead"))?.status === "DEAD", "ok DONE, dead DEAD");
-    assert.equal((await w.api("PUT", "/keys/paused-key", { paused: true })).status, 200);
 
     const res = await w.mf.dispatchFetch(`${w.url}metrics`, { headers: { authorization: `Bearer ${TOKEN}` } });
     assert.equal(res.status, 200);

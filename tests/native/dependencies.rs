@@ -97,6 +97,7 @@ impl World {
             query: String::new(),
             authorization: Some(format!("Bearer {TOKEN}")),
             body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+            trace: None,
         };
         block_on(api.handle(&req))
     }

@@ -30,3 +30,4 @@ mod shards;
 mod stand_in;
 mod strict_consumer;
 mod strict_ledger;
+mod trace;

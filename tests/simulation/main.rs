@@ -844,6 +844,7 @@ impl Sim {
                 query: String::new(),
                 authorization: Some(format!("Bearer {SIM_TOKEN}")),
                 body: Vec::new(),
+                trace: None,
             };
             if !block {
                 let mut list = req("GET", "/jobs".into());
@@ -900,6 +901,7 @@ impl Sim {
                 query: String::new(),
                 authorization: Some(format!("Bearer {SIM_TOKEN}")),
                 body: serde_json::to_vec(&json!({ "paused": paused })).unwrap_or_default(),
+                trace: None,
             };
             for paused in [true, false] {
                 if paused {
@@ -1618,6 +1620,7 @@ fn api_request(method: &str, path: &str, body: Value) -> ApiRequest {
         query: String::new(),
         authorization: Some(format!("Bearer {SIM_TOKEN}")),
         body: if body.is_null() { Vec::new() } else { serde_json::to_vec(&body).unwrap_or_default() },
+        trace: None,
     }
 }
 

@@ -83,6 +83,7 @@ impl ApiWorld {
             query: query.into(),
             authorization: token.map(|t| format!("Bearer {t}")),
             body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+            trace: None,
         };
         block_on(api.handle(&req))
     }

@@ -173,6 +173,7 @@ impl ConsumerWorld {
             query: query.into(),
             authorization: Some(format!("Bearer {TOKEN}")),
             body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
+            trace: None,
         };
         api.handle(&req).await
     }
