@@ -4,6 +4,8 @@
 //! from the job, the attempt and the invocation that ran it, and a webhook or service handler's
 //! request carries the run's `traceparent` on. Pure: parsing and deriving only.
 
+use std::fmt::Write;
+
 use sha2::{Digest, Sha256};
 
 /// Why a `traceparent` or `tracestate` was refused.
@@ -72,7 +74,10 @@ impl TraceContext {
     /// attempt is a span of its own and a retried invocation's is another.
     pub fn run(&self, job_id: &str, attempt: u32, owner: &str) -> TraceContext {
         let digest = Sha256::new().chain_update(job_id).chain_update([0]).chain_update(attempt.to_be_bytes()).chain_update(owner).finalize();
-        let mut span: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        let mut span = String::with_capacity(16);
+        for b in &digest[..8] {
+            let _ = write!(span, "{b:02x}");
+        }
         if span.bytes().all(|b| b == b'0') {
             span.replace_range(15..16, "1");
         }
