@@ -33,7 +33,7 @@ use serde_json::Value;
 ///   one call to D1 (design §26, what counts).
 ///
 /// A batch is one IMMEDIATE transaction, like D1's `batch()`. With `ORDERLY_D1_TRACE` set to a
-/// folder, a database in memory writes every batch it ran and what it answered there, and
+/// folder, a database of the native suite writes every batch it ran and what it answered there, and
 /// `tests/d1/replay.test.mjs` runs the same batches on miniflare's D1 and compares the answers.
 pub struct Sqlite {
     pub conn: Connection,
@@ -273,6 +273,11 @@ struct Trace {
 impl Trace {
     fn new(file: Option<&Path>) -> Option<std::cell::RefCell<Trace>> {
         let dir = std::env::var_os("ORDERLY_D1_TRACE")?;
+        // The native suite's databases only: the simulation's own checks build states by hand.
+        let exe = std::env::current_exe().ok()?;
+        if !exe.file_name()?.to_string_lossy().starts_with("native-") {
+            return None;
+        }
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let test = std::thread::current().name().unwrap_or("main").replace("::", ".");
         let path = Path::new(&dir).join(format!("{test}-{}-{n}.jsonl", std::process::id()));
