@@ -2,7 +2,10 @@
 // runs. It applies the ledger's migrations to the local D1 database, starts `wrangler dev`, and
 // fires the Worker's cron every minute, as Cloudflare does: `wrangler dev` fires no scheduled
 // event by itself, so without this, maintenance never runs locally and no schedule ever fires.
-// The cron is fired through wrangler's `--test-scheduled` route (`/__scheduled`), on the minute.
+// The cron is fired through wrangler's `--test-scheduled` route (`/__scheduled`), on the minute,
+// as `* * * * *` (orderly's maintenance and schedules run on every tick whatever its expression).
+// `--d1 <binding>` names the ledger's D1 binding (default `DB`); `--config`, `--env` and
+// `--persist-to` reach the migrations too, so they land where `wrangler dev` reads.
 import { spawn, spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -17,25 +20,54 @@ function wrangler(cwd) {
   }
 }
 
-/** The local URL wrangler dev says it is ready on, from its output. */
-const READY = /Ready on (http:\/\/[^\s]+)/;
+/** The local URL wrangler dev says it is ready on, in a line of its output (colours taken out). */
+export function readyUrl(line) {
+  const ready = /Ready on (https?:\/\/[^\s]+)/.exec(line.replace(/\x1b\[[0-9;]*m/g, ""));
+  return ready ? ready[1].replace(/\/$/, "") : undefined;
+}
 
 /** Milliseconds until the next whole minute, and a second into it (a cron tick's moment). */
 export function untilNextMinute(now = Date.now()) {
   return 60_000 - (now % 60_000) + 1_000;
 }
 
+/** `args` split: the D1 binding (`--d1`), the options the migrations share with `wrangler dev`, and the rest. */
+export function options(args) {
+  const rest = [...args];
+  const take = (name) => {
+    const i = rest.indexOf(name);
+    if (i < 0) return undefined;
+    const value = rest[i + 1];
+    if (value === undefined || value.startsWith("-")) throw new Error(`${name} needs a value`);
+    rest.splice(i, 2);
+    return value;
+  };
+  const binding = take("--d1") ?? "DB";
+  const shared = [];
+  for (const [i, a] of rest.entries()) {
+    if (["--config", "-c", "--env", "-e", "--persist-to"].includes(a) && rest[i + 1] !== undefined) shared.push(a, rest[i + 1]);
+    if (/^--(config|env|persist-to)=/.test(a)) shared.push(a);
+  }
+  return { binding, shared, dev: rest };
+}
+
 export async function run(args, { cwd = process.cwd(), log = console.log } = {}) {
   const [cmd, ...pre] = wrangler(cwd);
-  const binding = args.includes("--d1") ? args[args.indexOf("--d1") + 1] : "DB";
-  const devArgs = args.includes("--d1") ? args.filter((_, i) => i !== args.indexOf("--d1") && i !== args.indexOf("--d1") + 1) : args;
-  const env = { ...process.env, WRANGLER_SEND_METRICS: process.env.WRANGLER_SEND_METRICS ?? "false" };
-  const migrated = spawnSync(cmd, [...pre, "d1", "migrations", "apply", binding, "--local"], { cwd, env, stdio: "inherit" });
-  if (migrated.status !== 0) {
-    log(`orderly: the local ledger's migrations did not apply (wrangler d1 migrations apply ${binding} --local)`);
-    process.exit(migrated.status ?? 1);
+  let opts;
+  try {
+    opts = options(args);
+  } catch (e) {
+    log(`orderly dev: ${e.message}`);
+    process.exit(2);
   }
-  const dev = spawn(cmd, [...pre, "dev", "--test-scheduled", ...devArgs], { cwd, env, stdio: ["inherit", "pipe", "inherit"] });
+  const env = { ...process.env, WRANGLER_SEND_METRICS: process.env.WRANGLER_SEND_METRICS ?? "false" };
+  const migrated = spawnSync(cmd, [...pre, "d1", "migrations", "apply", opts.binding, "--local", ...opts.shared], { cwd, env, stdio: "inherit" });
+  if (migrated.error || migrated.status !== 0) {
+    const why = migrated.error ? `wrangler did not start: ${migrated.error.message}` : `wrangler d1 migrations apply ${opts.binding} --local failed`;
+    log(`orderly dev: the local ledger's migrations did not apply (${why})`);
+    process.exit(migrated.status || 1);
+  }
+  const dev = spawn(cmd, [...pre, "dev", "--test-scheduled", ...opts.dev], { cwd, env, stdio: ["inherit", "pipe", "inherit"] });
   let timer;
   let url;
   const tick = async () => {
@@ -43,24 +75,34 @@ export async function run(args, { cwd = process.cwd(), log = console.log } = {})
     try {
       const res = await fetch(`${url}/__scheduled?cron=${encodeURIComponent("* * * * *")}`);
       await res.text();
-      if (!res.ok) log(`orderly: the cron run answered ${res.status}`);
+      if (!res.ok) log(`orderly dev: the cron run answered ${res.status}`);
     } catch (e) {
-      log(`orderly: the cron run failed: ${e.message}`);
+      log(`orderly dev: the cron run failed: ${e.message}`);
     }
   };
+  // Whole lines: wrangler's output may arrive in pieces.
+  let partial = "";
   dev.stdout.on("data", (chunk) => {
     process.stdout.write(chunk);
-    const ready = !url && READY.exec(String(chunk));
-    if (ready) {
-      url = ready[1].replace(/\/$/, "");
-      log(`orderly: firing the Worker's cron every minute, as Cloudflare does (wrangler dev fires none by itself): maintenance and schedules run locally`);
-      timer = setTimeout(tick, untilNextMinute());
+    const lines = (partial + chunk).split("\n");
+    partial = lines.pop();
+    for (const line of lines) {
+      const ready = url ? undefined : readyUrl(line);
+      if (ready) {
+        url = ready;
+        log(`orderly: firing the Worker's cron every minute, as Cloudflare does (wrangler dev fires none by itself): maintenance and schedules run locally`);
+        timer = setTimeout(tick, untilNextMinute());
+      }
     }
   });
-  const stop = (signal) => dev.kill(signal);
-  process.on("SIGINT", stop);
-  process.on("SIGTERM", stop);
-  dev.on("exit", (code, signal) => {
+  // Ctrl-C reaches wrangler with this process's group: wait for it to end rather than end first.
+  process.on("SIGINT", () => {});
+  process.on("SIGTERM", () => dev.kill("SIGTERM"));
+  dev.on("error", (e) => {
+    log(`orderly dev: wrangler did not start: ${e.message}`);
+    process.exit(1);
+  });
+  dev.on("close", (code, signal) => {
     clearTimeout(timer);
     process.exit(code ?? (signal ? 1 : 0));
   });

@@ -46,8 +46,9 @@ pub enum Event<'a> {
         attempts: i64,
         /// Why.
         error: &'a str,
-        /// The trace the job was submitted in and the span of the run that ended it, when it
-        /// carries a trace context (design §27): Workers Logs joins the line to its trace.
+        /// The trace the job was submitted in, when it carries a trace context (design §27), with
+        /// the span of the run that ended it (or, for a job that never ran, the submitter's):
+        /// Workers Logs joins the line to its trace.
         trace: Option<&'a crate::trace::TraceContext>,
     },
     /// A var or secret is unusable: nothing is processed until it is fixed.

@@ -2,8 +2,7 @@
 //! (Prometheus, Grafana Agent, Datadog's OpenMetrics check). Admin only. Every figure is read from
 //! the ledger as it stands now, with the same cheap reads the dashboard makes: open jobs through
 //! the open indexes, DEAD jobs through theirs, DONE ones only in total (a count by type would read
-//! every row on every scrape). At most [`MAX_LISTED`] keys of a kind are listed; the totals say
-//! how many there are past that.
+//! every row on every scrape). At most [`MAX_LISTED`] keys of a kind are listed and counted.
 
 use super::http::ApiResponse;
 use super::ports::Api;
@@ -67,7 +66,7 @@ fn jobs(counts: &Counts, by_type: &[TypeCount], now: i64) -> Vec<Family> {
 
 /// Blocked and paused ordering keys: how many, and the jobs waiting in each.
 fn keys(blocked: &[BlockedKey], paused: &[KeyPause]) -> Vec<Family> {
-    let totals = Family::gauge("orderly_keys", "Blocked and paused ordering keys (each listed by name up to 200).")
+    let totals = Family::gauge("orderly_keys", "Blocked and paused ordering keys (listed and counted up to 200 of each).")
         .sample(&[("state", "blocked")], blocked.len() as f64)
         .sample(&[("state", "paused")], paused.len() as f64);
     let mut behind = Family::gauge("orderly_blocked_key_waiting_jobs", "Jobs waiting behind each blocked key's DEAD head (ON_DEAD = block).");

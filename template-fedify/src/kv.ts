@@ -1,6 +1,8 @@
 // Fedify's key-value store on Workers KV. Keys are their parts, each URL-encoded, joined by "/", so
-// a prefix of parts is a prefix of text and `list` finds what Fedify keeps under it. Workers KV is
-// eventually consistent and keeps a value at least 60 s when it expires at all.
+// a prefix of parts is a prefix of text and `list` finds what Fedify keeps under it (the key equal
+// to the prefix included, as Fedify's own stores do). Workers KV is eventually consistent, takes
+// one write a second per key and keys of at most 512 bytes, and keeps a value at least 60 s when
+// it expires at all: keep what many writers change as one key per item.
 import type { KvKey, KvStore, KvStoreListEntry, KvStoreSetOptions } from "@fedify/fedify";
 
 /** The Workers KV binding, as much of it as the store uses. */
@@ -33,10 +35,13 @@ export class WorkersKvStore implements KvStore {
   }
 
   async *list(prefix?: KvKey): AsyncIterable<KvStoreListEntry> {
+    const at = prefix ? text(prefix) : undefined;
     let cursor: string | undefined;
     do {
-      const page = await this.kv.list({ prefix: prefix ? `${text(prefix)}/` : undefined, cursor });
+      const page = await this.kv.list({ prefix: at, cursor });
       for (const { name } of page.keys) {
+        // "a/b" is under ["a"]; "ab" is not.
+        if (at !== undefined && name !== at && !name.startsWith(`${at}/`)) continue;
         const value = await this.kv.get(name, "json");
         if (value !== null) yield { key: parts(name), value };
       }

@@ -86,6 +86,11 @@ test("`new --fedify`: a Fedify server on orderly in one Worker, under `npm start
       assert.equal(res.status, 202, await res.clone().text());
       return res.json();
     };
+    // The notes API is the admin's alone.
+    for (const authorization of [undefined, "Bearer wrong", `Bearer ${token}x`]) {
+      const res = await fetch(`${base}/notes`, { method: "POST", headers: authorization ? { authorization } : {}, body: JSON.stringify({ content: "no" }) });
+      assert.equal(res.status, 401, await res.text());
+    }
     const { id, url } = await notes("POST", "/notes", { content: "Hello, fediverse!" });
     await notes("PUT", `/notes/${id}`, { content: "Hello again" });
     await notes("DELETE", `/notes/${id}`);

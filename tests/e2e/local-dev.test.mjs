@@ -12,9 +12,22 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { applyEdits, modify } from "jsonc-parser";
 import { NODE_ONLY, newWorker, npmStart, ONCE, waitFor } from "./harness.mjs";
-import { untilNextMinute } from "../../bin/dev.mjs";
+import { options, readyUrl, untilNextMinute } from "../../bin/dev.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+test("wrangler dev's ready line is found in colour or not, over http or https; the options reach the migrations", () => {
+  assert.equal(readyUrl("[wrangler:info] Ready on http://localhost:8787"), "http://localhost:8787");
+  assert.equal(readyUrl("\x1b[32m[wrangler:info] Ready on \x1b[1mhttps://127.0.0.1:8788/\x1b[22m\x1b[39m"), "https://127.0.0.1:8788");
+  assert.equal(readyUrl("[wrangler:info] Starting local server..."), undefined);
+  assert.deepEqual(options(["--port", "9000", "-c", "w.jsonc", "--d1", "LEDGER", "--persist-to=.state"]), {
+    binding: "LEDGER",
+    shared: ["-c", "w.jsonc", "--persist-to=.state"],
+    dev: ["--port", "9000", "-c", "w.jsonc", "--persist-to=.state"],
+  });
+  assert.equal(options([]).binding, "DB");
+  assert.throws(() => options(["--d1"]), /--d1 needs a value/);
+});
 
 test("the cron's next tick is the next whole minute, a second into it", () => {
   assert.equal(untilNextMinute(Date.UTC(2026, 0, 1, 0, 0, 30)), 31_000);

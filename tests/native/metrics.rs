@@ -16,18 +16,21 @@ fn metrics_answer_the_ledger_s_state_in_the_prometheus_text_format() {
     let mut w = ApiWorld::new();
     let schedules = r#"[{"name": "beat", "every_seconds": 300, "job": {"payload": {"type": "webhook", "url": "https://b.test/"}}}]"#;
     w.cfg = Config::from_lookup(|k| (k == "SCHEDULES").then(|| schedules.to_string())).expect("SCHEDULES reads");
+    // The paused key's job is the oldest due, but its key holds it: not the consumer's to catch up.
+    let held = json!({"payload": hook("p"), "ordering_key": "paused \"one\""});
+    assert_eq!(w.call("POST", "/jobs", Some(held)).status, 202);
+    assert_eq!(w.call("PUT", "/keys/paused%20%22one%22", Some(json!({"paused": true}))).status, 200);
+    w.clock.advance_ms(30_000);
     let jobs = json!({"jobs": [
         {"payload": hook("a"), "ordering_key": "k"},
         {"payload": hook("a"), "ordering_key": "k"},
         {"payload": {"type": "webhook", "url": "https://later.test/"}, "delay_seconds": 600},
         {"id": "gone", "payload": hook("c")},
-        {"payload": hook("p"), "ordering_key": "paused \"one\""},
     ]});
     assert_eq!(w.call("POST", "/jobs", Some(jobs)).status, 202);
     assert_eq!(w.call("POST", "/jobs/gone/cancel", None).status, 200);
-    assert_eq!(w.call("PUT", "/keys/paused%20%22one%22", Some(json!({"paused": true}))).status, 200);
     assert_eq!(w.call("PUT", "/limits/host-1", Some(json!({"paused": true}))).status, 200);
-    w.clock.advance_ms(90_000);
+    w.clock.advance_ms(60_000);
 
     let r = w.call("GET", "/metrics", None);
     assert_eq!(r.status, 200, "{}", r.body);
@@ -39,8 +42,8 @@ fn metrics_answer_the_ledger_s_state_in_the_prometheus_text_format() {
     has("orderly_jobs{status=\"DEAD\"} 1");
     has("orderly_jobs_by_type{status=\"PENDING\",type=\"webhook\"} 4");
     has("orderly_jobs_by_type{status=\"DEAD\",type=\"webhook\"} 1");
-    // Three were due at T0, 90 s ago; the delayed one is not due yet.
-    has("orderly_oldest_due_job_age_seconds 90");
+    // k's head has been due 60 s (the paused key's job 90 s, the delayed one not yet).
+    has("orderly_oldest_due_job_age_seconds 60");
     has("orderly_keys{state=\"paused\"} 1");
     has("orderly_paused_key_waiting_jobs{ordering_key=\"paused \\\"one\\\"\"} 1");
     has("orderly_limit_paused{limit_key=\"host-1\"} 1");

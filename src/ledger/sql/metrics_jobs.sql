@@ -1,15 +1,24 @@
 -- GET /metrics (design §27): open jobs per status and type through the open indexes (their rows
 -- are few), and DEAD jobs per type through job_dead; per open status and type, the earliest
--- next_run_at of its PENDING jobs due by ?1 (the oldest due job). DONE jobs are not counted by
+-- next_run_at of its PENDING jobs due by ?1 that nothing but the consumer holds back (the oldest
+-- due job): not a paused key's, not one waiting on a dependency, and of a key's jobs only the
+-- head (the rest wait for it, and a blocked key's for an operator). DONE jobs are not counted by
 -- type: that would read every row of the table on every scrape (counts.sql counts them).
 -- params: ?1 now
 WITH open AS (
-  SELECT status, type, next_run_at FROM job INDEXED BY job_open WHERE finished_at IS NULL AND seq IS NULL
+  SELECT id, status, type, ordering_key, seq, next_run_at FROM job INDEXED BY job_open
+  WHERE finished_at IS NULL AND seq IS NULL
   UNION ALL
-  SELECT status, type, next_run_at FROM job INDEXED BY job_key_open
+  SELECT id, status, type, ordering_key, seq, next_run_at FROM job INDEXED BY job_key_open
   WHERE seq IS NOT NULL AND passed_at IS NULL AND finished_at IS NULL)
 SELECT status, type, count(*) AS n,
-       min(CASE WHEN status = 'PENDING' AND next_run_at <= ?1 THEN next_run_at END) AS oldest_due
+       min(CASE WHEN status = 'PENDING' AND next_run_at <= ?1
+                 AND NOT EXISTS (SELECT 1 FROM key_pause AS p WHERE p.ordering_key = open.ordering_key)
+                 AND NOT EXISTS (SELECT 1 FROM job_wait AS w WHERE w.job_id = open.id)
+                 AND (open.seq IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM job AS e WHERE e.ordering_key = open.ordering_key AND e.seq IS NOT NULL
+                     AND e.passed_at IS NULL AND e.seq < open.seq))
+            THEN next_run_at END) AS oldest_due
 FROM open GROUP BY status, type
 UNION ALL
 SELECT 'DEAD', type, count(*), NULL FROM job INDEXED BY job_dead WHERE status = 'DEAD' GROUP BY type
