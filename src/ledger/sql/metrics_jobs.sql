@@ -13,8 +13,8 @@ WITH open AS (
   WHERE seq IS NOT NULL AND passed_at IS NULL AND finished_at IS NULL)
 SELECT status, type, count(*) AS n,
        min(CASE WHEN status = 'PENDING' AND next_run_at <= ?1
-                 AND NOT EXISTS (SELECT 1 FROM key_pause AS p WHERE p.ordering_key = open.ordering_key)
-                 AND NOT EXISTS (SELECT 1 FROM job_wait AS w WHERE w.job_id = open.id)
+                 AND NOT EXISTS (SELECT 1 FROM key_pause WHERE key_pause.ordering_key = open.ordering_key)
+                 AND NOT EXISTS (SELECT 1 FROM job_wait WHERE job_wait.job_id = open.id)
                  AND (open.seq IS NULL OR NOT EXISTS (
                    SELECT 1 FROM job AS e WHERE e.ordering_key = open.ordering_key AND e.seq IS NOT NULL
                      AND e.passed_at IS NULL AND e.seq < open.seq))
