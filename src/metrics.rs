@@ -19,7 +19,7 @@ impl Family {
 
     /// A sample with `labels`.
     pub fn sample(mut self, labels: &[(&'static str, &str)], value: f64) -> Family {
-        self.samples.push((labels.iter().map(|(k, v)| (*k, (*v).to_string())).collect(), value));
+        self.push(labels, value);
         self
     }
 
