@@ -124,6 +124,9 @@ pub struct Config {
     pub limits: crate::flow::Policies,
     /// Periodic jobs (design §23), from `SCHEDULES`: a JSON array of schedules.
     pub schedules: crate::schedule::Schedules,
+    /// `TRACE_KEYS = "plain"`: spans name ordering and limit keys as they are; by default
+    /// (`"hashed"`) each is a hash of itself, since keys may name people (design §27.5).
+    pub trace_keys_plain: bool,
 }
 
 impl Default for Config {
@@ -147,6 +150,7 @@ impl Default for Config {
             service_handlers: Vec::new(),
             limits: crate::flow::Policies::default(),
             schedules: crate::schedule::Schedules::default(),
+            trace_keys_plain: false,
             allow_private_targets: false,
             jobs_queue: "orderly-jobs".to_string(),
             dead_letter_queue: "orderly-dlq".to_string(),
@@ -215,7 +219,10 @@ impl Config {
         outlive_a_run(lease_seconds, lock_ttl_seconds, webhook_timeout_seconds)?;
         let allow_private_targets =
             choice(&lookup, "WEBHOOK_ALLOW_PRIVATE", &[("false", false), ("true", true)], "not true or false")?;
+        let trace_keys_plain =
+            choice(&lookup, "TRACE_KEYS", &[("hashed", false), ("plain", true)], "not hashed or plain")?;
         Ok(Config {
+            trace_keys_plain,
             allow_private_targets,
             webhook_timeout_seconds,
             lease_seconds,

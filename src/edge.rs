@@ -360,3 +360,91 @@ impl crate::seal::Sealer for WebCryptoSealer {
         })
     }
 }
+
+/// The Analytics Engine dataset binding attempts are written to (optional; design §27.5).
+pub const METRICS_BINDING: &str = "ORDERLY_METRICS";
+
+/// Workers tracing (the event context's `tracing`, design §27.5) and the `ORDERLY_METRICS`
+/// dataset, behind the consumer's [`Observer`](crate::observe::Observer). Either may be absent:
+/// a runtime without the tracing API, or no binding, observes nothing there.
+pub struct WorkerObserver {
+    tracing: Option<JsValue>,
+    metrics: Option<worker::AnalyticsEngineDataset>,
+}
+
+impl WorkerObserver {
+    /// The observer of the event whose context is `ctx`; `None` when neither is there.
+    pub fn new(ctx: &JsValue, env: &Env) -> Option<WorkerObserver> {
+        let tracing = js_sys::Reflect::get(ctx, &"tracing".into()).ok().filter(JsValue::is_object);
+        let metrics = env.analytics_engine(METRICS_BINDING).ok();
+        (tracing.is_some() || metrics.is_some()).then_some(WorkerObserver { tracing, metrics })
+    }
+
+    /// A span named `name`, open until ended: `tracing.startSpan`, or, in a runtime that has only
+    /// the earlier `startActiveSpan`, the span it hands its callback (it stays open until
+    /// `end()`). Not the active span: the batch's runs share one task (wasm-bindgen polls every
+    /// job of an invocation in it), so no async context could tell one run's calls from
+    /// another's (design §27.5).
+    fn start(&self, name: &str) -> Option<JsValue> {
+        let tracing = self.tracing.as_ref()?;
+        let method = |m: &str| js_sys::Reflect::get(tracing, &m.into()).ok()?.dyn_into::<js_sys::Function>().ok();
+        if let Some(start) = method("startSpan") {
+            return start.call1(tracing, &name.into()).ok().filter(JsValue::is_object);
+        }
+        let identity = js_sys::Function::new_with_args("span", "return span");
+        method("startActiveSpan")?.call2(tracing, &name.into(), &identity).ok().filter(JsValue::is_object)
+    }
+}
+
+/// A Workers span: attributes set with `setAttribute`, ended once with `end()`.
+struct WorkerSpan(JsValue);
+
+impl WorkerSpan {
+    fn set(&self, attrs: &[crate::observe::Attribute]) {
+        let Some(set) = js_sys::Reflect::get(&self.0, &"setAttribute".into())
+            .ok()
+            .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
+        else {
+            return;
+        };
+        for (name, value) in attrs {
+            let value = match value {
+                crate::observe::Attr::Text(t) => JsValue::from_str(t),
+                crate::observe::Attr::Number(n) => JsValue::from_f64(*n),
+            };
+            let _ = set.call2(&self.0, &JsValue::from_str(name), &value);
+        }
+    }
+}
+
+impl crate::observe::Span for WorkerSpan {
+    fn end(self: Box<Self>, attrs: &[crate::observe::Attribute]) {
+        self.set(attrs);
+        if let Ok(end) = js_sys::Reflect::get(&self.0, &"end".into()).and_then(JsCast::dyn_into::<js_sys::Function>) {
+            let _ = end.call0(&self.0);
+        }
+    }
+}
+
+impl crate::observe::Observer for WorkerObserver {
+    fn open(&self, name: &str, attrs: &[crate::observe::Attribute]) -> Option<Box<dyn crate::observe::Span + '_>> {
+        let span = WorkerSpan(self.start(name)?);
+        // A span not sampled records nothing: its attributes are not worth the calls.
+        let traced = js_sys::Reflect::get(&span.0, &"isTraced".into()).map_or(true, |t| t.as_bool() != Some(false));
+        if traced {
+            span.set(attrs);
+        }
+        Some(Box::new(span))
+    }
+
+    fn point(&self, point: &crate::observe::DataPoint) {
+        let Some(metrics) = &self.metrics else { return };
+        let p = worker::AnalyticsEngineDataPointBuilder::new()
+            .indexes([point.index.as_str()])
+            .blobs(point.blobs.iter().map(String::as_str))
+            .doubles(point.doubles.iter().copied())
+            .build();
+        // Best effort: a data point not written loses a number, never a job.
+        let _ = metrics.write_data_point(&p);
+    }
+}

@@ -21,6 +21,7 @@ use crate::handlers::{Done, JobError, Services};
 use crate::ledger::durable::{edge_shards, EdgeSql};
 use crate::ledger::Ledger;
 use crate::log::Event;
+use crate::observe::{Attr, Attribute, Observer};
 use crate::seal::Sealer;
 
 /// Prints a structured log line at its level.
@@ -215,8 +216,10 @@ impl App {
 
     /// The queue consumer. Settles every message itself and never returns `Err`: an `Err` would
     /// make the runtime retry the whole batch, acked messages included.
-    pub async fn queue(&self, batch: MessageBatch<Value>, env: Env, _ctx: Context) -> worker::Result<()> {
+    pub async fn queue(&self, batch: MessageBatch<Value>, env: Env, ctx: Context) -> worker::Result<()> {
         let started = js_sys::Date::now() as i64;
+        let observer = edge::WorkerObserver::new(ctx.as_ref(), &env);
+        let span = open(observer.as_ref(), "orderly.queue", &[("orderly.queue", Attr::Text(batch.queue()))]);
         crate::panics::install();
         let msgs: Vec<worker::RawMessage> = batch.raw_iter().collect();
         let defer_all = |why: &str| {
@@ -266,13 +269,17 @@ impl App {
             .with_random(&edge::random)
             .with_sleep(&sleep)
             .with_log(&log)
-            .with_sealer(s.sealer.as_ref().map(|s| s as &dyn Sealer));
+            .with_sealer(s.sealer.as_ref().map(|s| s as &dyn Sealer))
+            .with_observer(observer.as_ref().map(|o| o as &dyn Observer));
         let panicked = crate::panics::take();
         if !panicked.is_empty() {
             consumer.record_panics(&panicked).await;
         }
         let outcomes = consumer.process(role, &incoming).await;
-        settle(&batch.queue(), &s.cfg, &msgs, outcomes, started);
+        let counts = settle(&batch.queue(), &s.cfg, &msgs, outcomes, started);
+        if let Some(span) = span {
+            span.end(&counts);
+        }
         Ok(())
     }
 
@@ -306,7 +313,19 @@ impl App {
     }
 
     /// The HTTP API and dashboard.
-    pub async fn fetch(&self, mut req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
+    pub async fn fetch(&self, req: Request, env: Env, ctx: Context) -> worker::Result<Response> {
+        let observer = edge::WorkerObserver::new(ctx.as_ref(), &env);
+        let attrs = [("http.request.method", Attr::Text(req.method().to_string()))];
+        let span = open(observer.as_ref(), "orderly.api", &attrs);
+        let answer = self.answer(req, env).await;
+        if let (Some(span), Ok(r)) = (span, &answer) {
+            span.end(&[("http.response.status_code", Attr::Number(f64::from(r.status_code())))]);
+        }
+        answer
+    }
+
+    /// What [`App::fetch`] answers.
+    async fn answer(&self, mut req: Request, env: Env) -> worker::Result<Response> {
         let url = req.url()?;
         let mut api_req = ApiRequest {
             method: req.method().to_string(),
@@ -372,6 +391,8 @@ impl App {
 
     /// The cron's maintenance.
     pub async fn scheduled(&self, event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+        // workers-rs's schedule context hides the runtime's object: a cron run's span opens
+        // where the JavaScript wrapper runs it (client/worker.js).
         let s = match self.start(&env) {
             Ok(s) => s,
             Err(e) => return log(&Event::ConfigError { error: format!("maintenance skipped: {e}") }),
@@ -462,10 +483,17 @@ async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest, copy: bool) -> Ap
     }
 }
 
-/// Applies a batch's outcomes (ack, or retry with a delay) and logs the batch.
-fn settle(queue: &str, cfg: &crate::config::Config, msgs: &[worker::RawMessage], outcomes: Vec<Outcome>, started: i64) {
+/// Applies a batch's outcomes (ack, or retry with a delay) and logs the batch; what its span says
+/// at its end.
+fn settle(
+    queue: &str,
+    cfg: &crate::config::Config,
+    msgs: &[worker::RawMessage],
+    outcomes: Vec<Outcome>,
+    started: i64,
+) -> Vec<Attribute> {
     let count = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
-    log(&Event::Batch {
+    let batch = Event::Batch {
         queue,
         mode: cfg.ordering_mode.as_str(),
         messages: outcomes.len(),
@@ -473,7 +501,9 @@ fn settle(queue: &str, cfg: &crate::config::Config, msgs: &[worker::RawMessage],
         retried: count(|o| matches!(o, Outcome::Retry { .. })),
         deferred: count(|o| matches!(o, Outcome::Defer { .. })),
         duration_ms: js_sys::Date::now() as i64 - started,
-    });
+    };
+    log(&batch);
+    let attrs = crate::observe::batch_attributes(&batch);
     for (m, o) in msgs.iter().zip(outcomes) {
         match o {
             Outcome::Ack => m.ack(),
@@ -482,6 +512,16 @@ fn settle(queue: &str, cfg: &crate::config::Config, msgs: &[worker::RawMessage],
             }
         }
     }
+    attrs
+}
+
+/// A span around orderly's own work in an event (design §27.5), when tracing is on.
+fn open<'o>(
+    observer: Option<&'o edge::WorkerObserver>,
+    name: &str,
+    attrs: &[Attribute],
+) -> Option<Box<dyn crate::observe::Span + 'o>> {
+    observer?.open(name, attrs)
 }
 
 /// The `SERVICE_HANDLERS` entries (type, binding) whose service binding the worker lacks.

@@ -78,7 +78,8 @@
 //!   `producer.rs`: sending to the queue.
 //! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge.
 //!   `config.rs`, `clock.rs`, `limits.rs` (shared limits and grace periods). `log.rs`: the
-//!   structured log lines. `seal.rs`: secrets at rest. `panics.rs`: a Rust handler's panic.
+//!   structured log lines; `observe.rs`: each run as a span and a data point. `seal.rs`:
+//!   secrets at rest. `panics.rs`: a Rust handler's panic.
 //! - `edge.rs`: `worker` adapters for the ports above (wasm only).
 //!
 //! Everything but `edge.rs`, `entry.rs`, `ledger/d1.rs` and `ledger/durable.rs` builds and is
@@ -121,6 +122,7 @@ internal!(
     log,
     maintenance,
     metrics,
+    observe,
     operations,
     panics,
     periodic,

@@ -14,6 +14,7 @@ use crate::ledger::history::{Run, RunOutcome};
 use crate::ledger::{JobRow, Record, Sql, Status, Transition};
 use crate::lock::Kv;
 use crate::log::Event;
+use crate::observe::{Attempt, Ran as Observed};
 use crate::producer::{QueueSender, MAX_PAYLOAD_BYTES};
 use crate::retry::{decide_failure, FailureDecision};
 use crate::seal::is_sealed;
@@ -115,6 +116,31 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// start and still be covered by the job's lease (the caller checked it before calling; the
     /// checks here await the ledger, and an invocation may stall in them).
     pub(super) async fn run_claimed(&self, job: &JobRow, start_by: i64) -> Ran {
+        let Some(observer) = self.observer else { return self.attempt(job, start_by).await };
+        // Observed (design §27.5): a span around the attempt, a data point when it ends.
+        let started_at = self.clock.now_ms();
+        let trace = job.trace().map(|t| t.run(&job.id, u32::try_from(job.attempts).unwrap_or(u32::MAX), &self.owner));
+        let attempt = Attempt::of(job, started_at, trace.as_ref());
+        let span = observer.open(&attempt.span_name(), &attempt.start_attributes(self.cfg.trace_keys_plain));
+        let ran = self.attempt(job, start_by).await;
+        let outcome = match ran.end {
+            RunEnd::Done => Observed::Done,
+            RunEnd::Dead => Observed::Dead,
+            RunEnd::Retry { .. } => Observed::Retry,
+            RunEnd::Snooze { .. } => Observed::Snooze,
+            RunEnd::Cancelled { .. } => Observed::Cancelled,
+            RunEnd::Limited(_) | RunEnd::LeaseLost => Observed::Waited,
+        };
+        let run_ms = self.clock.now_ms() - started_at;
+        if let Some(span) = span {
+            span.end(&attempt.end_attributes(outcome, run_ms));
+        }
+        observer.point(&attempt.data_point(outcome, run_ms));
+        ran
+    }
+
+    /// [`Self::run_claimed`]'s attempt itself.
+    async fn attempt(&self, job: &JobRow, start_by: i64) -> Ran {
         let started_at = self.clock.now_ms();
         let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
         let sealed = job.payload.as_deref().is_some_and(is_sealed);

@@ -34,6 +34,8 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     pub log: &'a dyn Fn(&Event<'_>),
     /// Opens sealed payloads and seals their results (`PAYLOAD_KEY`), if set.
     pub sealer: Option<&'a dyn Sealer>,
+    /// Sees each attempt: its span and its data point (design §27.5); none: nothing is observed.
+    pub observer: Option<&'a dyn crate::observe::Observer>,
     /// Jobs taken out of a limit key's line during this batch, sent again once it is recorded.
     pub(super) woken: RefCell<Vec<crate::ledger::limit::Woken>>,
     /// Woken jobs whose handed slot this batch has dealt with: taken over by their ask, or given
@@ -82,6 +84,7 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
             random: &middle,
             log: &no_log,
             sealer: None,
+            observer: None,
             woken: RefCell::default(),
             slots_dealt: RefCell::default(),
             finished: RefCell::default(),
@@ -107,6 +110,11 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
     /// Opens sealed payloads and seals their results (`PAYLOAD_KEY`).
     pub fn with_sealer(self, sealer: Option<&'a dyn Sealer>) -> Self {
         Consumer { sealer, ..self }
+    }
+
+    /// Where each attempt is observed: a span and a data point (design §27.5).
+    pub fn with_observer(self, observer: Option<&'a dyn crate::observe::Observer>) -> Self {
+        Consumer { observer, ..self }
     }
 
     /// A timer, so a throttled job waits for a start due within [`PACE_MS`](super::gate::PACE_MS) in this

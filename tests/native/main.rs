@@ -21,6 +21,7 @@ mod limited_submission;
 mod limits;
 mod metrics;
 mod migration;
+mod observe;
 mod operator;
 mod readme;
 mod schedules;

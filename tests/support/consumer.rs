@@ -16,6 +16,7 @@ use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::ledger::{stmt, JobRow, Ledger, Sql};
 use orderly::lock::MemoryKv;
 use orderly::maintenance;
+use orderly::observe::{Attribute, DataPoint, Observer, Span};
 use orderly::periodic::{self, Ticked};
 use serde_json::Value;
 
@@ -38,6 +39,37 @@ impl Runner for Recorder {
     }
 }
 
+/// What an observer saw (design §27.5): each span opened (its name and start attributes), its end
+/// attributes once ended, and each data point, in order.
+#[derive(Default)]
+pub struct Observed {
+    pub spans: RefCell<Vec<(String, Vec<Attribute>, Option<Vec<Attribute>>)>>,
+    pub points: RefCell<Vec<DataPoint>>,
+}
+
+/// A span of [`Observed`]: its index there.
+struct RecordedSpan<'a>(&'a Observed, usize);
+
+impl Span for RecordedSpan<'_> {
+    fn end(self: Box<Self>, attrs: &[Attribute]) {
+        let ended = &mut self.0.spans.borrow_mut()[self.1].2;
+        assert!(ended.is_none(), "a span ended twice");
+        *ended = Some(attrs.to_vec());
+    }
+}
+
+impl Observer for Observed {
+    fn open(&self, name: &str, attrs: &[Attribute]) -> Option<Box<dyn Span + '_>> {
+        let mut spans = self.spans.borrow_mut();
+        spans.push((name.to_string(), attrs.to_vec(), None));
+        Some(Box::new(RecordedSpan(self, spans.len() - 1)))
+    }
+
+    fn point(&self, point: &DataPoint) {
+        self.points.borrow_mut().push(point.clone());
+    }
+}
+
 /// One worker's ports and configuration.
 pub struct ConsumerWorld {
     pub clock: Rc<ManualClock>,
@@ -48,6 +80,8 @@ pub struct ConsumerWorld {
     pub cfg: Config,
     /// How many of the queue's sent messages have been delivered (or looked at).
     pub delivered: Cell<usize>,
+    /// What every invocation's observer saw.
+    pub observed: Observed,
 }
 
 impl ConsumerWorld {
@@ -62,6 +96,7 @@ impl ConsumerWorld {
             queue: MemoryQueue::default(),
             cfg,
             delivered: Cell::new(0),
+            observed: Observed::default(),
         }
     }
 
@@ -85,7 +120,8 @@ impl ConsumerWorld {
             &self.clock,
             &self.queue,
             format!("inv-{}", self.clock.now_ms()),
-        );
+        )
+        .with_observer(Some(&self.observed));
         block_on(consumer.process(Role::Main, msgs))
     }
 
