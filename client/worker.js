@@ -104,7 +104,15 @@ export function orderly({ handlers = {}, fetch: own, mount = "/orderly" } = {}) 
       return new Orderly(ctx, withHandlers(env)).queue(batch);
     },
     async scheduled(event, env, ctx) {
-      return new Orderly(ctx, withHandlers(env)).scheduled(event);
+      const run = () => new Orderly(ctx, withHandlers(env)).scheduled(event);
+      // A cron run is a span around orderly's maintenance and schedules, its ledger calls nested
+      // in it (design §27.5); the Rust side cannot reach the cron's context to open one itself.
+      const tracing = ctx?.tracing;
+      if (typeof tracing?.enterSpan !== "function") return run();
+      return tracing.enterSpan("orderly.cron", (span) => {
+        span?.setAttribute?.("orderly.cron", event.cron);
+        return run();
+      });
     },
     /**
      * orderly's API as a service binding in this isolate, for `OrderlyClient({ service })` (and

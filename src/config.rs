@@ -219,10 +219,8 @@ impl Config {
         outlive_a_run(lease_seconds, lock_ttl_seconds, webhook_timeout_seconds)?;
         let allow_private_targets =
             choice(&lookup, "WEBHOOK_ALLOW_PRIVATE", &[("false", false), ("true", true)], "not true or false")?;
-        let trace_keys_plain =
-            choice(&lookup, "TRACE_KEYS", &[("hashed", false), ("plain", true)], "not hashed or plain")?;
         Ok(Config {
-            trace_keys_plain,
+            trace_keys_plain: choice(&lookup, "TRACE_KEYS", &[("hashed", false), ("plain", true)], "not hashed or plain")?,
             allow_private_targets,
             webhook_timeout_seconds,
             lease_seconds,

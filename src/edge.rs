@@ -391,7 +391,8 @@ impl WorkerObserver {
         if let Some(start) = method("startSpan") {
             return start.call1(tracing, &name.into()).ok().filter(JsValue::is_object);
         }
-        let identity = js_sys::Function::new_with_args("span", "return span");
+        // A closure, not `new Function`: Workers refuse code made from strings.
+        let identity = wasm_bindgen::closure::Closure::once_into_js(|span: JsValue| span);
         method("startActiveSpan")?.call2(tracing, &name.into(), &identity).ok().filter(JsValue::is_object)
     }
 }

@@ -299,7 +299,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 .ledger
                 .activity(self.clock.now_ms())
                 .await
-                .map(|minutes| ApiResponse::json(200, json!({ "minutes": minutes }))),
+                .map(|(minutes, times)| ApiResponse::json(200, json!({ "minutes": minutes, "times": times }))),
             Route::RedriveMatching => self.redrive_matching(cfg, &req.body).await,
             Route::Job(id) if self.caller(req.authorization.as_deref()) == Some(Caller::Producer) => {
                 self.state(&id).await

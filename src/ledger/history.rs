@@ -196,6 +196,88 @@ pub fn with_success(job: &super::job::JobRow, events: &mut Vec<Event>) {
     }
 }
 
+/// How many runs of each kind (successful, failed) a shard's time charts are drawn from, the
+/// newest first: a busy hour is charted from its latest runs, and a dashboard refresh reads at
+/// most this many rows more per shard.
+pub const TIMES_SAMPLE: u32 = 500;
+
+/// One run's time (design §27.6): its job type, how long it ran, and the queue wait before it
+/// when known (a successful run's, from its DONE row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// The job type ("" when it has none).
+    pub job_type: String,
+    /// ms it ran.
+    pub run_ms: i64,
+    /// ms it waited past its due time before it started.
+    pub wait_ms: Option<i64>,
+}
+
+/// The samples `run_times.sql` answered.
+pub fn samples(rows: &[Row]) -> Vec<Sample> {
+    rows.iter()
+        .filter_map(|row| {
+            let run_ms = row.get("run_ms").and_then(int_of)?.max(0);
+            let job_type = row.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+            Some(Sample { job_type, run_ms, wait_ms: row.get("wait_ms").and_then(int_of).map(|w| w.max(0)) })
+        })
+        .collect()
+}
+
+/// One job type's run times and queue waits over the last hour: the 50th and 95th percentiles
+/// (nearest rank) and how many runs each is of. `GET /jobs/activity`'s `times`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Times {
+    /// The job type.
+    #[serde(rename = "type")]
+    pub job_type: String,
+    /// Runs timed.
+    pub runs: usize,
+    /// ms.
+    pub run_p50_ms: i64,
+    /// ms.
+    pub run_p95_ms: i64,
+    /// Runs whose queue wait is known (successful ones).
+    pub waits: usize,
+    /// ms; `None` with no wait known.
+    pub wait_p50_ms: Option<i64>,
+    /// ms.
+    pub wait_p95_ms: Option<i64>,
+}
+
+/// The value at percentile `p` of sorted `values` (nearest rank: the smallest value at least `p`%
+/// of them are at or below).
+fn percentile(sorted: &[i64], p: usize) -> Option<i64> {
+    let rank = (sorted.len() * p).div_ceil(100).max(1);
+    sorted.get(rank - 1).copied()
+}
+
+/// Each job type's [`Times`], by type.
+pub fn times(samples: Vec<Sample>) -> Vec<Times> {
+    let mut by_type: std::collections::BTreeMap<String, (Vec<i64>, Vec<i64>)> = Default::default();
+    for s in samples {
+        let (runs, waits) = by_type.entry(s.job_type).or_default();
+        runs.push(s.run_ms);
+        waits.extend(s.wait_ms);
+    }
+    by_type
+        .into_iter()
+        .map(|(job_type, (mut runs, mut waits))| {
+            runs.sort_unstable();
+            waits.sort_unstable();
+            Times {
+                job_type,
+                runs: runs.len(),
+                run_p50_ms: percentile(&runs, 50).unwrap_or(0),
+                run_p95_ms: percentile(&runs, 95).unwrap_or(0),
+                waits: waits.len(),
+                wait_p50_ms: percentile(&waits, 50),
+                wait_p95_ms: percentile(&waits, 95),
+            }
+        })
+        .collect()
+}
+
 /// One minute of activity.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Minute {
@@ -275,6 +357,22 @@ mod tests {
 
     fn row(v: Value) -> Row {
         v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn times_are_nearest_rank_percentiles_per_type() {
+        let sample = |t: &str, run_ms, wait_ms| Sample { job_type: t.into(), run_ms, wait_ms };
+        let mut all: Vec<Sample> = (1..=100).map(|i| sample("email", i * 10, Some(i))).collect();
+        all.push(sample("resize", 7, None));
+        all.push(sample("email", 5_000, None));
+        let t = times(all);
+        assert_eq!(t.len(), 2);
+        assert_eq!((t[0].job_type.as_str(), t[0].runs, t[0].waits), ("email", 101, 100));
+        assert_eq!((t[0].run_p50_ms, t[0].run_p95_ms), (510, 960));
+        assert_eq!((t[0].wait_p50_ms, t[0].wait_p95_ms), (Some(50), Some(95)));
+        assert_eq!((t[1].run_p50_ms, t[1].run_p95_ms, t[1].wait_p50_ms), (7, 7, None));
+        assert_eq!(percentile(&[4], 50), Some(4));
+        assert_eq!(percentile(&[], 95), None);
     }
 
     #[test]

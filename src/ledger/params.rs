@@ -129,6 +129,7 @@ fn every_statement() -> Vec<Stmt> {
         stmt::events("a"),
         stmt::activity_runs(1),
         stmt::activity_jobs(1),
+        stmt::run_times(1, 10),
         stmt::export_jobs("a", 10),
         stmt::export_events("a", "b"),
         stmt::import_job(&Row::new()),

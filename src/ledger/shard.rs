@@ -301,13 +301,20 @@ impl<S: Sql> Shard<S> {
 }
 
 impl<S: Sql> Shard<S> {
-    /// The activity of the last hour, in one round trip.
-    pub async fn activity(&self, now: i64) -> Result<Vec<Minute>, InfraError> {
+    /// The activity of the last hour, and its runs' times (design §27.6), in one round trip.
+    pub async fn activity(&self, now: i64) -> Result<(Vec<Minute>, Vec<history::Sample>), InfraError> {
         let since = (now.div_euclid(60_000) - (ACTIVITY_MINUTES - 1)) * 60_000;
-        let out = self.sql.batch(vec![stmt::activity_runs(since), stmt::activity_jobs(since), stmt::counts()]).await?;
+        let stmts = vec![
+            stmt::activity_runs(since),
+            stmt::activity_jobs(since),
+            stmt::counts(),
+            stmt::run_times(since, history::TIMES_SAMPLE),
+        ];
+        let out = self.sql.batch(stmts).await?;
         let at = |i: usize| out.get(i).map(Vec::as_slice).unwrap_or_default();
         let counts = Counts::from_rows(at(2));
-        Ok(history::activity(now, counts.pending + counts.running, at(0), at(1)))
+        let minutes = history::activity(now, counts.pending + counts.running, at(0), at(1));
+        Ok((minutes, history::samples(at(3))))
     }
 
     /// Audits an operator's skip of `job_id`, DEAD as of `at` (the skip applied in an earlier round

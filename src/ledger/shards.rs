@@ -528,9 +528,11 @@ impl<S: Sql> Ledger<S> {
         Ok(self.get_with_history(job_id).await?.map(|(_, events)| events).unwrap_or_default())
     }
 
-    /// The activity of the last hour, minute by minute, summed over the shards.
-    pub async fn activity(&self, now: i64) -> Result<Vec<Minute>, InfraError> {
+    /// The activity of the last hour, minute by minute, summed over the shards; and each job
+    /// type's run times and queue waits over the hour (design §27.6).
+    pub async fn activity(&self, now: i64) -> Result<(Vec<Minute>, Vec<super::history::Times>), InfraError> {
         let per_shard = self.every(async |s| s.activity(now).await).await?;
+        let (per_shard, samples): (Vec<Vec<Minute>>, Vec<Vec<super::history::Sample>>) = per_shard.into_iter().unzip();
         let mut sum = per_shard.first().cloned().unwrap_or_default();
         for shard in per_shard.iter().skip(1) {
             for (m, n) in sum.iter_mut().zip(shard) {
@@ -540,7 +542,7 @@ impl<S: Sql> Ledger<S> {
                 m.backlog += n.backlog;
             }
         }
-        Ok(sum)
+        Ok((sum, super::history::times(samples.into_iter().flatten().collect())))
     }
 
     /// Audits an operator's skip of `skipped` (DEAD, as the skip left it). Best effort: the skip

@@ -421,6 +421,10 @@ pub fn events(job_id: &str) -> Stmt {
 pub fn activity_runs(since: i64) -> Stmt {
     with(sql!("activity_runs"), [("since", since.into())])
 }
+/// The run times and queue waits of the runs since `since`, at most `most` of each kind.
+pub fn run_times(since: i64, most: u32) -> Stmt {
+    with(sql!("run_times"), [("since", since.into()), ("most", most.into())])
+}
 /// Jobs created and finished per minute since `since`.
 pub fn activity_jobs(since: i64) -> Stmt {
     with(sql!("activity_jobs"), [("since", since.into())])

@@ -125,6 +125,21 @@ test("the dashboard charts the jobs a test ran, shows a job's timeline, cancels 
     assert.equal(await bars("failed"), 2, "the flaky job's two failed attempts");
     assert.equal(await bars("dead"), 2);
     assert.match(await page.textContent('[data-total="backlog"]'), /now 1/, "the delayed job is the backlog");
+    // Each chart's axis: the hour, and its top value.
+    assert.match(await page.textContent('[data-chart="done"] .axis'), /60 min ago.*peak \d+\/min.*now/);
+    // The time charts (design §27.6): run time over every run of the hour, queue wait over the
+    // successful ones, as p50 and p95 per type, written out.
+    await page.waitForSelector('[data-times="run"] tr[data-type="webhook"]');
+    const timed = (field) => page.$eval(`[data-times="${field}"] tr[data-type="webhook"]`, (tr) => ({
+      p50: Number(tr.dataset.p50), p95: Number(tr.dataset.p95), cells: [...tr.querySelectorAll("td")].map((td) => td.textContent),
+    }));
+    const run = await timed("run");
+    assert.equal(run.cells[3], "7", "3 done, 2 failed, 2 dead: 7 runs timed");
+    assert.ok(run.p50 >= 0 && run.p50 <= run.p95, JSON.stringify(run));
+    assert.match(run.cells[1], /^\d+(\.\d)? (ms|s)$/, JSON.stringify(run));
+    const wait = await timed("wait");
+    assert.equal(wait.cells[3], "3", "the queue wait of each successful run");
+    assert.ok(wait.p50 <= wait.p95, JSON.stringify(wait));
 
     // The job view: its attempts as a timeline, and its result.
     await page.click(`tr[data-job="${flaky}"] a.job`);

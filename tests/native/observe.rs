@@ -89,6 +89,16 @@ fn every_attempt_is_a_span_and_a_data_point_with_its_outcome() {
             .unwrap();
         let wait: f64 = text(&second.1, "orderly.job.queue_wait_ms").unwrap().parse().unwrap();
         assert!(wait < 1_000.0, "{mode:?}: {wait} ms");
+        // The dashboard's time charts (design §27.6): every run of the hour timed, the queue wait
+        // of each successful one.
+        let activity = w.call("GET", "/jobs/activity", None).json_body();
+        let times = &activity["times"];
+        assert_eq!(times.as_array().map(Vec::len), Some(1), "{mode:?}: {activity}");
+        assert_eq!(
+            (times[0]["type"].as_str(), times[0]["runs"].as_u64(), times[0]["waits"].as_u64()),
+            (Some("webhook"), Some(6), Some(3)),
+            "{mode:?}: {times}"
+        );
         let ok = spans.iter().find(|s| text(&s.1, "orderly.job.id").as_deref() == Some("ok")).unwrap();
         let run = text(&ok.1, "orderly.job.traceparent").expect("a job with a trace names it");
         assert!(run.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && run != PARENT, "{run}");

@@ -39,11 +39,14 @@ impl Runner for Recorder {
     }
 }
 
+/// A span as an observer saw it: its name, its start attributes and its end attributes once ended.
+pub type SeenSpan = (String, Vec<Attribute>, Option<Vec<Attribute>>);
+
 /// What an observer saw (design §27.5): each span opened (its name and start attributes), its end
 /// attributes once ended, and each data point, in order.
 #[derive(Default)]
 pub struct Observed {
-    pub spans: RefCell<Vec<(String, Vec<Attribute>, Option<Vec<Attribute>>)>>,
+    pub spans: RefCell<Vec<SeenSpan>>,
     pub points: RefCell<Vec<DataPoint>>,
 }
 
