@@ -8,7 +8,8 @@
 //   pattern: a file, or files with `*` in the last part; --name-pattern: only the tests whose name
 //   matches (a file none of whose tests match fails); --exclude: leave out the file of that name
 //   (npm test runs it on its own), which must be one the patterns match. Each failed test is named on stderr as
-//   `node-tests: failed: <name>` (the mutation runner reads these).
+//   `node-tests: failed: <name>` (the mutation runner reads these), then `node-tests:   why: <error>`, its
+//   error's first lines: the last lines of a long log say what failed and why.
 import { readdirSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { run } from "node:test";
@@ -59,6 +60,12 @@ const spend = (d) => {
 };
 let failed = 0;
 const failedNames = [];
+/** A failure's error in a few lines: node wraps a test's own error as its `cause`. */
+function why(error) {
+  const e = error?.cause ?? error;
+  const text = String(e?.message ?? e ?? "no error reported").trim();
+  return text.split("\n").filter((l) => l.trim() !== "").slice(0, 6).map((l) => l.slice(0, 300));
+}
 // Skipped tests, shown apart, and the files where a test was skipped with its reason.
 let skipped = 0;
 const explained = new Set();
@@ -86,7 +93,7 @@ if (files.length > 0) {
     if (d.details?.type === "suite") return;
     failed++;
     if (counted(d)) ran.set(d.file, (ran.get(d.file) ?? 0) + 1);
-    failedNames.push(d.name);
+    failedNames.push([d.name, why(d.details?.error)]);
   });
   await new Promise((done) => stream.compose(spec).on("end", done).pipe(process.stdout));
 }
@@ -95,6 +102,9 @@ const total = [...ran.values()].reduce((a, b) => a + b, 0);
 console.log(`\n${files.length} file(s), ${total} test(s), ${failed} failed, ${skipped} skipped`);
 const slowest = [...spent].sort((a, b) => b[1] - a[1]).filter(([, s]) => s >= 1);
 if (slowest.length > 1) console.log(`time per file: ${slowest.map(([f, s]) => `${basename(f)} ${Math.round(s)} s`).join(", ")}`);
-for (const name of failedNames) console.error(`node-tests: failed: ${name}`);
+for (const [name, lines] of failedNames) {
+  console.error(`node-tests: failed: ${name}`);
+  for (const line of lines) console.error(`node-tests:   why: ${line}`);
+}
 for (const p of problems) console.error(`node-tests: ${p}`);
 process.exit(failed > 0 || problems.length > 0 ? 1 : 0);

@@ -134,18 +134,18 @@ test("the dashboard charts the jobs a test ran, shows a job's timeline, cancels 
       p50: Number(tr.dataset.p50), p95: Number(tr.dataset.p95), cells: [...tr.querySelectorAll("td")].map((td) => td.textContent),
     }));
     const run = await timed("run");
-    assert.equal(run.cells[3], "7", "3 done, 2 failed, 2 dead: 7 runs timed");
+    assert.equal(run.cells[3], "7", `3 done, 2 failed, 2 dead: 7 runs timed: ${JSON.stringify(run)}`);
     assert.ok(run.p50 >= 0 && run.p50 <= run.p95, JSON.stringify(run));
     assert.match(run.cells[1], /^\d+(\.\d)? (ms|s)$/, JSON.stringify(run));
     const wait = await timed("wait");
-    assert.equal(wait.cells[3], "3", "the queue wait of each successful run");
+    assert.equal(wait.cells[3], "3", `the queue wait of each successful run: ${JSON.stringify(wait)}`);
     assert.ok(wait.p50 <= wait.p95, JSON.stringify(wait));
 
     // The job view: its attempts as a timeline, and its result.
     await page.click(`tr[data-job="${flaky}"] a.job`);
     await page.waitForSelector("#timeline li");
     const steps = await page.$$eval("#timeline li", (lis) => lis.map((li) => li.className));
-    assert.deepEqual(steps, ["retry", "retry", "done"]);
+    assert.deepEqual(steps, ["retry", "retry", "done"], JSON.stringify(await w.job(flaky)));
     assert.match(await page.textContent("#timeline li:last-child"), /attempt 3: done \(HTTP 200\)/);
     assert.match(await page.textContent("#result"), /"status": 200/);
     assert.match(await page.textContent("#detail"), /priority 1/);

@@ -99,6 +99,19 @@ fn every_attempt_is_a_span_and_a_data_point_with_its_outcome() {
             (Some("webhook"), Some(6), Some(3)),
             "{mode:?}: {times}"
         );
+        // Its waits are the spans' waits (one rule, observe::queue_wait_ms, written twice: in Rust
+        // for the span, in run_times.sql for the chart): with three, p50 the middle, p95 the most.
+        let mut waits: Vec<i64> = spans
+            .iter()
+            .filter(|s| s.2.as_ref().and_then(|end| text(end, "orderly.job.outcome")).as_deref() == Some("done"))
+            .map(|s| text(&s.1, "orderly.job.queue_wait_ms").unwrap().parse::<f64>().unwrap() as i64)
+            .collect();
+        waits.sort_unstable();
+        assert_eq!(
+            (times[0]["wait_p50_ms"].as_i64(), times[0]["wait_p95_ms"].as_i64()),
+            (Some(waits[1]), Some(waits[2])),
+            "{mode:?}: {times} against the spans' {waits:?}"
+        );
         let ok = spans.iter().find(|s| text(&s.1, "orderly.job.id").as_deref() == Some("ok")).unwrap();
         let run = text(&ok.1, "orderly.job.traceparent").expect("a job with a trace names it");
         assert!(run.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && run != PARENT, "{run}");

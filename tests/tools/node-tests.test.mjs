@@ -71,6 +71,7 @@ test("an excluded file is not run, and an exclusion that matches no file fails t
 test("each failed test is named for the mutation runner", () => {
   const r = runner(`${fixtures}/red.fixture.mjs`);
   assert.match(r.out, /^node-tests: failed: red$/m);
+  assert.match(r.out, /^node-tests: {3}why: red on purpose$/m, "the reason follows the name");
 });
 
 test("a file that fails as it loads fails the run, named as the file", () => {
