@@ -370,6 +370,8 @@ pub const METRICS_BINDING: &str = "ORDERLY_METRICS";
 pub struct WorkerObserver {
     tracing: Option<JsValue>,
     metrics: Option<worker::AnalyticsEngineDataset>,
+    /// One per event: the points its invocation may still write.
+    points: crate::observe::PointBudget,
 }
 
 impl WorkerObserver {
@@ -377,7 +379,11 @@ impl WorkerObserver {
     pub fn new(ctx: &JsValue, env: &Env) -> Option<WorkerObserver> {
         let tracing = js_sys::Reflect::get(ctx, &"tracing".into()).ok().filter(JsValue::is_object);
         let metrics = env.analytics_engine(METRICS_BINDING).ok();
-        (tracing.is_some() || metrics.is_some()).then_some(WorkerObserver { tracing, metrics })
+        (tracing.is_some() || metrics.is_some()).then(|| WorkerObserver {
+            tracing,
+            metrics,
+            points: Default::default(),
+        })
     }
 
     /// A span named `name`, open until ended: `tracing.startSpan`, or, in a runtime that has only
@@ -440,6 +446,9 @@ impl crate::observe::Observer for WorkerObserver {
 
     fn point(&self, point: &crate::observe::DataPoint) {
         let Some(metrics) = &self.metrics else { return };
+        if !self.points.take() {
+            return;
+        }
         let p = worker::AnalyticsEngineDataPointBuilder::new()
             .indexes([point.index.as_str()])
             .blobs(point.blobs.iter().map(String::as_str))

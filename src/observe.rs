@@ -195,9 +195,35 @@ pub trait Observer {
     fn point(&self, point: &DataPoint);
 }
 
+/// Analytics Engine takes at most 250 data points per Worker invocation; a strict invocation
+/// may run more attempts than that (`STRICT_RUN_BUDGET` chained runs after a batch's own).
+pub const POINTS_PER_INVOCATION: u32 = 250;
+
+/// The data points an invocation may still write: the first [`POINTS_PER_INVOCATION`] attempts
+/// are written, the rest are not asked of the platform (their spans still say all).
+#[derive(Debug, Default)]
+pub struct PointBudget(std::cell::Cell<u32>);
+
+impl PointBudget {
+    /// Whether one more point may be written; counts it when it may.
+    pub fn take(&self) -> bool {
+        let used = self.0.get();
+        (used < POINTS_PER_INVOCATION).then(|| self.0.set(used + 1)).is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_invocation_writes_at_most_the_platform_s_points() {
+        let budget = PointBudget::default();
+        let written = (0..400).filter(|_| budget.take()).count();
+        assert_eq!(written, POINTS_PER_INVOCATION as usize);
+        assert!(!budget.take(), "spent stays spent");
+    }
+
 
     fn job() -> JobRow {
         let row = serde_json::json!({
