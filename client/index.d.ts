@@ -97,6 +97,8 @@ export interface Job {
   debounce_until?: number;
   /** The jobs it runs after that have not finished yet. */
   waiting_on?: string[];
+  /** The jobs that run after it (a batch's callback among them) and wait on it still. */
+  waited_by?: string[];
 }
 
 /** A batch's progress (GET /batches/{id}). */

@@ -216,9 +216,20 @@ impl HttpClient for WorkerFetch {
         };
         let limit = req.read_limit;
         let fetch = Box::pin(async move {
-            let mut resp = match service {
-                Some(s) => s.fetch_request(request).await?,
-                None => Fetch::Request(request).send_with_signal(&signal).await?,
+            // Inside the run's span when it is traced (its first call out: design §27.5).
+            let target = match &service {
+                Some(s) => JsValue::from(s.as_ref()),
+                None => js_sys::global().into(),
+            };
+            let mut resp = match inside_entered_span(&target, "fetch", request.inner()) {
+                Some(answer) => {
+                    let answer: web_sys::Response = wasm_bindgen_futures::JsFuture::from(answer).await?.dyn_into()?;
+                    worker::Response::from(answer)
+                }
+                None => match service {
+                    Some(s) => s.fetch_request(request).await?,
+                    None => Fetch::Request(request).send_with_signal(&signal).await?,
+                },
             };
             let header = |name: &str| resp.headers().get(name).ok().flatten();
             let (retry_after, content_type, snooze) =
@@ -386,29 +397,86 @@ impl WorkerObserver {
         })
     }
 
-    /// A span named `name`, open until ended: `tracing.startSpan`, or, in a runtime that has only
-    /// the earlier `startActiveSpan`, the span it hands its callback (it stays open until
-    /// `end()`). Not the active span: the batch's runs share one task (wasm-bindgen polls every
-    /// job of an invocation in it), so no async context could tell one run's calls from
-    /// another's (design §27.5).
-    fn start(&self, name: &str) -> Option<JsValue> {
+    /// A span named `name`, open until ended, and its door: `tracing.startActiveSpan` hands its
+    /// callback the span (it stays open until `end()`), and the callback leaves a promise whose
+    /// reaction was registered while the span was active. Workers' async context is the one a
+    /// reaction was registered in, so what the reaction calls nests inside the span, whenever it
+    /// runs (design §27.5). The API has no way to re-enter a span later (no `startSpan`, no
+    /// context to hand back): the door is how the run's first call out gets inside it.
+    fn start(&self, name: &str) -> Option<WorkerSpan> {
         let tracing = self.tracing.as_ref()?;
-        let method = |m: &str| js_sys::Reflect::get(tracing, &m.into()).ok()?.dyn_into::<js_sys::Function>().ok();
-        if let Some(start) = method("startSpan") {
-            return start.call1(tracing, &name.into()).ok().filter(JsValue::is_object);
-        }
-        // A closure, not `new Function`: Workers refuse code made from strings.
-        let identity = wasm_bindgen::closure::Closure::once_into_js(|span: JsValue| span);
-        method("startActiveSpan")?.call2(tracing, &name.into(), &identity).ok().filter(JsValue::is_object)
+        let start =
+            js_sys::Reflect::get(tracing, &"startActiveSpan".into()).ok()?.dyn_into::<js_sys::Function>().ok()?;
+        let door: Door = Default::default();
+        let kept = door.clone();
+        // Closures, not `new Function`: Workers refuse code made from strings. `call_a_function`
+        // is `Function.prototype.call.bind(Function.prototype.call)`: `call_a_function(f)` is
+        // `f()`, and it leaves no Rust closure behind when the door is never opened.
+        let in_span = wasm_bindgen::closure::Closure::once_into_js(move |span: JsValue| {
+            let mut resolve = None;
+            let opened = js_sys::Promise::new(&mut |r, _| resolve = Some(r));
+            // `then` through Reflect: js-sys's takes only a Rust closure.
+            let then = |call: &js_sys::Function| {
+                let then = js_sys::Reflect::get(&opened, &"then".into()).ok()?.dyn_into::<js_sys::Function>().ok()?;
+                then.call1(&opened, call).ok()?.dyn_into::<js_sys::Promise>().ok()
+            };
+            if let (Some(resolve), Some(answer)) = (resolve, call_a_function().as_ref().and_then(then)) {
+                *kept.borrow_mut() = Some((resolve, answer));
+            }
+            span
+        });
+        let span = start.call2(tracing, &name.into(), &in_span).ok().filter(JsValue::is_object)?;
+        Some(WorkerSpan { span, door })
     }
 }
 
-/// A Workers span: attributes set with `setAttribute`, ended once with `end()`.
-struct WorkerSpan(JsValue);
+/// A run span's door: the resolver of a promise whose reaction runs inside the span, and the
+/// promise of what that reaction returns. Opened once.
+type Door = std::rc::Rc<std::cell::RefCell<Option<(js_sys::Function, js_sys::Promise)>>>;
+
+thread_local! {
+    /// The door of the span whose run is being polled now ([`crate::observe::within`]).
+    static ENTERED: std::cell::RefCell<Option<Door>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `Function.prototype.call.bind(Function.prototype.call)`.
+fn call_a_function() -> Option<js_sys::Function> {
+    let function = js_sys::Reflect::get(&js_sys::global(), &"Function".into()).ok()?;
+    let call: js_sys::Function =
+        js_sys::Reflect::get(&js_sys::Reflect::get(&function, &"prototype".into()).ok()?, &"call".into())
+            .ok()?
+            .dyn_into()
+            .ok()?;
+    Some(call.bind0(&call))
+}
+
+/// `target[method](arg)` called inside the span whose run is being polled, when its door is
+/// still shut (a run's first call out); `None`: no span is entered, or its door was used, and the
+/// caller calls as it would have.
+fn inside_entered_span(target: &JsValue, method: &'static str, arg: &JsValue) -> Option<js_sys::Promise> {
+    let door = ENTERED.with(|e| e.borrow().clone())?;
+    let (resolve, opened) = door.borrow_mut().take()?;
+    let (target, arg) = (target.clone(), arg.clone());
+    let call = wasm_bindgen::closure::Closure::once_into_js(move || -> JsValue {
+        js_sys::Reflect::get(&target, &method.into())
+            .and_then(JsCast::dyn_into::<js_sys::Function>)
+            .and_then(|f| f.call1(&target, &arg))
+            .unwrap_or_else(|e| js_sys::Promise::reject(&e).into())
+    });
+    resolve.call1(&JsValue::UNDEFINED, &call).ok()?;
+    Some(opened)
+}
+
+/// A Workers span: attributes set with `setAttribute`, ended once with `end()`; its door lets
+/// the run's first call out in.
+struct WorkerSpan {
+    span: JsValue,
+    door: Door,
+}
 
 impl WorkerSpan {
     fn set(&self, attrs: &[crate::observe::Attribute]) {
-        let Some(set) = js_sys::Reflect::get(&self.0, &"setAttribute".into())
+        let Some(set) = js_sys::Reflect::get(&self.span, &"setAttribute".into())
             .ok()
             .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
         else {
@@ -419,25 +487,32 @@ impl WorkerSpan {
                 crate::observe::Attr::Text(t) => JsValue::from_str(t),
                 crate::observe::Attr::Number(n) => JsValue::from_f64(*n),
             };
-            let _ = set.call2(&self.0, &JsValue::from_str(name), &value);
+            let _ = set.call2(&self.span, &JsValue::from_str(name), &value);
         }
     }
 }
 
 impl crate::observe::Span for WorkerSpan {
+    fn enter(&self, step: &mut dyn FnMut()) {
+        let outer = ENTERED.with(|e| e.replace(Some(self.door.clone())));
+        step();
+        ENTERED.with(|e| *e.borrow_mut() = outer);
+    }
+
     fn end(self: Box<Self>, attrs: &[crate::observe::Attribute]) {
         self.set(attrs);
-        if let Ok(end) = js_sys::Reflect::get(&self.0, &"end".into()).and_then(JsCast::dyn_into::<js_sys::Function>) {
-            let _ = end.call0(&self.0);
+        if let Ok(end) = js_sys::Reflect::get(&self.span, &"end".into()).and_then(JsCast::dyn_into::<js_sys::Function>)
+        {
+            let _ = end.call0(&self.span);
         }
     }
 }
 
 impl crate::observe::Observer for WorkerObserver {
     fn open(&self, name: &str, attrs: &[crate::observe::Attribute]) -> Option<Box<dyn crate::observe::Span + '_>> {
-        let span = WorkerSpan(self.start(name)?);
+        let span = self.start(name)?;
         // A span not sampled records nothing: its attributes are not worth the calls.
-        let traced = js_sys::Reflect::get(&span.0, &"isTraced".into()).map_or(true, |t| t.as_bool() != Some(false));
+        let traced = js_sys::Reflect::get(&span.span, &"isTraced".into()).map_or(true, |t| t.as_bool() != Some(false));
         if traced {
             span.set(attrs);
         }

@@ -182,8 +182,28 @@ pub fn hashed(key: &str) -> String {
 
 /// A span opened for a run; ended once, with what it says at its end.
 pub trait Span {
+    /// Runs `step` as this span's own work: what it calls out (a webhook's fetch, a JS handler's
+    /// call) nests inside the span (design §27.5). By default it only runs it.
+    fn enter(&self, step: &mut dyn FnMut()) {
+        step();
+    }
     /// Adds these attributes and ends the span.
     fn end(self: Box<Self>, attrs: &[Attribute]);
+}
+
+/// `run`, each of its polls inside `span` (none: polled as it is). A handler's run shares its
+/// task with the batch's other runs (wasm-bindgen polls an invocation's jobs in one task), so no
+/// async context tells them apart: the span is entered only while this run's own poll runs, and
+/// what the run starts in that poll is the span's.
+pub async fn within<F: std::future::Future>(span: Option<&dyn Span>, run: F) -> F::Output {
+    let Some(span) = span else { return run.await };
+    let mut run = std::pin::pin!(run);
+    std::future::poll_fn(|cx| {
+        let mut polled = std::task::Poll::Pending;
+        span.enter(&mut || polled = run.as_mut().poll(cx));
+        polled
+    })
+    .await
 }
 
 /// Where attempts are observed: Workers tracing and Analytics Engine on the edge, a recording in

@@ -737,6 +737,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             "attempts": j.attempts, "max_attempts": j.max_attempts, "snoozes": j.snoozes, "priority": j.priority,
             "next_run_at": j.next_run_at, "created_at": j.created_at, "updated_at": j.updated_at,
             "finished_at": j.finished_at, "waiting_on": j.waiting_on,
+            "waited_by": j.waited_by,
         });
         Ok(ApiResponse::json(200, json!({ "job": job })))
     }

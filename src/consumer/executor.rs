@@ -14,7 +14,7 @@ use crate::ledger::history::{Run, RunOutcome};
 use crate::ledger::{JobRow, Record, Sql, Status, Transition};
 use crate::lock::Kv;
 use crate::log::Event;
-use crate::observe::{Attempt, Ran as Observed};
+use crate::observe::{within, Attempt, Ran as Observed, Span};
 use crate::producer::{QueueSender, MAX_PAYLOAD_BYTES};
 use crate::retry::{decide_failure, FailureDecision};
 use crate::seal::is_sealed;
@@ -116,13 +116,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// start and still be covered by the job's lease (the caller checked it before calling; the
     /// checks here await the ledger, and an invocation may stall in them).
     pub(super) async fn run_claimed(&self, job: &JobRow, start_by: i64) -> Ran {
-        let Some(observer) = self.observer else { return self.attempt(job, start_by).await };
+        let Some(observer) = self.observer else { return self.attempt(job, start_by, None).await };
         // Observed (design §27.5): a span around the attempt, a data point when it ends.
         let started_at = self.clock.now_ms();
         let trace = job.trace().map(|t| t.run(&job.id, u32::try_from(job.attempts).unwrap_or(u32::MAX), &self.owner));
         let attempt = Attempt::of(job, started_at, trace.as_ref());
         let span = observer.open(&attempt.span_name(), &attempt.start_attributes(self.cfg.trace_keys_plain));
-        let ran = self.attempt(job, start_by).await;
+        let ran = self.attempt(job, start_by, span.as_deref()).await;
         let outcome = match ran.end {
             RunEnd::Done => Observed::Done,
             RunEnd::Dead => Observed::Dead,
@@ -139,8 +139,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         ran
     }
 
-    /// [`Self::run_claimed`]'s attempt itself.
-    async fn attempt(&self, job: &JobRow, start_by: i64) -> Ran {
+    /// [`Self::run_claimed`]'s attempt itself; the handler runs inside `span` (the run's, when it
+    /// is traced), the ledger's calls beside it.
+    async fn attempt(&self, job: &JobRow, start_by: i64, span: Option<&dyn Span>) -> Ran {
         let started_at = self.clock.now_ms();
         let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
         let sealed = job.payload.as_deref().is_some_and(is_sealed);
@@ -183,7 +184,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     timeout_ms: self.timeout_ms(job),
                     cancel: &cancel,
                 };
-                self.watched(job, &cancel, self.timed(job, self.runner.run(&cx))).await
+                self.watched(job, &cancel, self.timed(job, within(span, self.runner.run(&cx)))).await
             }
             Some(None) | None => Err(JobError::permanent("the ledger row has no readable payload")),
         };

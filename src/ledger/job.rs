@@ -133,6 +133,10 @@ pub struct JobRow {
     /// them; empty elsewhere.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waiting_on: Vec<String>,
+    /// The jobs still waiting on it (design §24: its `job_waiter` rows, deleted as each is
+    /// released), as a read of one job (`get.sql`) gives them; empty elsewhere.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waited_by: Vec<String>,
     /// Read back by the transition that finished it (`complete.sql`, `fail.sql`): jobs wait on it
     /// (design §24). `false` wherever not read.
     #[serde(skip)]
@@ -211,6 +215,9 @@ impl JobRow {
             superseded_at: int("superseded_at"),
             debounce_until: int("debounce_until"),
             waiting_on: text("waiting_on")
+                .and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
+                .unwrap_or_default(),
+            waited_by: text("waited_by")
                 .and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
                 .unwrap_or_default(),
             waited: int("waited") == Some(1),

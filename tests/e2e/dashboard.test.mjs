@@ -264,7 +264,7 @@ test("the dashboard lists a schedule with its last job, and pauses and resumes i
   }
 });
 
-test("the dashboard shows what a job waits for and a batch's progress on its callback", async () => {
+test("the dashboard shows what a job waits for, what waits for it, and a batch's progress on its callback", async () => {
   const w = await start();
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
   try {
@@ -281,6 +281,13 @@ test("the dashboard shows what a job waits for and a batch's progress on its cal
     await page.evaluate(() => show("b"));
     await page.waitForSelector('#detail[data-id="b"]');
     assert.match(await page.textContent("#facts"), /waits for a/);
+    // a, still running, names what waits on it, each a link to its job.
+    await page.evaluate(() => show("a"));
+    await page.waitForSelector('#detail[data-id="a"]');
+    assert.match(await page.textContent("#facts"), /waited for by b, cb/);
+    await page.click('#facts a.job:text-is("cb")');
+    await page.waitForSelector('#detail[data-id="cb"]');
+    assert.match(await page.textContent("#facts"), /waits for a, b/);
     await waitFor(async () => (await w.job("cb"))?.status === "DONE", "the callback DONE");
     await page.evaluate(() => show("cb"));
     await page.waitForSelector('#detail[data-id="cb"]');

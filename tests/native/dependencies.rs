@@ -257,6 +257,9 @@ fn a_diamond_over_three_keys_runs_each_job_after_the_jobs_it_names() {
         ]);
         assert_eq!(answer["jobs"].as_array().map(Vec::len), Some(4));
         assert_eq!(w.job("d")["waiting_on"], json!(["b", "c"]), "GET /jobs/{{id}} shows what it waits on");
+        assert_eq!(w.job("a")["waited_by"], json!(["b", "c"]), "and what waits on it, in its own shard");
+        assert_eq!(w.job("b")["waited_by"], json!(["d"]));
+        assert!(w.job("d").get("waited_by").is_none(), "nothing waits on d");
         let first = w.sent_since();
         assert_eq!(first.len(), 1, "only a is sent: the others wait in the ledger, not in the queue");
         w.delivered.set(0);
@@ -273,6 +276,7 @@ fn a_diamond_over_three_keys_runs_each_job_after_the_jobs_it_names() {
             assert_eq!(w.status(id), "DONE");
         }
         assert!(w.job("d").get("waiting_on").is_none(), "nothing left to wait on");
+        assert!(w.job("a").get("waited_by").is_none(), "its dependents released: none wait on it");
         // Nothing polled: every delivery ran a job.
         assert_eq!(w.queue.batches.borrow().iter().flatten().count(), 4, "one message per job");
     }

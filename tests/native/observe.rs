@@ -10,7 +10,7 @@ use orderly::handlers::{Done, JobContext, JobError, Runner};
 use orderly::observe::Attr;
 use serde_json::json;
 
-use crate::support::consumer::ConsumerWorld;
+use crate::support::consumer::{ConsumerWorld, Observed};
 
 const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -133,4 +133,62 @@ fn trace_keys_plain_names_keys_as_they_are() {
     w.drain_with(&Mixed::default());
     let spans = w.observed.spans.borrow();
     assert_eq!(text(&spans[0].1, "orderly.job.ordering_key").as_deref(), Some("alice"));
+}
+
+/// A run as [`Inside`] saw it: its job, and the span entered at each of its polls.
+type SeenRun = (String, Vec<Option<usize>>);
+
+/// Records which span is entered while the handler runs: at its start, and again after it has
+/// yielded once (a second poll, as a fetch's answer would wake it).
+struct Inside<'a> {
+    observed: &'a Observed,
+    runs: RefCell<Vec<SeenRun>>,
+}
+
+impl Runner for Inside<'_> {
+    async fn run(&self, job: &JobContext<'_>) -> Result<Done, JobError> {
+        let first = self.observed.entered.get();
+        let mut yielded = false;
+        std::future::poll_fn(|cx| {
+            if std::mem::replace(&mut yielded, true) {
+                return std::task::Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        })
+        .await;
+        let second = self.observed.entered.get();
+        self.runs.borrow_mut().push((job.id.to_string(), vec![first, second]));
+        Ok(Done::default())
+    }
+}
+
+#[test]
+fn a_handler_runs_inside_its_own_run_s_span() {
+    for mode in [OrderingMode::Lock, OrderingMode::Strict] {
+        let w = ConsumerWorld::new(Config { ordering_mode: mode, ..Config::default() });
+        let jobs: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|id| json!({"id": id, "payload": {"type": "webhook", "url": "https://h.test/"}, "ordering_key": id}))
+            .collect();
+        let r = w.call("POST", "/jobs", Some(json!({ "jobs": jobs })));
+        assert_eq!(r.status, 202, "{}", r.body);
+        let inside = Inside { observed: &w.observed, runs: RefCell::default() };
+        w.drain_with(&inside);
+        // Entered only while the run's own polls run: the ledger's calls between are beside it.
+        assert_eq!(w.observed.entered.get(), None, "{mode:?}: no span stays entered after its run");
+        let spans = w.observed.spans.borrow();
+        let runs = inside.runs.borrow();
+        assert_eq!(runs.len(), 3, "{mode:?}: {runs:?}");
+        for (id, polls) in runs.iter() {
+            for entered in polls {
+                let span = entered.unwrap_or_else(|| panic!("{mode:?}: {id} ran outside any span: {polls:?}"));
+                assert_eq!(
+                    text(&spans[span].1, "orderly.job.id").as_deref(),
+                    Some(id.as_str()),
+                    "{mode:?}: {id}'s own span"
+                );
+            }
+        }
+    }
 }

@@ -43,17 +43,25 @@ impl Runner for Recorder {
 pub type SeenSpan = (String, Vec<Attribute>, Option<Vec<Attribute>>);
 
 /// What an observer saw (design §27.5): each span opened (its name and start attributes), its end
-/// attributes once ended, and each data point, in order.
+/// attributes once ended, and each data point, in order; and which span is entered now (its
+/// index), as a handler running inside it would see.
 #[derive(Default)]
 pub struct Observed {
     pub spans: RefCell<Vec<SeenSpan>>,
     pub points: RefCell<Vec<DataPoint>>,
+    pub entered: Cell<Option<usize>>,
 }
 
 /// A span of [`Observed`]: its index there.
 struct RecordedSpan<'a>(&'a Observed, usize);
 
 impl Span for RecordedSpan<'_> {
+    fn enter(&self, step: &mut dyn FnMut()) {
+        let outer = self.0.entered.replace(Some(self.1));
+        step();
+        self.0.entered.set(outer);
+    }
+
     fn end(self: Box<Self>, attrs: &[Attribute]) {
         let ended = &mut self.0.spans.borrow_mut()[self.1].2;
         assert!(ended.is_none(), "a span ended twice");
