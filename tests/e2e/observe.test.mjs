@@ -9,6 +9,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { start, webhook, waitFor, TOKEN } from "./harness.mjs";
+import { documentedColumns } from "./analytics-sql.mjs";
 
 const PAYLOAD_KEY = `k1:${Buffer.alloc(32, 7).toString("base64")}`;
 
@@ -63,7 +64,12 @@ test("every finished attempt is one data point with its outcome: done, retry, de
     const points = recorded(w);
     const outcomes = points.map((p) => p.blobs[1]).sort();
     assert.deepEqual(outcomes, ["cancelled", "dead", "done", "done", "done", "done", "retry"], JSON.stringify(points));
+    // Each point has the fields docs/operations.md's table names, which the docs' SQL and the
+    // Grafana dashboard read (grafana.test.mjs).
+    const columns = documentedColumns();
+    const count = (kind) => columns.filter((c) => c.startsWith(kind)).length;
     for (const p of points) {
+      assert.deepEqual([p.blobs.length, p.doubles.length, p.indexes.length], [count("blob"), count("double"), count("index")], JSON.stringify(p));
       assert.deepEqual([p.blobs[0], p.indexes], ["webhook", ["webhook"]], JSON.stringify(p));
       const [wait, run, attempt, priority] = p.doubles;
       assert.ok(wait >= 0 && run >= 0 && attempt >= 1 && priority >= 0, JSON.stringify(p));
