@@ -106,6 +106,20 @@ export function counted(env) {
   };
 }
 
+/** The event context orderly is handed: as workerd gives it, or, for the `-bare` consumers
+ * (BENCH_OBSERVE = "bare"), without Workers' tracing API, so that orderly observes nothing: the
+ * bench's measure of what being observed costs (docs/performance.md). */
+export function context(ctx, env) {
+  if (env.BENCH_OBSERVE !== "bare") return ctx;
+  return new Proxy(ctx, {
+    get(target, name) {
+      if (name === "tracing") return undefined;
+      const value = Reflect.get(target, name);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
 /** `/__stats`, `/__reset` and `/__outbox` answers, or null for other requests. */
 export function statsRoute(request) {
   const path = new URL(request.url).pathname;

@@ -34,8 +34,12 @@
 //   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent,throttle5,throttle100,throttle100burst10,quiet,hotlimit,hotlate
 //   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane
 //   (`shards-api`: strict mode, POST /jobs, the ledger on four Durable Object shards)
+//   BENCH_CONSUMERS=strict-api-bare,strict-api,strict-api-metrics: orderly observed or not (design
+//   §27.5): `-bare` hides the tracing API and has no metrics binding, `-metrics` has miniflare's
+//   Analytics Engine dataset; the "workerd CPU ms/job" column is the consumer's workerd processes'
+//   CPU time (/proc) from submission to the drain's end, over the jobs
 import { Miniflare } from "miniflare";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { migrate, MODULES_RULES, WORKER_GZIP_BUDGET, workerSize, writeAtomically } from "../tests/e2e/harness.mjs";
@@ -177,7 +181,46 @@ function target() {
   return t;
 }
 
-async function startConsumer(kind, t, lane, limits) {
+/** How much orderly is observed (design §27.5), from a consumer name's last part: `bare`, nothing
+ * (the tracing API hidden, no metrics binding); `metrics`, spans and an Analytics Engine dataset
+ * (miniflare's); otherwise spans only, as a deployment without the binding. Under local workerd the
+ * spans are the real API's calls, recorded nowhere (`isTraced` is false), as with tracing off. */
+const observation = (parts) => parts.find((p) => p === "bare" || p === "metrics") ?? "spans";
+
+/** The CPU time (user + system, ms) the workerd processes under this one have used so far: the
+ * consumer's worker and its local KV, D1 and Durable Objects, as Linux counts it (/proc). Null
+ * where there is no /proc. */
+export function workerdCpuMs() {
+  let entries;
+  try {
+    entries = readdirSync("/proc").filter((d) => /^\d+$/.test(d));
+  } catch {
+    return null;
+  }
+  const procs = new Map();
+  for (const pid of entries) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      // The command sits in parentheses and may hold spaces; the fields after it are fixed.
+      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      procs.set(Number(pid), { comm, ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) });
+    } catch {
+      // The process ended between the listing and the read.
+    }
+  }
+  const under = (pid) => {
+    for (let p = procs.get(pid)?.ppid; p; p = procs.get(p)?.ppid) if (p === process.pid) return true;
+    return false;
+  };
+  let ticks = 0;
+  for (const [pid, p] of procs) if (p.comm === "workerd" && under(pid)) ticks += p.ticks;
+  return (ticks * 1000) / CLOCK_TICKS;
+}
+/** Linux's USER_HZ, the unit of /proc's CPU times: 100 on every architecture Linux runs here. */
+const CLOCK_TICKS = 100;
+
+async function startConsumer(kind, t, lane, limits, observe = "spans") {
   const common = {
     modules: true,
     modulesRules: MODULES_RULES,
@@ -197,10 +240,12 @@ async function startConsumer(kind, t, lane, limits) {
     scriptPath: join(root, "build/bench-orderly.mjs"),
     d1Databases: ["DB"],
     queueProducers: { JOBS: { queueName: "orderly-jobs" } },
+    ...(observe === "metrics" ? { analyticsEngineDatasets: { ORDERLY_METRICS: { dataset: "orderly" } } } : {}),
     ...(shards ? { durableObjects: { LEDGER_OBJECT: { className: "OrderlyLedger", useSQLite: true } } } : {}),
     bindings: {
       ...vars,
       ORDERING_MODE: mode,
+      BENCH_OBSERVE: observe,
       BENCH_LANE: lane ? "1" : "0",
       ...(limits ? { LIMITS: JSON.stringify(limits) } : {}),
       ...(shards ? { LEDGER: "do", LEDGER_SHARDS: String(shards) } : {}),
@@ -349,11 +394,13 @@ function startRate(starts) {
 
 /** One consumer on one workload at one concurrency: medians over RUNS. */
 export async function measure(consumer, name, concurrency) {
-  const [kind, path, lane] = consumer.split("-");
+  const [kind, path, ...rest] = consumer.split("-");
   const results = [];
   for (let r = 0; r < RUNS; r++) {
     const t = target();
-    const { mf, worker } = await startConsumer(kind, t, lane === "lane", FLOW[name]?.limits);
+    const { mf, worker } = await startConsumer(kind, t, rest.includes("lane"), FLOW[name]?.limits, observation(rest));
+    // The consumer's workerd alone runs from here to the drain's end (one Miniflare at a time).
+    const cpu0 = workerdCpuMs();
     try {
       const jobs = workload(name);
       let initial;
@@ -379,6 +426,7 @@ export async function measure(consumer, name, concurrency) {
           `it began ${median(q.submitLagMs)} ms (median), ${p95(q.submitLagMs)} ms (p95) after its arrival time`);
       }
       const stats = await (await mf.dispatchFetch("http://bench.test/__stats")).json();
+      const cpuMs = cpu0 === null ? null : workerdCpuMs() - cpu0;
       const purged = kind === "lock" || kind === "strict" ? await purge(mf) : { rowsWritten: 0, rowsRead: 0, statements: 0 };
       const sub = (k) => submitted?.[k] ?? 0;
       if (process.env.BENCH_PROFILE === "1") {
@@ -389,7 +437,7 @@ export async function measure(consumer, name, concurrency) {
           console.log(`  ${fmt(p.rowsWritten / jobs.length).padStart(7)} w ${fmt(p.rowsRead / jobs.length).padStart(8)} r ${fmt(p.statements / jobs.length).padStart(6)} st  ${sql}`);
         }
       }
-      results.push({ ...q, ...stats, jobs: jobs.length, runs: t.runs, inversions: t.inversions, neverRun: jobs.length - t.done.size,
+      results.push({ ...q, ...stats, cpuMs, jobs: jobs.length, runs: t.runs, inversions: t.inversions, neverRun: jobs.length - t.done.size,
         urgentAfter: t.urgentAfter.length ? median(t.urgentAfter) : null,
         ...startRate(t.starts), quietP95: t.quietWaits.length ? p95(t.quietWaits) : null,
         // Whole life: submission, every delivery and transition, the purge.
@@ -409,6 +457,7 @@ export async function measure(consumer, name, concurrency) {
   const perJob = (k) => pick(k) / results[0].jobs;
   return {
     drainMs: pick("drainMs"),
+    cpuMsPerJob: results[0].cpuMs === null ? null : perJob("cpuMs"),
     deliveriesPerJob: perJob("deliveries"),
     kvOpsPerJob: perJob("kvOps"),
     d1PerJob: perJob("d1RoundTrips"),
@@ -461,10 +510,11 @@ async function main() {
     `${((100 * w.gzip) / WORKER_GZIP_BUDGET).toFixed(0)}% of it); its module compiles in ${w.compileMs.toFixed(1)} ms (median of 5)\n`);
   console.log(`${MESSAGES} jobs per workload, median of ${RUNS} run(s), batches of ${MAX_BATCH}, max_retries ${MAX_RETRIES}, ` +
     `handler latency ${HANDLER_LATENCY_MS} ms; api = submitted through POST /jobs, direct = sent straight to the queue\n`);
-  const header = ["workload", "C", "consumer", "drain ms", "deliveries/job", "inversions", "never run", "dead-lettered", "KV ops/job", "D1 trips/job", "handler runs/job", "backlog before urgent"];
+  const header = ["workload", "C", "consumer", "drain ms", "workerd CPU ms/job", "deliveries/job", "inversions", "never run", "dead-lettered", "KV ops/job", "D1 trips/job", "handler runs/job", "backlog before urgent"];
   const rows = [header];
   const costs = [["workload", "C", "consumer", "D1 rows written/job", "D1 rows read/job", "D1 statements/job", "Queues ops/job", "KV reads/job", "KV writes/job", "DO requests/job", "USD per million jobs", "jobs/day on the free plan"]];
   const drains = new Map();
+  const cpus = new Map();
   const flow = [["workload", "C", "consumer", "configured", "starts/s over the run", "achieved/configured", "most starts in 1 s", "longest gap ms", "deliveries/job", "quiet jobs' p95 wait ms"]];
   const quietP95 = new Map();
   for (const name of WORKLOADS) {
@@ -486,8 +536,9 @@ async function main() {
           if (x.quietP95 !== null) quietP95.set(`${name}/${consumer}`, x.quietP95);
         }
         drains.set(`${name}/${c}/${consumer}`, x.drainMs);
+        cpus.set(`${name}/${c}/${consumer}`, x.cpuMsPerJob);
         const orderly = consumer.startsWith("lock") || consumer.startsWith("strict") || consumer.startsWith("shards");
-        rows.push([name, String(c), consumer, String(x.drainMs), fmt(x.deliveriesPerJob), name === "unkeyed" ? "-" : String(x.inversions),
+        rows.push([name, String(c), consumer, String(x.drainMs), x.cpuMsPerJob === null ? "-" : fmt(x.cpuMsPerJob), fmt(x.deliveriesPerJob), name === "unkeyed" ? "-" : String(x.inversions),
           String(x.neverRun), String(x.deadLettered), fmt(x.kvOpsPerJob), orderly ? fmt(x.d1PerJob) : "-", fmt(x.runsPerJob),
           x.urgentAfter === null ? "-" : `${x.urgentAfter} of ${MESSAGES}`]);
         if (name !== "urgent") {
@@ -525,6 +576,16 @@ async function main() {
   const ratios = [["comparison", "ratio (below 1: the first is faster)"]];
   const add = (label, a, b) => { if (d(a) && d(b)) ratios.push([label, fmt(d(a) / d(b))]); };
   add("strict-api hot C=16 / lock-api hot C=1", "hot/16/strict-api", "hot/1/lock-api");
+  // What being observed costs (design §27.5): spans, and spans with metrics, against neither.
+  for (const w of WORKLOADS) {
+    for (const c of CONCURRENCY) {
+      for (const [on, what] of [["strict-api", "spans"], ["strict-api-metrics", "spans and metrics"]]) {
+        const [a, b] = [`${w}/${c}/${on}`, `${w}/${c}/strict-api-bare`];
+        add(`${on} ${w} C=${c} / strict-api-bare: drain (${what} on / off)`, a, b);
+        if (cpus.get(a) && cpus.get(b)) ratios.push([`${on} ${w} C=${c} / strict-api-bare: workerd CPU per job (${what} on / off)`, fmt(cpus.get(a) / cpus.get(b))]);
+      }
+    }
+  }
   add("strict-api keys20 C=4 / lock-api keys20 C=1", "keys20/4/strict-api", "keys20/1/lock-api");
   add("shards-api keys20 C=4 / strict-api keys20 C=4 (LEDGER do / d1)", "keys20/4/shards-api", "keys20/4/strict-api");
   add("strict-api keys20 C=4 / strict-api unkeyed C=4", "keys20/4/strict-api", "unkeyed/4/strict-api");

@@ -58,3 +58,40 @@ test("the benchmark counts one job's D1 rows, statements and queue operations as
     { written: byHand.written, read: byHand.read, statements: byHand.statements, queueOps: 3, kv: 0 },
   );
 });
+
+test("the benchmark's observation switch hides only the tracing API, and its CPU counter counts workerd's time", ONCE, async () => {
+  // `-bare` consumers: orderly is handed the event context without `tracing` (design §27.5);
+  // the rest of the context works as before, on the real context.
+  const { context } = await import("../../bench/counting.mjs");
+  const calls = [];
+  const ctx = { tracing: { enterSpan() {} }, waitUntil(p) { calls.push(this === ctx && p); } };
+  assert.equal(context(ctx, {}), ctx, "spans: the context as workerd gives it");
+  const bare = context(ctx, { BENCH_OBSERVE: "bare" });
+  assert.equal(typeof Reflect.get(bare, "tracing"), "undefined", "bare: no tracing API");
+  const p = Promise.resolve();
+  bare.waitUntil(p);
+  assert.deepEqual(calls, [p], "waitUntil still reaches the real context");
+
+  // The counter: a worker that computes for a while shows as workerd CPU time; one that idles, not.
+  const { workerdCpuMs } = await import("../../bench/run.mjs");
+  const script = `export default { fetch(r) {
+    let x = 0; const n = Number(new URL(r.url).searchParams.get("n"));
+    for (let i = 0; i < n; i++) x = (x * 31 + i) | 0;
+    return new Response(String(x));
+  } }`;
+  const mf = new Miniflare({ modules: true, script, cf: false });
+  try {
+    await (await mf.dispatchFetch("http://bench.test/?n=1")).text();
+    const before = workerdCpuMs();
+    await new Promise((r) => setTimeout(r, 300));
+    const idle = workerdCpuMs() - before;
+    const t0 = performance.now();
+    await (await mf.dispatchFetch("http://bench.test/?n=300000000")).text();
+    const wall = performance.now() - t0;
+    const busy = workerdCpuMs() - before - idle;
+    assert.ok(idle < 100, `idle for 300 ms: ${idle} ms of CPU`);
+    assert.ok(busy >= 0.5 * wall && wall >= 100, `computing for ${wall.toFixed(0)} ms: ${busy} ms of CPU`);
+  } finally {
+    await mf.dispose();
+  }
+});

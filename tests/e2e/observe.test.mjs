@@ -8,9 +8,12 @@
 // called for every span: the runs' spans are opened and ended with no error there.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { start, webhook, waitFor, TOKEN } from "./harness.mjs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { start, webhook, waitFor, TARGET, TOKEN } from "./harness.mjs";
 import { documentedColumns } from "./analytics-sql.mjs";
 
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const PAYLOAD_KEY = `k1:${Buffer.alloc(32, 7).toString("base64")}`;
 
 /** Analytics Engine's limits on one data point (developers.cloudflare.com/analytics/analytics-engine/limits). */
@@ -39,10 +42,16 @@ const recorded = (w) =>
     }
   });
 
-test("every finished attempt is one data point with its outcome: done, retry, dead, cancelled, a sealed job and a batch callback", async () => {
+test("every finished attempt is one data point with its outcome: done, retry, snooze, dead, cancelled, a sealed job and a batch callback", async () => {
   const w = await start({
-    vars: { PAYLOAD_KEY },
-    extraWorkers: [{ name: "metrics-recorder", modules: true, script: RECORDER }],
+    vars: { PAYLOAD_KEY, SERVICE_HANDLERS: "notify=APP" },
+    // examples/js-handler's Worker runs "notify" jobs; the target's /limit/1/ path has it snooze once.
+    extraWorkers: (target) => [
+      { name: "metrics-recorder", modules: true, script: RECORDER },
+      { name: "js-handler", modules: true, scriptPath: join(root, "examples/js-handler/src/index.js"), compatibilityDate: "2026-08-01",
+        outboundService: (request) => target.handle(request) },
+    ],
+    serviceBindings: { APP: { name: "js-handler", entrypoint: "Handler" } },
     workerOptions: { wrappedBindings: { ORDERLY_METRICS: { scriptName: "metrics-recorder" } } },
   });
   try {
@@ -52,28 +61,33 @@ test("every finished attempt is one data point with its outcome: done, retry, de
       { id: "obs-dead", payload: webhook("/status/404/obs-dead") },
       { id: "obs-sealed", payload: webhook("/ok/obs-sealed"), sensitive: true },
       { id: "obs-held", payload: webhook("/hold/30000/obs-held") },
+      { id: "obs-nap", payload: { type: "notify", endpoint: `${TARGET}/limit/1/obs-nap`, message: "later, please" } },
     ], then: { id: "obs-then", payload: webhook("/ok/obs-then") } });
     assert.equal(r.status, 202, r.text);
     await waitFor(() => w.target.to("/hold/30000/obs-held").length === 1, "the held webhook running");
     assert.equal((await w.api("POST", "/jobs/obs-held/cancel")).status, 202, "a running job: asked to stop");
-    for (const id of ["obs-ok", "obs-flaky", "obs-dead", "obs-sealed", "obs-held", "obs-then"]) {
+    for (const id of ["obs-ok", "obs-flaky", "obs-dead", "obs-sealed", "obs-held", "obs-nap", "obs-then"]) {
       await waitFor(async () => ["DONE", "DEAD"].includes((await w.job(id))?.status), `${id} finished`, 30_000);
     }
     // The callback's point is written as its run ends, a moment after its row is DONE.
-    await waitFor(() => recorded(w).length >= 7, "seven data points", 10_000);
+    await waitFor(() => recorded(w).length >= 9, "nine data points", 10_000);
     const points = recorded(w);
     const outcomes = points.map((p) => p.blobs[1]).sort();
-    assert.deepEqual(outcomes, ["cancelled", "dead", "done", "done", "done", "done", "retry"], JSON.stringify(points));
+    assert.deepEqual(outcomes, ["cancelled", "dead", "done", "done", "done", "done", "done", "retry", "snooze"], JSON.stringify(points));
     // Each point has the fields docs/operations.md's table names, which the docs' SQL and the
     // Grafana dashboard read (grafana.test.mjs).
     const columns = documentedColumns();
     const count = (kind) => columns.filter((c) => c.startsWith(kind)).length;
     for (const p of points) {
       assert.deepEqual([p.blobs.length, p.doubles.length, p.indexes.length], [count("blob"), count("double"), count("index")], JSON.stringify(p));
-      assert.deepEqual([p.blobs[0], p.indexes], ["webhook", ["webhook"]], JSON.stringify(p));
+      assert.ok(["webhook", "notify"].includes(p.blobs[0]), JSON.stringify(p));
+      assert.deepEqual(p.indexes, [p.blobs[0]], JSON.stringify(p));
       const [wait, run, attempt, priority] = p.doubles;
       assert.ok(wait >= 0 && run >= 0 && attempt >= 1 && priority >= 0, JSON.stringify(p));
     }
+    // The snooze and the run after it: both attempt 1 (a snooze spends no attempt).
+    const notify = points.filter((p) => p.blobs[0] === "notify").map((p) => [p.blobs[1], p.doubles[2]]);
+    assert.deepEqual(notify, [["snooze", 1], ["done", 1]]);
     const retried = points.filter((p) => p.doubles[2] === 2);
     assert.equal(retried.length, 1, "the flaky job's second attempt counts as attempt 2");
     const held = points.find((p) => p.blobs[1] === "cancelled");
