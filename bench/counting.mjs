@@ -112,6 +112,7 @@ export function counted(env) {
 export function context(ctx, env) {
   if (env.BENCH_OBSERVE !== "bare") return ctx;
   return new Proxy(ctx, {
+    has: (target, name) => name !== "tracing" && Reflect.has(target, name),
     get(target, name) {
       if (name === "tracing") return undefined;
       const value = Reflect.get(target, name);

@@ -68,6 +68,7 @@ test("the benchmark's observation switch hides only the tracing API, and its CPU
   assert.equal(context(ctx, {}), ctx, "spans: the context as workerd gives it");
   const bare = context(ctx, { BENCH_OBSERVE: "bare" });
   assert.equal(typeof Reflect.get(bare, "tracing"), "undefined", "bare: no tracing API");
+  assert.ok(!("tracing" in bare), "bare: not even its name");
   const p = Promise.resolve();
   bare.waitUntil(p);
   assert.deepEqual(calls, [p], "waitUntil still reaches the real context");
@@ -90,7 +91,9 @@ test("the benchmark's observation switch hides only the tracing API, and its CPU
     const wall = performance.now() - t0;
     const busy = workerdCpuMs() - before - idle;
     assert.ok(idle < 100, `idle for 300 ms: ${idle} ms of CPU`);
-    assert.ok(busy >= 0.5 * wall && wall >= 100, `computing for ${wall.toFixed(0)} ms: ${busy} ms of CPU`);
+    // A fixed computation's CPU time hardly moves when other processes share the cores (its wall
+    // time does): at least 100 ms of it, and no more than the time it took.
+    assert.ok(busy >= 100 && busy <= wall + 50, `computing for ${wall.toFixed(0)} ms: ${busy} ms of CPU`);
   } finally {
     await mf.dispose();
   }

@@ -22,7 +22,8 @@ test("the dashboard imports onto the Analytics Engine data source, every panel a
   const d = JSON.parse(read("docs/grafana-dashboard.json"));
   const [input] = d.__inputs;
   assert.deepEqual([d.__inputs.length, input.type, input.pluginId], [1, "datasource", PLUGIN]);
-  assert.ok(d.__requires.some((r) => r.type === "datasource" && r.id === PLUGIN));
+  // 3.1.1: the first release after 3.0.0 broke queries of Analytics Engine (Altinity/clickhouse-grafana#558).
+  assert.deepEqual(d.__requires.filter((r) => r.type === "datasource").map((r) => [r.id, r.version]), [[PLUGIN, "3.1.1"]]);
   const uid = `\${${input.name}}`;
   assert.ok(d.panels.length >= 4);
   for (const p of d.panels) {
@@ -32,6 +33,9 @@ test("the dashboard imports onto the Analytics Engine data source, every panel a
     for (const t of p.targets) {
       assert.deepEqual(t.datasource, { type: PLUGIN, uid }, p.title);
       assert.ok(["time_series", "table"].includes(t.format), p.title);
+      // The plugin otherwise rewrites a chart's last point from the two before it (a made-up p95).
+      assert.equal(t.extrapolate, false, p.title);
+      assert.match(t.query, /\nFROM \$\{dataset:raw\}\n/, `${p.title}: the dataset unquoted`);
       // A time series' first column is the plugin's time: milliseconds, named t.
       if (t.format === "time_series") assert.match(t.query, /^SELECT intDiv\(toUInt32\(timestamp\), \d+\) \* \d+ \* 1000 AS t,/, p.title);
     }
@@ -65,7 +69,19 @@ test("the checker knows the columns and outcomes orderly writes, and reports eac
     [good.replace("FROM orderly", "FROM jobs"), /FROM jobs: not the dataset/],
     [`${good.replace("GROUP", "AND $timeFilter GROUP")}`, /\$timeFilter: a macro or variable nothing expands/],
     [good.replace(" FROM orderly", ""), /no FROM/],
+    [good.replace("FROM orderly", "FROM $dataset"), /\$dataset: a macro or variable nothing expands/],
+    [good.replace("FROM orderly", "FROM ${dataset:text}"), /nothing expands/],
+    [good.replace("blob1 AS type", "blob3 AS blob3"), /blob3: no such column/],
+    [good.replace("blob1 AS type", "blob1 AS type, type AS t"), /type: no such column/],
+    [good.replace("blob2 = 'done'", "'failed' = blob2"), /no attempt ends 'failed'/],
+    [good.replace("blob2 = 'done'", "blob2 IN ('done', 'failed')"), /no attempt ends 'failed'/],
+    [good.replace("blob2 = 'done'", "blob2 <> 'failed'"), /no attempt ends 'failed'/],
+    [good.replace("blob2 = 'done'", "timestamp > NOW() - INTERVAL 1 DAY"), /INTERVAL 1: .* quoted/],
+    [good.replace("GROUP BY type", "GROUP BY type HAVING runs > 1"), /HAVING: no such column/],
+    [good.replace("blob2 = 'done'", "timestamp > today()"), /today\(\): not a function/],
   ];
+  assert.deepEqual(problems(good.replace("blob2 = 'done'", "timestamp > NOW() - INTERVAL '1' DAY AND blob2 IN ('done', 'dead')")), []);
+  assert.deepEqual(problems(good.replace("FROM orderly", "FROM ${dataset:raw}")), []);
   for (const [sql, why] of cases) assert.match(problems(sql).join("\n"), why, sql);
   // A docs table that lost a row is seen: the columns come from the page, not from the checker.
   const page = read("docs/operations.md").replace("| `double2` | run time, ms |\n", "");
