@@ -99,6 +99,11 @@ export interface Job {
   waiting_on?: string[];
   /** The jobs that run after it (a batch's callback among them) and wait on it still. */
   waited_by?: string[];
+  /** A batch's job: the batch it is part of (its callback's id), for as long as it lives. */
+  batch_id?: string;
+  /** The W3C trace context it was submitted with, if any. */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** A batch's progress (GET /batches/{id}). */

@@ -172,6 +172,7 @@ fn submit_of<'a>(cfg: &Config, job: &'a Parsed, after: &'a [(String, Place)], no
         after,
         after_dead: job.after_dead,
         batch: job.batch,
+        in_batch: job.in_batch.as_deref(),
         trace: job.trace.as_ref(),
     }
 }
@@ -496,7 +497,12 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         }
         if let Some(then) = then {
             match self.callback(cfg, then, &jobs, now) {
-                Ok(callback) => jobs.push(callback),
+                Ok(callback) => {
+                    for member in &mut jobs {
+                        member.in_batch = Some(callback.spec.id.clone());
+                    }
+                    jobs.push(callback);
+                }
                 Err(refused) => return Ok(Err(Submission::Refused(refused))),
             }
         }

@@ -57,6 +57,8 @@ pub(super) struct Parsed {
     pub(super) after_dead: AfterDead,
     /// A batch's callback, `after` its members (design §25).
     pub(super) batch: bool,
+    /// A batch's member: the batch's id (its callback's).
+    pub(super) in_batch: Option<String>,
     /// The trace context it belongs to (design §27).
     pub(super) trace: Option<TraceContext>,
 }
@@ -352,7 +354,7 @@ pub(super) fn parse_job(
     };
     let debounce_until = f.debounce.map(|(_, cap)| now + i64::from(cap) * 1000);
     let (delay, on_duplicate, after, after_dead, trace) = (f.delay, f.on_duplicate, f.after, f.after_dead, f.trace);
-    Ok(Parsed { spec, msg, delay, sensitive, on_duplicate, debounce_until, after, after_dead, batch: false, trace })
+    Ok(Parsed { spec, msg, delay, sensitive, on_duplicate, debounce_until, after, after_dead, batch: false, in_batch: None, trace })
 }
 
 /// A bulk operation's body, `{"filter": {...}, "dry_run"?: bool}`: its filter's fields and

@@ -141,6 +141,9 @@ pub struct JobRow {
     /// (design §24). `false` wherever not read.
     #[serde(skip)]
     pub waited: bool,
+    /// The batch it is a member of (design §25): its callback's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<String>,
     /// The W3C trace context it was submitted with (design §27), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
@@ -221,6 +224,8 @@ impl JobRow {
                 .and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
                 .unwrap_or_default(),
             waited: int("waited") == Some(1),
+            // Before migration 0019 there is no such column: no batch.
+            batch_id: text("batch_id"),
             // Before migration 0018 there are no such columns: no trace context.
             traceparent: text("traceparent"),
             tracestate: text("tracestate"),
@@ -287,6 +292,8 @@ pub struct Submit<'a> {
     pub after_dead: AfterDead,
     /// It is a batch's callback and `after` its members (design §25).
     pub batch: bool,
+    /// It is a member of the batch with this id (its callback's).
+    pub in_batch: Option<&'a str>,
     /// The trace context it was submitted with (design §27).
     pub trace: Option<&'a crate::trace::TraceContext>,
 }
@@ -304,6 +311,7 @@ impl<'a> Submit<'a> {
             after: &[],
             after_dead: AfterDead::Dead,
             batch: false,
+            in_batch: None,
             trace: None,
         }
     }

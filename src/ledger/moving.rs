@@ -1,18 +1,160 @@
 //! Moving a D1 ledger to shards (design §19.7), while delivery is paused: every job's row and
 //! history copied to the shard of its route, a page at a time and idempotently (a row copied
-//! again replaces its copy), then the counts checked. The worker serves it as `POST /ledger/move`
-//! and `GET /ledger/move` (`scripts/move-ledger.mjs` drives both), between a D1 ledger and the
-//! shard objects it will switch to.
+//! again replaces its copy), with what lives beside the jobs: a page's waits, waiters and batch
+//! members with it, every limit key's state and line, paused ordering key and schedule with the
+//! last page; then the counts checked, jobs by status and each table's rows. The worker serves it
+//! as `POST /ledger/move` and `GET /ledger/move` (`scripts/move-ledger.mjs` drives both), between
+//! a D1 ledger and the shard objects it will switch to. Every table of the schema is moved: a test
+//! holds [`TABLES`] to the migrations' tables, and [`stmt::JOB_COLUMNS`] to the job table's columns.
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::stmt;
 use super::job::{Counts, JobRow};
-use super::shards::Ledger;
 use super::route::Route;
-use super::store::{Row, Sql};
+use super::shards::Ledger;
+use super::stmt;
+use super::store::{Row, Sql, Stmt};
 use crate::error::InfraError;
+
+macro_rules! sql {
+    ($name:literal) => {
+        include_str!(concat!("sql/", $name, ".sql"))
+    };
+}
+
+/// Where a moved row goes among the shards.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Home {
+    /// The shard of the job this column names: copied with that job's page.
+    Job(&'static str),
+    /// The shard of the key this column names (`Route::key`): copied with the last page.
+    Key(&'static str),
+    /// The first shard (schedules, design §23): copied with the last page.
+    First,
+}
+
+/// A table a move copies besides `job` and `job_event`: how its rows are read from D1 (for a page's
+/// jobs, `after` and `last`; with the last page, whole), written into a shard (its columns in the
+/// import's order), and where each goes.
+pub(super) struct Table {
+    name: &'static str,
+    export: &'static str,
+    import: &'static str,
+    columns: &'static [&'static str],
+    home: Home,
+}
+
+/// Every table of the schema but `job` and `job_event` (and wrangler's `d1_migrations`).
+pub(super) const TABLES: [Table; 8] = [
+    Table {
+        name: "job_wait",
+        export: sql!("export_waits"),
+        import: sql!("import_wait"),
+        columns: &["job_id", "on_id", "on_route", "on_dead", "registered", "created_at"],
+        home: Home::Job("job_id"),
+    },
+    Table {
+        name: "job_waiter",
+        export: sql!("export_waiters"),
+        import: sql!("import_waiter"),
+        columns: &["on_id", "job_id", "job_route"],
+        home: Home::Job("on_id"),
+    },
+    Table {
+        name: "batch_member",
+        export: sql!("export_batch_members"),
+        import: sql!("import_batch_member"),
+        columns: &["batch_id", "member_id", "place", "status", "result", "finished_at"],
+        home: Home::Job("batch_id"),
+    },
+    Table {
+        name: "limit_state",
+        export: sql!("export_limit_states"),
+        import: sql!("import_limit_state"),
+        columns: &[
+            "limit_key",
+            "paused",
+            "tat_us",
+            "overridden",
+            "interval_us",
+            "tolerance_us",
+            "concurrency",
+            "trip_after",
+            "cooldown_ms",
+            "failures",
+            "opens",
+            "open_until",
+            "probe",
+            "updated_at",
+            "booked_us",
+        ],
+        home: Home::Key("limit_key"),
+    },
+    Table {
+        name: "limit_permit",
+        export: sql!("export_limit_permits"),
+        import: sql!("import_limit_permit"),
+        columns: &["limit_key", "job_id", "until", "handed"],
+        home: Home::Key("limit_key"),
+    },
+    Table {
+        name: "limit_wait",
+        export: sql!("export_limit_waits"),
+        import: sql!("import_limit_wait"),
+        columns: &["limit_key", "job_id", "since", "route"],
+        home: Home::Key("limit_key"),
+    },
+    Table {
+        name: "key_pause",
+        export: sql!("export_key_pauses"),
+        import: sql!("import_key_pause"),
+        columns: &["ordering_key", "paused_at"],
+        home: Home::Key("ordering_key"),
+    },
+    Table {
+        name: "schedule",
+        export: sql!("export_schedules"),
+        import: sql!("import_schedule"),
+        columns: &["name", "last_period", "last_job_id", "last_enqueued_at", "paused_at"],
+        home: Home::First,
+    },
+];
+
+impl Table {
+    /// Its rows to copy: a page's (jobs with ids in `(after, last]`), or, moved with the last
+    /// page, all.
+    pub(super) fn export(&self, after: &str, last: &str) -> Stmt {
+        match self.home {
+            Home::Job(_) => Stmt::bind(self.export, [("after", after.into()), ("last", last.into())]),
+            Home::Key(_) | Home::First => Stmt::bind(self.export, []),
+        }
+    }
+
+    /// One row into its shard.
+    pub(super) fn import(&self, row: &Row) -> Stmt {
+        Stmt::bind(self.import, self.columns.iter().map(|&c| (c, stmt::column(row, c))))
+    }
+
+    /// The shard a row goes to, among `shards`; `None` for a page's row whose job is not in the
+    /// page (none is: the job's id is what the page's range is of).
+    fn shard(&self, row: &Row, routes: &std::collections::HashMap<String, Route>, shards: usize) -> Option<usize> {
+        match self.home {
+            Home::Job(c) => text(row, c).and_then(|id| routes.get(&id)).map(|r| r.shard(shards)),
+            Home::Key(c) => text(row, c).map(|k| Route::key(&k).shard(shards)),
+            Home::First => Some(0),
+        }
+    }
+}
+
+/// Every table a move copies, with the columns it copies of each: a test holds these to the
+/// schema's, so a migration that adds a table or a column cannot leave it behind.
+#[cfg(any(test, feature = "testing"))]
+pub fn moved() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut all = vec![("job", stmt::JOB_COLUMNS.to_vec()), ("job_event", stmt::EVENT_COLUMNS.to_vec())];
+    all.extend(TABLES.iter().map(|t| (t.name, t.columns.to_vec())));
+    all
+}
 
 /// One page of a move.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -21,6 +163,9 @@ pub struct Copied {
     pub jobs: usize,
     /// History rows copied with them.
     pub events: usize,
+    /// The other rows copied: the jobs' waits, waiters and batch members, and with the last page
+    /// every limit key's state and line, paused key and schedule.
+    pub rows: usize,
     /// The id to continue after; `None` when every job has been copied.
     pub next: Option<String>,
 }
@@ -34,8 +179,21 @@ pub struct Verified {
     pub shards: Counts,
     /// Each shard's jobs by status, in shard order.
     pub per_shard: Vec<Counts>,
+    /// Each other table's rows: D1's, and the shards' summed.
+    pub tables: Vec<TableRows>,
     /// Whether the shards hold exactly what D1 holds.
     pub matches: bool,
+}
+
+/// A table's rows in a move's check (`move_rows.sql`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TableRows {
+    /// The table.
+    pub table: String,
+    /// D1's rows.
+    pub source: i64,
+    /// The shards' rows, summed.
+    pub shards: i64,
 }
 
 fn text(row: &Row, column: &str) -> Option<String> {
@@ -44,40 +202,72 @@ fn text(row: &Row, column: &str) -> Option<String> {
 
 impl<S: Sql> Ledger<S> {
     /// Copies up to `limit` of this (one-database) ledger's jobs after `after`, with their
-    /// history, into `to`'s shards: one request per shard touched.
+    /// history, waits, waiters and batches, into `to`'s shards; the last page (fewer than `limit`
+    /// jobs) also copies every limit key's state and line, paused key and schedule. Two reads of
+    /// D1 and one request per shard touched.
     pub async fn copy_to<T: Sql>(&self, to: &Ledger<T>, after: &str, limit: u32) -> Result<Copied, InfraError> {
         let from = self.shards.first().ok_or_else(|| InfraError::new("ledger", "no source database"))?;
         let jobs = from.sql.query(stmt::export_jobs(after, limit)).await?;
-        let Some(last) = jobs.last().and_then(|r| text(r, "id")) else {
-            return Ok(Copied { jobs: 0, events: 0, next: None });
-        };
-        let events = from.sql.query(stmt::export_events(after, &last)).await?;
+        let last = jobs.last().and_then(|r| text(r, "id"));
+        let next = last.clone().filter(|_| jobs.len() as u32 == limit);
+        // A page's own rows are read when it has jobs; the rest only with the last page.
+        let tables: Vec<&Table> = TABLES
+            .iter()
+            .filter(|t| if matches!(t.home, Home::Job(_)) { last.is_some() } else { next.is_none() })
+            .collect();
+        let upto = last.as_deref().unwrap_or(after);
+        let mut reads: Vec<Stmt> = tables.iter().map(|t| t.export(after, upto)).collect();
+        if last.is_some() {
+            reads.push(stmt::export_events(after, upto));
+        }
+        let mut read = if reads.is_empty() { Vec::new() } else { from.sql.batch(reads).await? };
+        let events = if last.is_some() { read.pop().unwrap_or_default() } else { Vec::new() };
         // Each row read as a job first: a row that does not fit the schema stops the move.
         let routes: std::collections::HashMap<String, Route> =
             JobRow::all(&jobs)?.into_iter().map(|j| (j.id.clone(), j.route())).collect();
+        let n = to.shards.len();
         // A job's rows and its history go to its shard in one batch: both or neither.
-        let mut per_shard: std::collections::BTreeMap<usize, Vec<super::store::Stmt>> = Default::default();
+        let mut per_shard: std::collections::BTreeMap<usize, Vec<Stmt>> = Default::default();
+        let mut put = |shard: Option<usize>, s: Stmt| {
+            shard.map(|i| per_shard.entry(i).or_default().push(s)).is_some()
+        };
         for row in &jobs {
-            let Some(r) = text(row, "id").and_then(|id| routes.get(&id).copied()) else { continue };
-            per_shard.entry(r.shard(to.shards.len())).or_default().push(stmt::import_job(row));
+            put(text(row, "id").and_then(|id| routes.get(&id)).map(|r| r.shard(n)), stmt::import_job(row));
         }
         for row in &events {
-            let Some(r) = text(row, "job_id").and_then(|id| routes.get(&id).copied()) else { continue };
-            per_shard.entry(r.shard(to.shards.len())).or_default().push(stmt::import_event(row));
+            put(text(row, "job_id").and_then(|id| routes.get(&id)).map(|r| r.shard(n)), stmt::import_event(row));
+        }
+        let mut rows = 0;
+        for (table, found) in tables.iter().zip(&read) {
+            for row in found {
+                rows += usize::from(put(table.shard(row, &routes, n), table.import(row)));
+            }
         }
         let writes = per_shard.into_iter().map(|(shard, stmts)| to.shards[shard].sql.batch(stmts));
         for written in futures::future::join_all(writes).await {
             written?;
         }
-        let next = (jobs.len() as u32 == limit).then_some(last);
-        Ok(Copied { jobs: jobs.len(), events: events.len(), next })
+        Ok(Copied { jobs: jobs.len(), events: events.len(), rows, next })
     }
 
     /// Compares this ledger's counts with `to`'s, shard by shard.
     pub async fn verify_copy<T: Sql>(&self, to: &Ledger<T>) -> Result<Verified, InfraError> {
+        let from = self.shards.first().ok_or_else(|| InfraError::new("ledger", "no source database"))?;
         let source = self.counts().await?;
         let per_shard = to.every(async |s| s.counts().await).await?;
         let shards = per_shard.iter().copied().fold(Counts::default(), Counts::plus);
-        Ok(Verified { source, shards, per_shard, matches: source == shards })
+        let held = from.sql.query(stmt::move_rows()).await?;
+        let moved = to.every(async |s| s.sql.query(stmt::move_rows()).await).await?;
+        let count = |rows: &[Row], table: &str| rows.first().and_then(|r| r.get(table)).and_then(super::job::int_of);
+        let mut tables = Vec::new();
+        for table in std::iter::once("job_event").chain(TABLES.iter().map(|t| t.name)) {
+            let on_shards = moved.iter().map(|rows| count(rows, table)).sum::<Option<i64>>();
+            let (Some(source), Some(shards)) = (count(&held, table), on_shards) else {
+                return Err(InfraError::new("ledger", format!("no count of {table}'s rows")));
+            };
+            tables.push(TableRows { table: table.to_string(), source, shards });
+        }
+        let matches = source == shards && tables.iter().all(|t| t.source == t.shards);
+        Ok(Verified { source, shards, per_shard, tables, matches })
     }
 }

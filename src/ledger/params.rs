@@ -134,7 +134,12 @@ fn every_statement() -> Vec<Stmt> {
         stmt::export_events("a", "b"),
         stmt::import_job(&Row::new()),
         stmt::import_event(&Row::new()),
+        stmt::move_rows(),
     ];
+    for table in &moving::TABLES {
+        all.push(table.export("a", "b"));
+        all.push(table.import(&Row::new()));
+    }
     for status in [None, Some(Status::Pending), Some(Status::Done), Some(Status::Dead)] {
         all.push(stmt::list(status, Some((1, "a")), 10));
     }

@@ -35,6 +35,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0016_schedules.sql", include_str!("../../migrations/0016_schedules.sql")),
     ("0017_dependencies.sql", include_str!("../../migrations/0017_dependencies.sql")),
     ("0018_trace_context.sql", include_str!("../../migrations/0018_trace_context.sql")),
+    ("0019_batch_of_a_job.sql", include_str!("../../migrations/0019_batch_of_a_job.sql")),
 ];
 
 /// The schema this code's SQL is written for: how many migrations it has.
@@ -245,18 +246,19 @@ mod tests {
                 "0015_cancel_and_supersede.sql",
                 "0016_schedules.sql",
                 "0017_dependencies.sql",
-                "0018_trace_context.sql"
+                "0018_trace_context.sql",
+                "0019_batch_of_a_job.sql"
             ])
         );
         let why = behind.refusal("").unwrap_or_default();
-        assert!(why.contains("9 of 18") && why.contains("`POST /admin/migrate`"), "{why}");
+        assert!(why.contains("9 of 19") && why.contains("`POST /admin/migrate`"), "{why}");
         // Under the JS wrapper's mount, its route; the local and the remote command either way.
         let mounted = Standing::of(&[]).refusal("/orderly").unwrap_or_default();
         assert!(mounted.contains("no orderly ledger yet") && mounted.contains("`POST /orderly/admin/migrate`"), "{mounted}");
         assert!(mounted.contains("migrations apply DB --local") && mounted.contains("migrations apply DB --remote"), "{mounted}");
         let mut newer = all.clone();
-        newer.push("0019_next.sql".into());
-        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0019_next.sql".into()]));
+        newer.push("0020_next.sql".into());
+        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0020_next.sql".into()]));
         assert!(Standing::of(&newer).refusal("").unwrap_or_default().contains("newer than this orderly's"));
     }
 }

@@ -233,6 +233,8 @@ pub fn enqueue(s: &super::job::Submit<'_>, now: i64) -> Stmt {
     st.params.push(s.trace.map(|t| t.traceparent.as_str()).into());
     st.names.push("tracestate");
     st.params.push(s.trace.and_then(|t| t.tracestate.as_deref()).into());
+    st.names.push("batch_id");
+    st.params.push(s.in_batch.into());
     st
 }
 /// What a submission with a dedupe key and `on_duplicate` does to the open job holding the key,
@@ -359,9 +361,10 @@ pub fn cancellable_matching(filter: &super::job::CancelFilter) -> Stmt {
     with(sql!("cancellable_matching"), cancel_filter(filter))
 }
 /// Deletes DONE rows finished before `before`, after their history.
-pub fn purge(before: i64, limit: u32) -> [Stmt; 2] {
+pub fn purge(before: i64, limit: u32) -> [Stmt; 3] {
     [
         with(sql!("purge_events"), [("before", before.into()), ("limit", limit.into())]),
+        with(sql!("purge_batches"), [("before", before.into()), ("limit", limit.into())]),
         with(sql!("purge"), [("before", before.into()), ("limit", limit.into())]),
     ]
 }
@@ -440,7 +443,7 @@ pub fn export_events(after: &str, last: &str) -> Stmt {
 }
 
 /// The columns of a job row, in `import_job.sql`'s order.
-pub const JOB_COLUMNS: [&str; 33] = [
+pub const JOB_COLUMNS: [&str; 36] = [
     "id",
     "type",
     "status",
@@ -474,13 +477,16 @@ pub const JOB_COLUMNS: [&str; 33] = [
     "debounce_until",
     "superseded_at",
     "replaceable",
+    "traceparent",
+    "tracestate",
+    "batch_id",
 ];
 /// The columns of a history row, in `import_event.sql`'s order.
 pub const EVENT_COLUMNS: [&str; 11] =
     ["job_id", "slot", "n", "at", "kind", "actor", "attempt", "started_at", "outcome", "error", "http_status"];
 
 /// A column of an exported row as a parameter (text, integer or NULL, as the schema stores them).
-fn column(row: &Row, name: &str) -> Param {
+pub(super) fn column(row: &Row, name: &str) -> Param {
     match row.get(name) {
         Some(Value::String(s)) => Param::Text(s.clone()),
         Some(v) => super::job::int_of(v).map_or(Param::Null, Param::Int),
@@ -490,6 +496,10 @@ fn column(row: &Row, name: &str) -> Param {
 /// Moving a D1 ledger to shards: a job's whole row into its shard.
 pub fn import_job(row: &Row) -> Stmt {
     Stmt::bind(sql!("import_job"), JOB_COLUMNS.map(|c| (c, column(row, c))))
+}
+/// Moving a D1 ledger to shards: how many rows each table besides `job` holds (`move_rows.sql`).
+pub fn move_rows() -> Stmt {
+    with(sql!("move_rows"), [])
 }
 /// Moving a D1 ledger to shards: a history row into its job's shard.
 pub fn import_event(row: &Row) -> Stmt {

@@ -264,7 +264,7 @@ test("the dashboard lists a schedule with its last job, and pauses and resumes i
   }
 });
 
-test("the dashboard shows what a job waits for, what waits for it, and a batch's progress on its callback", async () => {
+test("the dashboard shows what a job waits for, what waits for it, its batch, and the batch's progress on its callback", async () => {
   const w = await start();
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
   try {
@@ -292,6 +292,14 @@ test("the dashboard shows what a job waits for, what waits for it, and a batch's
     await page.evaluate(() => show("cb"));
     await page.waitForSelector('#detail[data-id="cb"]');
     assert.match(await page.textContent("#facts"), /batch of 2: 2 finished, 0 dead/);
+    // Finished, a's dependents released, a still names its batch, a link to the callback.
+    await page.evaluate(() => show("a"));
+    await page.waitForSelector('#detail[data-id="a"]');
+    const facts = await page.textContent("#facts");
+    assert.ok(!facts.includes("waited for by"), facts);
+    assert.match(facts, /· batch cb/);
+    await page.click('#facts a.job:text-is("cb")');
+    await page.waitForSelector('#detail[data-id="cb"]');
   } finally {
     await browser.close();
     await w.dispose();

@@ -78,6 +78,17 @@ impl World {
     }
 
     fn call(&self, method: &str, path: &str, body: Option<Value>) -> ApiResponse {
+        self.call_traced(method, path, body, None)
+    }
+
+    /// A call whose request carried this W3C trace context (design §27).
+    fn call_traced(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        trace: Option<orderly::trace::TraceContext>,
+    ) -> ApiResponse {
         let ledger = self.ledger();
         let new_id = || "api-job".to_string();
         let api = Api {
@@ -97,7 +108,7 @@ impl World {
             query: String::new(),
             authorization: Some(format!("Bearer {TOKEN}")),
             body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
-            trace: None,
+            trace,
         };
         block_on(api.handle(&req))
     }
@@ -171,6 +182,25 @@ impl World {
             }
         }
         panic!("still delivering after 1,000 deliveries");
+    }
+
+    /// This world with its D1 ledger moved to `shards` new shard objects as an operator moves one
+    /// (design §19.7, docs/shards.md): in pages of `page` jobs, twice (a move run again is the same
+    /// move), then checked; the queue, clock, lock and configuration go on as they were.
+    fn moved(self, shards: u32, page: u32) -> World {
+        let to = ledger_dbs(shards);
+        {
+            let (from, target) = (self.ledger(), Ledger::sharded(to.iter().collect()));
+            for _ in 0..2 {
+                let mut after = String::new();
+                while let Some(next) = block_on(from.copy_to(&target, &after, page)).unwrap().next {
+                    after = next;
+                }
+            }
+            let check = block_on(from.verify_copy(&target)).unwrap();
+            assert!(check.matches, "{check:?}");
+        }
+        World { shards: to, ..self }
     }
 
     fn maintain(&self) -> maintenance::Report {
@@ -639,6 +669,37 @@ fn a_batch_over_four_keys_calls_back_once_after_every_job_with_each_status_and_r
             (json!(12), json!(11), json!(1), json!("DONE"))
         );
         assert_eq!(progress["jobs"][0]["result"]["ran"], json!("m0"));
+        // Finished, each job still names its batch; the callback names none.
+        assert_eq!((w.job("m5")["batch_id"].clone(), w.job("m11")["batch_id"].clone()), (json!("cb"), json!("cb")));
+        assert!(w.job("cb").get("batch_id").is_none());
+    }
+}
+
+/// A batch is kept as long as its callback: purging the callback purges the batch's rows.
+#[test]
+fn a_batch_s_rows_are_purged_with_its_callback() {
+    use orderly::ledger::{Sql, Stmt};
+    for w in every_world() {
+        let jobs: Vec<Value> = (0..3).map(|i| job(&format!("m{i}"), Some(&format!("k{i}")), &[])).collect();
+        assert_eq!(
+            batch(&w, jobs, json!({"id": "cb", "payload": {"type": "webhook", "url": "https://h.test/"}})).status,
+            202
+        );
+        w.drain();
+        let members = || -> i64 {
+            w.shards
+                .iter()
+                .map(|db| {
+                    let rows = block_on(db.query(Stmt::bind("SELECT count(*) AS n FROM batch_member", []))).unwrap();
+                    rows[0]["n"].as_i64().unwrap_or(-1)
+                })
+                .sum()
+        };
+        assert_eq!(members(), 3);
+        w.clock.advance_ms(i64::from(w.cfg.retention_days) * 86_400_000 + 60_000);
+        w.maintain();
+        assert_eq!(w.call("GET", "/jobs/cb", None).status, 404, "the callback purged");
+        assert_eq!(members(), 0, "and its batch's rows with it");
     }
 }
 
@@ -729,4 +790,49 @@ fn a_wait_registered_after_its_dependency_died_and_was_redriven_answers_for_that
         assert_eq!(report.released, 1, "{report:?}");
         assert_eq!(w.job("b")["last_error"], json!("a job it runs after ended DEAD: x"));
     }
+}
+
+/// What a D1 ledger holds besides its jobs and their history goes with them to the shards: a
+/// dependent's wait and its dependency's waiter, a batch's members (one finished), a limit key an
+/// operator paused, a paused ordering key, a job's trace context.
+#[test]
+fn a_d1_ledger_moved_to_shards_keeps_its_waits_batches_pauses_and_trace_context() {
+    let mut w = World::new(OrderingMode::Strict, 0);
+    w.cfg.limits = orderly::flow::Policies::parse(r#"{"tenant": {"concurrency": 1}}"#).unwrap();
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let trace = orderly::trace::TraceContext::parse(tp, Some("vendor=1")).unwrap();
+    let chain = json!({"jobs": [job("a", Some("k1"), &[]), job("b", Some("k2"), &["a"])]});
+    assert_eq!(w.call_traced("POST", "/jobs", Some(chain), Some(trace)).status, 202);
+    let then = json!({"id": "cb", "ordering_key": "k5", "payload": {"type": "webhook", "url": "https://h.test/done"}});
+    assert_eq!(batch(&w, vec![job("m0", Some("k3"), &[]), job("m1", Some("k4"), &[])], then).status, 202);
+    let mut f = job("f", Some("k7"), &[]);
+    f["limit_key"] = json!("tenant");
+    w.submit(vec![job("e", Some("k6"), &[]), f]);
+    assert_eq!(w.call("PUT", "/keys/k6", Some(json!({"paused": true}))).status, 200);
+    assert_eq!(w.call("PUT", "/limits/tenant", Some(json!({"paused": true}))).status, 200);
+    // m0 runs on D1: its batch's row records it DONE with its result.
+    let (m0, rest): (Vec<Incoming>, Vec<Incoming>) =
+        w.sent_since().into_iter().partition(|m| m.body.as_ref().unwrap()["__orderly_job__"]["id"] == "m0");
+    w.run(&m0);
+    assert_eq!(w.runs(), vec!["m0"]);
+
+    let w = w.moved(3, 2);
+    assert_eq!(w.job("b")["waiting_on"], json!(["a"]), "b's wait moved");
+    assert_eq!(w.job("a")["waited_by"], json!(["b"]), "a's waiter moved");
+    assert_eq!((w.job("a")["traceparent"].clone(), w.job("a")["tracestate"].clone()), (json!(tp), json!("vendor=1")));
+    w.run(&rest);
+    w.drain();
+    let runs = w.runs();
+    let at = |id: &str| runs.iter().position(|r| r == id).unwrap_or_else(|| panic!("{id} ran: {runs:?}"));
+    assert!(at("a") < at("b") && at("m1") < at("cb"), "{runs:?}");
+    assert!(!runs.contains(&"e".to_string()) && !runs.contains(&"f".to_string()), "paused: {runs:?}");
+    let given = w.runner.payloads.borrow()["cb"].clone();
+    let members = &given["body"]["batch"]["jobs"];
+    assert_eq!((members[0]["status"].clone(), members[0]["result"]["ran"].clone()), (json!("DONE"), json!("m0")));
+    assert_eq!(members[1]["status"], json!("DONE"));
+    // Each pause is lifted on the shards, and its job runs.
+    assert_eq!(w.call("PUT", "/keys/k6", Some(json!({"paused": false}))).json_body()["was_paused"], json!(true));
+    assert_eq!(w.call("PUT", "/limits/tenant", Some(json!({"paused": false}))).status, 200);
+    w.drain();
+    assert_eq!((w.status("e"), w.status("f")), ("DONE".into(), "DONE".into()));
 }

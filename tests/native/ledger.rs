@@ -603,7 +603,7 @@ fn purge_deletes_only_done_rows_older_than_the_cutoff() {
     }
     one(&db, stmt::record_dead(&spec("dead"), T0, "x")).unwrap();
     let purged = block_on(db.batch(stmt::purge(T0 + 5, 100).into())).unwrap();
-    assert_eq!(purged[1].len(), 1);
+    assert_eq!(purged.last().map(Vec::len), Some(1));
     assert_eq!(one(&db, stmt::get("old")), None);
     assert!(one(&db, stmt::get("new")).is_some());
     assert!(one(&db, stmt::get("dead")).is_some());

@@ -86,6 +86,38 @@ fn dead_matches_merge_oldest_death_first_and_redrive_finds_each_shard() {
     assert_eq!(block_on(ledger.counts()).unwrap().pending, 30);
 }
 
+/// The move copies every table the migrations make, every column of each: a migration adding a
+/// table or a column the move does not name fails here, not in an operator's move.
+#[test]
+fn a_move_copies_every_table_and_column_of_the_schema() {
+    use orderly::ledger::{Sql, Stmt};
+    use std::collections::{BTreeMap, BTreeSet};
+    let db = crate::support::Sqlite::memory();
+    let read = |sql: &'static str, params: Vec<(&'static str, orderly::ledger::Param)>| {
+        block_on(db.query(Stmt::bind(sql, params))).expect("read")
+    };
+    let names = |rows: Vec<orderly::ledger::Row>| -> BTreeSet<String> {
+        rows.iter().filter_map(|r| r.get("name").and_then(|v| v.as_str()).map(str::to_string)).collect()
+    };
+    let tables = names(read(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_cf_%' \
+         AND name <> 'd1_migrations'",
+        vec![],
+    ));
+    let schema: BTreeMap<String, BTreeSet<String>> = tables
+        .into_iter()
+        .map(|t| {
+            let columns = names(read("SELECT name FROM pragma_table_info(?1)", vec![("table", t.as_str().into())]));
+            (t, columns)
+        })
+        .collect();
+    let moved: BTreeMap<String, BTreeSet<String>> = orderly::ledger::moving::moved()
+        .into_iter()
+        .map(|(t, cs)| (t.to_string(), cs.into_iter().map(str::to_string).collect()))
+        .collect();
+    assert_eq!(moved, schema, "what a move copies, and what the schema holds");
+}
+
 #[test]
 fn a_d1_ledger_moved_to_shards_keeps_every_job_its_history_and_its_keys_order() {
     use orderly::config::OnDead;
