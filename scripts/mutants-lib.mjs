@@ -2,6 +2,8 @@
 // (tests/tools/mutants.test.mjs) can feed it cargo's output directly, and the one place it runs
 // a command under a time limit.
 import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 
 /**
  * Runs `cmd` with bash in `cwd`; its exit status, its output (stdout and stderr in order) and
@@ -117,4 +119,84 @@ export function whyNotApplicable(m, text) {
  */
 export function rebuilt(out, crate) {
   return new RegExp(`^\\s*Compiling ${crate.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} v`, "m").test(out);
+}
+
+/**
+ * The names of the node tests in a test file's text: each `test("...")`, and a template name
+ * (`test(\`${mode} mode: ...\`)`) once for each string of the array the loop just above it walks
+ * (`for (const mode of ["lock", "strict"])`), every `${...}` in it replaced by that string.
+ */
+export function nodeTestNames(text) {
+  const names = [];
+  const string = /"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'/g;
+  const loops = [...text.matchAll(/for \(const [^\n]*? of \[([\s\S]*?)\]\s*\) \{/g)];
+  for (const m of text.matchAll(/\btest\(\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|`([^`]*)`)/g)) {
+    if (m[3] === undefined) {
+      names.push(m[1] ?? m[2]);
+      continue;
+    }
+    const loop = loops.filter((l) => l.index < m.index).pop();
+    // Only the first string of each array item names it (`[["Fedify's retry policy", {...}], ...]`).
+    const items = loop ? [...loop[1].matchAll(/(?:^|\[|,)\s*\[?\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')/g)] : [];
+    const values = items.map((i) => [...i[1].matchAll(string)][0]).map((s) => s[1] ?? s[2]);
+    for (const v of values.length ? values : [""]) names.push(m[3].replace(/\$\{[^}]*\}/g, v));
+  }
+  return names;
+}
+
+/**
+ * What in mutation table `table` names a test that does not exist, each as a sentence: a
+ * mutant's `test` command whose `--name-pattern` matches no test of its files (the command would
+ * run nothing, and the run would stop at its baseline), and a recorded killer (`target::path::fn`)
+ * whose function is defined nowhere. `read(path)` gives a file's text (undefined when absent);
+ * `rustDefines(name)` says whether a Rust test function of that name exists.
+ */
+export function missingKillers(table, read, rustDefines) {
+  const problems = [];
+  for (const m of table.mutants) {
+    if (m.test) {
+      const words = m.test.match(/"[^"]*"|\S+/g).map((w) => w.replace(/^"(.*)"$/, "$1"));
+      const at = words.indexOf("--name-pattern");
+      const files = words.filter((w) => /^tests\/.*\.mjs$/.test(w));
+      for (const f of files) if (read(f) === undefined) problems.push(`${m.id}: its test file ${f} does not exist`);
+      if (at >= 0) {
+        const pattern = new RegExp(words[at + 1]);
+        const names = files.flatMap((f) => nodeTestNames(read(f) ?? ""));
+        if (!names.some((n) => pattern.test(n))) {
+          problems.push(`${m.id}: no test in ${files.join(", ")} matches --name-pattern "${words[at + 1]}"`);
+        }
+      }
+    }
+    for (const k of m.killers ?? []) {
+      if (!rustDefines(k.split("::").pop())) problems.push(`${m.id}: its killer ${k} is defined nowhere`);
+    }
+  }
+  return problems;
+}
+
+/** Every function name defined in the `.rs` files under `dirs` (paths relative to `root`). */
+export function rustFunctionNames(root, dirs = ["src", "tests"]) {
+  const names = new Set();
+  const walk = (dir) => {
+    let entries;
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith(".rs")) for (const m of readFileSync(p, "utf8").matchAll(/\bfn (\w+)/g)) names.add(m[1]);
+    }
+  };
+  for (const d of dirs) walk(join(root, d));
+  return names;
+}
+
+/** `missingKillers` of the table of the project at `root`, read from its files. */
+export function missingKillersIn(root, table) {
+  const fns = rustFunctionNames(root);
+  const read = (f) => (existsSync(join(root, f)) ? readFileSync(join(root, f), "utf8") : undefined);
+  return missingKillers(table, read, (name) => fns.has(name));
 }

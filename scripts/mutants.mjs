@@ -25,7 +25,7 @@
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { killersIn, rebuilt, runBounded, targetsOf, whyNotApplicable } from "./mutants-lib.mjs";
+import { killersIn, missingKillersIn, rebuilt, runBounded, targetsOf, whyNotApplicable } from "./mutants-lib.mjs";
 
 const args = process.argv.slice(2);
 const option = (name) => {
@@ -193,6 +193,13 @@ const chosen = table.mutants.filter(
 if (chosen.length === 0) {
   console.error(`no mutant of the table matches ${[...only, onlyFile].filter(Boolean).join(", ")}`);
   process.exit(2);
+}
+// A killer that names no test (a test renamed since) would stop the run at its baseline, an hour
+// in: said at once instead.
+const missing = missingKillersIn(root, table);
+if (missing.length) {
+  console.error(`the table names tests that do not exist:\n  ${missing.join("\n  ")}`);
+  process.exit(1);
 }
 mkdirSync(work, { recursive: true });
 copyProject(pristine);
