@@ -103,7 +103,8 @@ async function purge(mf) {
   const db = await mf.getD1Database("DB");
   const sql = (name) => readFileSync(join(root, "src/ledger/sql", `${name}.sql`), "utf8");
   const before = Date.now() + 1;
-  const out = await db.batch([sql("purge_events"), sql("purge")].map((s) => db.prepare(s).bind(before, 1_000_000)));
+  const statements = ["purge_tally", "purge_events", "purge_waits", "purge_batches", "purge"];
+  const out = await db.batch(statements.map((s) => db.prepare(sql(s)).bind(0, before, "DONE", 1_000_000, 0)));
   return {
     rowsWritten: out.reduce((a, r) => a + (r.meta?.rows_written ?? 0), 0),
     rowsRead: out.reduce((a, r) => a + (r.meta?.rows_read ?? 0), 0),

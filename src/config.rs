@@ -91,6 +91,9 @@ pub struct Config {
     pub lease_seconds: u32,
     /// DONE rows older than this are purged.
     pub retention_days: u32,
+    /// DEAD rows older than this are purged (but a key's blocking head, or one a job still waits
+    /// on, which an operator or a release must see first).
+    pub dead_retention_days: u32,
     /// How long one webhook delivery may take before it counts as a (retryable) timeout.
     pub webhook_timeout_seconds: u32,
     /// Lock mode or strict mode.
@@ -141,6 +144,7 @@ impl Default for Config {
             lock_retry_delay_seconds: 2,
             lease_seconds: 120,
             retention_days: 7,
+            dead_retention_days: 30,
             webhook_timeout_seconds: 30,
             ordering_mode: OrderingMode::Lock,
             on_dead: OnDead::Skip,
@@ -242,13 +246,9 @@ impl Config {
             max_snoozes: num("MAX_SNOOZES", d.max_snoozes, 1, 1_000_000)?,
             backoff_base_seconds,
             backoff_cap_seconds,
-            lock_retry_delay_seconds: num(
-                "LOCK_RETRY_DELAY_SECONDS",
-                d.lock_retry_delay_seconds,
-                0,
-                MAX_DELAY_SECONDS,
-            )?,
+            lock_retry_delay_seconds: num("LOCK_RETRY_DELAY_SECONDS", d.lock_retry_delay_seconds, 0, MAX_DELAY_SECONDS)?,
             retention_days: num("RETENTION_DAYS", d.retention_days, 1, 3650)?,
+            dead_retention_days: num("DEAD_RETENTION_DAYS", d.dead_retention_days, 1, 3650)?,
         })
     }
 }

@@ -5,14 +5,15 @@
 //!    message was lost). 3. Strict mode: wake keys whose head is due while nothing runs them (a
 //!    wake-up was lost, or a runner died). 4. Release the jobs waiting on finished jobs that
 //!    nothing released, and register waits a submission left unregistered (design §24).
-//!    5. Purge DONE rows older than the retention.
+//!    5. Purge DONE rows older than the retention, then DEAD rows older than theirs, each within a
+//!    time and batch budget, resuming where the last run stopped.
 
 use serde::Serialize;
 
 use crate::clock::Clock;
-use crate::config::{Config, OrderingMode};
+use crate::config::{Config, OnDead, OrderingMode};
 use crate::error::InfraError;
-use crate::ledger::{JobRow, Ledger, Record, Sql, Status, Transition};
+use crate::ledger::{JobRow, Ledger, PurgeBudget, Record, Sql, Status, Transition};
 use crate::operations::Operations;
 use crate::producer::{self, QueueSender};
 
@@ -24,8 +25,16 @@ pub const WAKE_GRACE_MS: i64 = 30 * 1000;
 pub const REGISTER_GRACE_MS: i64 = 60 * 1000;
 /// Rows handled per step per run; the next minute's run continues.
 pub const STEP_LIMIT: u32 = 100;
-/// DONE rows deleted per run.
+/// Jobs the purge deletes per batch (one transaction each: 1,000 jobs is some 8,000 rows written,
+/// well inside D1's 30 s per query).
 pub const PURGE_LIMIT: u32 = 1000;
+/// Batches the purge runs at most per status, per shard and per run: with the rest of a run, well
+/// inside the free plan's 50 queries per invocation, and 20,000 jobs a minute per ledger, more
+/// than one D1 takes in (about 7,500 a minute: docs/performance.md).
+pub const PURGE_BATCHES: u32 = 20;
+/// Wall time after which the purge begins no new batch (a cron run may take 15 minutes; the
+/// next minute's run goes on from where this one stopped).
+pub const PURGE_BUDGET_MS: i64 = 20_000;
 
 /// What one run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -42,6 +51,8 @@ pub struct Report {
     pub released: usize,
     /// DONE rows purged.
     pub purged: usize,
+    /// DEAD rows purged (past `DEAD_RETENTION_DAYS`).
+    pub purged_dead: usize,
     /// Steps that failed, and why (the others still ran).
     pub errors: Vec<String>,
 }
@@ -74,10 +85,19 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(ledger: &Ledger<S>, queue: &Q
         Ok(n) => report.released = n,
         Err(e) => note("release dependents", e),
     }
-    let cutoff = now - i64::from(cfg.retention_days) * 86_400_000;
-    match ledger.purge(cutoff, PURGE_LIMIT).await {
+    // Time from this run's start: the steps before took some of it.
+    let spent = || clock.now_ms() - now >= PURGE_BUDGET_MS;
+    let budget = PurgeBudget { limit: PURGE_LIMIT, batches: PURGE_BATCHES, spent: &spent };
+    let keep_keyed = cfg.ordering_mode == OrderingMode::Strict && cfg.on_dead == OnDead::Block;
+    let done_before = now - i64::from(cfg.retention_days) * 86_400_000;
+    match ledger.purge(Status::Done, done_before, keep_keyed, &budget).await {
         Ok(n) => report.purged = n,
         Err(e) => note("purge", e),
+    }
+    let dead_before = now - i64::from(cfg.dead_retention_days) * 86_400_000;
+    match ledger.purge(Status::Dead, dead_before, keep_keyed, &budget).await {
+        Ok(n) => report.purged_dead = n,
+        Err(e) => note("purge DEAD", e),
     }
     report
 }

@@ -7,7 +7,7 @@
 use super::http::ApiResponse;
 use super::ports::Api;
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, OnDead, OrderingMode};
 use crate::error::InfraError;
 use crate::ledger::limit::LimitState;
 use crate::ledger::pause::KeyPause;
@@ -33,7 +33,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         let now = self.clock.now_ms();
         let counts = self.ledger.counts().await?;
         let by_type = self.ledger.type_counts(now).await?;
-        let blocked = self.ledger.blocked_keys(MAX_LISTED).await?;
+        // Only strict mode under ON_DEAD = block ever blocks a key; under skip every DEAD keyed
+        // job is still in job_dead_head (its key passes it without marking it), so none is read.
+        let blocks = cfg.ordering_mode == OrderingMode::Strict && cfg.on_dead == OnDead::Block;
+        let blocked = if blocks { self.ledger.blocked_keys(MAX_LISTED).await? } else { Vec::new() };
         let paused = self.ledger.paused_keys("", MAX_LISTED).await?;
         let limits = self.ledger.limit_states("", now, MAX_LISTED).await?;
         let schedules = if cfg.schedules.0.is_empty() { vec![] } else { self.ledger.schedule_states().await? };

@@ -7,11 +7,22 @@ use serde_json::Value;
 
 use super::history::Run;
 use super::stmt;
-use super::job::JobRow;
+use super::job::{JobRow, Status};
 use super::shard::Shard;
 use super::store::Sql;
 use crate::config::{OnDead, OrderingMode};
 use crate::error::InfraError;
+
+/// What one purge may do on each shard: at most `batches` batches of `limit` jobs, and none begun
+/// once `spent()` says its time is up (a cron run's wall time and D1's 30 s per query bound it).
+pub struct PurgeBudget<'a> {
+    /// Jobs per batch (one transaction).
+    pub limit: u32,
+    /// Batches at most.
+    pub batches: u32,
+    /// Whether the time for purging is spent.
+    pub spent: &'a dyn Fn() -> bool,
+}
 
 /// Who the cron's reaper records expired runs as.
 const MAINTENANCE_ACTOR: &str = "maintenance";
@@ -64,9 +75,47 @@ impl<S: Sql> Shard<S> {
         Ok(taken.iter().filter_map(|rows| JobRow::first(rows).ok().flatten()).collect())
     }
 
-    /// Deletes at most `limit` DONE rows finished before `before`, with their history: how many.
-    pub async fn purge(&self, before: i64, limit: u32) -> Result<usize, InfraError> {
-        let out = self.sql.batch(stmt::purge(before, limit).into()).await?;
-        Ok(out.last().map_or(0, Vec::len))
+    /// Deletes the jobs of `status` finished before `before`, oldest first, in batches of
+    /// `budget.limit` (each one transaction, its jobs' tally, history, waits and batch rows with
+    /// them) until none is left or the budget is spent: how many. DEAD jobs a key or a waiter
+    /// still needs are kept (`keep_keyed`: ON_DEAD = "block"). The DONE purge starts where the
+    /// last one stopped (its cursor), so it never re-reads the DEAD jobs it keeps; the DEAD purge
+    /// reads from the oldest, past the few it keeps (design "The ledger's life").
+    pub async fn purge(
+        &self,
+        status: Status,
+        before: i64,
+        keep_keyed: bool,
+        budget: &PurgeBudget<'_>,
+    ) -> Result<usize, InfraError> {
+        let cursor = status == Status::Done;
+        let mut since = if cursor {
+            let rows = self.sql.query(stmt::purge_cursor(status)).await?;
+            rows.first().and_then(|r| r.get("until")).and_then(Value::as_f64).map_or(0, |v| v as i64)
+        } else {
+            0
+        };
+        let start = since;
+        let mut purged = 0;
+        for _ in 0..budget.batches {
+            if since >= before || (budget.spent)() {
+                break;
+            }
+            let out = self.sql.batch(stmt::purge(status, since, before, budget.limit, keep_keyed).into()).await?;
+            let deleted = out.last().map_or(&[][..], Vec::as_slice);
+            purged += deleted.len();
+            if deleted.len() < budget.limit as usize {
+                // None left before `before`: the next run starts there.
+                since = before;
+                break;
+            }
+            // More may be due at the last one's millisecond: the next batch starts at it.
+            since = deleted.iter().filter_map(|r| r.get("finished_at").and_then(Value::as_f64)).fold(since as f64, f64::max)
+                as i64;
+        }
+        if cursor && since > start {
+            self.sql.query(stmt::purge_advance(status, since)).await?;
+        }
+        Ok(purged)
     }
 }

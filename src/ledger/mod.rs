@@ -58,6 +58,7 @@ pub use crate::limits::{DEFAULT_PRIORITY, MAX_PRIORITY};
 pub use job::DeadMatches;
 pub use job::{Counts, TypeCount};
 pub use job::{AfterDead, Cancel, CancelFilter, Claimed, DeadFilter, Enqueued, JobRow, JobSpec, Lease, ListFilter, OnDuplicate, Redrive, Sent, Status, Submit};
+pub use maintain::PurgeBudget;
 pub use route::Route;
 pub use shards::Ledger;
 #[cfg(any(test, feature = "testing"))]

@@ -156,6 +156,11 @@ pub fn moved() -> Vec<(&'static str, Vec<&'static str>)> {
     all
 }
 
+/// The tables a move does not copy: each ledger keeps its own. `job_tally` is kept by the job
+/// table's triggers as the jobs arrive; `purge_cursor` by each ledger's purge.
+#[cfg(any(test, feature = "testing"))]
+pub const NOT_MOVED: [&str; 2] = ["job_tally", "purge_cursor"];
+
 /// One page of a move.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Copied {
@@ -232,7 +237,11 @@ impl<S: Sql> Ledger<S> {
             shard.map(|i| per_shard.entry(i).or_default().push(s)).is_some()
         };
         for row in &jobs {
-            put(text(row, "id").and_then(|id| routes.get(&id)).map(|r| r.shard(n)), stmt::import_job(row));
+            let shard = text(row, "id").and_then(|id| routes.get(&id)).map(|r| r.shard(n));
+            if let Some(id) = text(row, "id") {
+                put(shard, stmt::import_untally(&id));
+            }
+            put(shard, stmt::import_job(row));
         }
         for row in &events {
             put(text(row, "job_id").and_then(|id| routes.get(&id)).map(|r| r.shard(n)), stmt::import_event(row));

@@ -143,7 +143,10 @@ fn every_statement() -> Vec<Stmt> {
     for status in [None, Some(Status::Pending), Some(Status::Done), Some(Status::Dead)] {
         all.push(stmt::list(status, Some((1, "a")), 10));
     }
-    all.extend(stmt::purge(1, 10));
+    all.extend(stmt::purge(Status::Dead, 0, 1, 10, true));
+    all.push(stmt::purge_cursor(Status::Done));
+    all.push(stmt::purge_advance(Status::Done, 1));
+    all.push(stmt::import_untally("a"));
     // Flow control's statements (limit.rs), with every policy part given.
     let policy = crate::flow::Policy {
         throttle: Some(crate::flow::Throttle { rate: 1, per_seconds: 1, burst: 1 }),

@@ -36,6 +36,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0017_dependencies.sql", include_str!("../../migrations/0017_dependencies.sql")),
     ("0018_trace_context.sql", include_str!("../../migrations/0018_trace_context.sql")),
     ("0019_batch_of_a_job.sql", include_str!("../../migrations/0019_batch_of_a_job.sql")),
+    ("0020_ledger_tally.sql", include_str!("../../migrations/0020_ledger_tally.sql")),
 ];
 
 /// The schema this code's SQL is written for: how many migrations it has.
@@ -60,7 +61,8 @@ const RECORD: &str = "INSERT INTO d1_migrations (name) VALUES (?1)";
 
 /// The statements of a migration file, in order: split at each `;` outside a `--` comment, the
 /// comments before each statement and blank ones dropped (a D1 batch and a Durable Object's `exec`
-/// take one statement each). No migration has `;` or `--` inside a string literal (a test checks).
+/// take one statement each); a `CREATE TRIGGER` runs on to its `END` (its body's statements end
+/// in `;` too). No migration has `;` or `--` inside a string literal (a test checks).
 pub fn statements(file: &'static str) -> Vec<&'static str> {
     let mut out = Vec::new();
     let mut push = |segment: &'static str| {
@@ -78,7 +80,7 @@ pub fn statements(file: &'static str) -> Vec<&'static str> {
         match b {
             b'\n' => in_comment = false,
             b'-' if !in_comment && bytes.get(i + 1) == Some(&b'-') => in_comment = true,
-            b';' if !in_comment => {
+            b';' if !in_comment && !inside_trigger(&file[start..i]) => {
                 push(&file[start..i]);
                 start = i + 1;
             }
@@ -87,6 +89,15 @@ pub fn statements(file: &'static str) -> Vec<&'static str> {
     }
     push(&file[start..]);
     out
+}
+
+/// Whether `segment` (a statement so far, comments included) is a trigger whose body has not
+/// reached its `END` yet.
+fn inside_trigger(segment: &str) -> bool {
+    let code: Vec<&str> = segment.lines().map(|l| l.split("--").next().unwrap_or("")).collect();
+    let code = code.join("\n");
+    let words: Vec<String> = code.split_whitespace().map(str::to_ascii_uppercase).collect();
+    words.starts_with(&["CREATE".to_string(), "TRIGGER".to_string()]) && words.last().map(String::as_str) != Some("END")
 }
 
 /// Where a D1 ledger's schema stands against this code's.
@@ -247,18 +258,19 @@ mod tests {
                 "0016_schedules.sql",
                 "0017_dependencies.sql",
                 "0018_trace_context.sql",
-                "0019_batch_of_a_job.sql"
+                "0019_batch_of_a_job.sql",
+                "0020_ledger_tally.sql"
             ])
         );
         let why = behind.refusal("").unwrap_or_default();
-        assert!(why.contains("9 of 19") && why.contains("`POST /admin/migrate`"), "{why}");
+        assert!(why.contains("9 of 20") && why.contains("`POST /admin/migrate`"), "{why}");
         // Under the JS wrapper's mount, its route; the local and the remote command either way.
         let mounted = Standing::of(&[]).refusal("/orderly").unwrap_or_default();
         assert!(mounted.contains("no orderly ledger yet") && mounted.contains("`POST /orderly/admin/migrate`"), "{mounted}");
         assert!(mounted.contains("migrations apply DB --local") && mounted.contains("migrations apply DB --remote"), "{mounted}");
         let mut newer = all.clone();
-        newer.push("0020_next.sql".into());
-        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0020_next.sql".into()]));
+        newer.push("0099_next.sql".into());
+        assert_eq!(Standing::of(&newer), Standing::Ahead(vec!["0099_next.sql".into()]));
         assert!(Standing::of(&newer).refusal("").unwrap_or_default().contains("newer than this orderly's"));
     }
 }

@@ -17,9 +17,10 @@ use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::schedule::ScheduleState;
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
-use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, TypeCount, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Submit};
+use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, TypeCount, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::transition::{Record, RecordedDead};
 use super::route::Route;
+use super::maintain::PurgeBudget;
 use super::shard::Shard;
 use super::store::{Port, Sql};
 use crate::config::{OnDead, OrderingMode};
@@ -435,10 +436,16 @@ impl<S: Sql> Ledger<S> {
         Ok(taken.into_iter().flatten().collect())
     }
 
-    /// Deletes at most `limit` DONE rows per shard finished before `before`, with their history:
-    /// how many.
-    pub async fn purge(&self, before: i64, limit: u32) -> Result<usize, InfraError> {
-        Ok(self.every(async |s| s.purge(before, limit).await).await?.into_iter().sum())
+    /// Deletes the jobs of `status` finished before `before` on every shard at once, each within
+    /// `budget` (`Shard::purge`): how many.
+    pub async fn purge(
+        &self,
+        status: Status,
+        before: i64,
+        keep_keyed: bool,
+        budget: &PurgeBudget<'_>,
+    ) -> Result<usize, InfraError> {
+        Ok(self.every(async |s| s.purge(status, before, keep_keyed, budget).await).await?.into_iter().sum())
     }
 
     /// Parks every delivered keyed job and, in the same transaction, tries the claim of each key

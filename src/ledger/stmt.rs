@@ -360,13 +360,38 @@ pub fn cancel_matching(filter: &super::job::CancelFilter, now: i64, limit: u32) 
 pub fn cancellable_matching(filter: &super::job::CancelFilter) -> Stmt {
     with(sql!("cancellable_matching"), cancel_filter(filter))
 }
-/// Deletes DONE rows finished before `before`, after their history.
-pub fn purge(before: i64, limit: u32) -> [Stmt; 3] {
+/// Deletes at most `limit` jobs of `status` finished in `[since, before)`, oldest first, after
+/// their tally, history, waits and batch rows; DEAD ones a key or a waiter still needs are kept
+/// (`keep_keyed`: ON_DEAD = "block"). The last statement answers the deleted jobs' `finished_at`.
+pub fn purge(status: Status, since: i64, before: i64, limit: u32, keep_keyed: bool) -> [Stmt; 5] {
+    let params = || -> [(&'static str, Param); 5] {
+        [
+            ("since", since.into()),
+            ("before", before.into()),
+            ("status", status.as_str().into()),
+            ("limit", limit.into()),
+            ("keep_keyed", i64::from(keep_keyed).into()),
+        ]
+    };
     [
-        with(sql!("purge_events"), [("before", before.into()), ("limit", limit.into())]),
-        with(sql!("purge_batches"), [("before", before.into()), ("limit", limit.into())]),
-        with(sql!("purge"), [("before", before.into()), ("limit", limit.into())]),
+        with(sql!("purge_tally"), params()),
+        with(sql!("purge_events"), params()),
+        with(sql!("purge_waits"), params()),
+        with(sql!("purge_batches"), params()),
+        with(sql!("purge"), params()),
     ]
+}
+/// Where the purge of `status` starts: the `finished_at` before which none of its jobs is left.
+pub fn purge_cursor(status: Status) -> Stmt {
+    with(sql!("purge_cursor"), [("status", status.as_str().into())])
+}
+/// Moves the purge of `status` on to `until`.
+pub fn purge_advance(status: Status, until: i64) -> Stmt {
+    with(sql!("purge_advance"), [("status", status.as_str().into()), ("until", until.into())])
+}
+/// Moving a ledger: takes a finished job's earlier copy off the tally before it is copied again.
+pub fn import_untally(id: &str) -> Stmt {
+    with(sql!("import_untally"), [("id", id.into())])
 }
 
 /// An event of `job_id`'s history ring. `run`: a handler run's details; `when_status`: recorded only

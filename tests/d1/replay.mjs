@@ -23,7 +23,7 @@ function migration(name) {
     .split("\n")
     .map((l) => l.replace(/--.*$/, ""))
     .join("\n");
-  return text.split(";").map((s) => s.trim()).filter(Boolean);
+  return splitStatements(text);
 }
 
 // The replaying worker: empties its D1 database, applies the migrations given, then runs each

@@ -1,5 +1,5 @@
 // The benchmark's cost counter (design §15) checked against one job worked out by hand: an unkeyed
-// job sent straight to the queue, run once by lock mode, then purged, is exactly these six D1
+// job sent straight to the queue, run once by lock mode, then purged, is exactly these nine D1
 // statements (and the two of the isolate's schema check, its first) (a success writes no history row: its DONE row describes it), one queue message (a write, a read, a delete) and no KV operation. Each statement's
 // billed rows are taken from D1 itself, run alone on a fresh ledger; the benchmark's figure for
 // the job must be their sum, so a counter that drops or double-counts anything is seen.
@@ -33,8 +33,7 @@ test("the benchmark counts one job's D1 rows, statements and queue operations as
       [sql("complete"), "job-1", "inv-1", now + 5, '{"status":200}', 200],
       // The cancel rule rides with every run's transition (design §22.1): it reads the row, changes nothing.
       [sql("settle_cancelled"), "job-1", now + 5],
-      [sql("purge_events"), now + 10, 1000],
-      [sql("purge"), now + 10, 1000],
+      ...["purge_tally", "purge_events", "purge_waits", "purge_batches", "purge"].map((s) => [sql(s), 0, now + 10, "DONE", 1000, 0]),
     ];
     for (const [text, ...args] of life) {
       const r = await db.prepare(text).bind(...args).run();
@@ -42,8 +41,9 @@ test("the benchmark counts one job's D1 rows, statements and queue operations as
     }
     // D1 bills a row for each table row written and each index entry inserted (migration 0007):
     // the insert writes the row and its job_created and job_open entries, the completion the row
-    // and its job_finished entry, the purge the row.
-    assert.equal(byHand.written, 3 + 2 + 1, "rows written over the job's life");
+    // its job_finished entry and its type's tally row (migration 0020), the purge the row and
+    // the tally row once for its batch.
+    assert.equal(byHand.written, 3 + 3 + 2, "rows written over the job's life");
   } finally {
     await mf.dispose();
   }

@@ -179,6 +179,25 @@ export const MODULES_RULES = [
  * Applies migrations/ to a D1 binding as `wrangler d1 migrations apply` does: each file (split into
  * statements, comments dropped) and its row in `d1_migrations`, one batch. `upTo`: only the first n.
  */
+/**
+ * A migration's text (its comments removed) as statements: split at each `;`, except inside a
+ * `CREATE TRIGGER` before its `END` (its body's statements end in `;` too), as the worker's
+ * splitter does (src/ledger/schema.rs).
+ */
+export function splitStatements(text) {
+  const out = [];
+  let current = "";
+  for (const part of text.split(";")) {
+    current += current ? `;${part}` : part;
+    const words = current.trim().toUpperCase().split(/\s+/);
+    if (words[0] === "CREATE" && words[1] === "TRIGGER" && words.at(-1) !== "END") continue;
+    out.push(current.trim());
+    current = "";
+  }
+  if (current.trim()) out.push(current.trim());
+  return out.filter(Boolean);
+}
+
 export async function migrate(db, { upTo = Infinity } = {}) {
   const dir = join(root, "migrations");
   await db.prepare("CREATE TABLE IF NOT EXISTS d1_migrations(id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL)").run();
@@ -187,7 +206,7 @@ export async function migrate(db, { upTo = Infinity } = {}) {
       .split("\n")
       .map((l) => l.replace(/--.*$/, ""))
       .join("\n");
-    const stmts = text.split(";").map((s) => s.trim()).filter(Boolean);
+    const stmts = splitStatements(text);
     await db.batch([...stmts.map((s) => db.prepare(s)), db.prepare("INSERT INTO d1_migrations (name) VALUES (?1)").bind(file)]);
   }
 }

@@ -208,13 +208,14 @@ fn every_index_serves_the_queries_that_need_it() {
         ("head", stmt::head("k", OnDead::Block), &["job_key_open"]),
         ("stalled_heads", stmt::stalled_heads(T0, OnDead::Block, 10), &["job_key_open"]),
         ("skip", stmt::skip("k", T0), &["job_key_open"]),
-        ("blocked_keys", stmt::blocked_keys(10), &["job_key_open"]),
+        ("blocked_keys", stmt::blocked_keys(10), &["job_dead_head", "job_key_open"]),
         ("overdue", stmt::overdue(T0, 10, OrderingMode::Lock), &["job_open", "job_key_open"]),
         ("reap", stmt::reap(T0, 10), &["job_open", "job_key_open"]),
         ("wake_waiting", stmt::wake_waiting("k", T0), &["job_lock_key", "job_key_open"]),
         ("redrive (the key's next seq)", stmt::redrive("a", T0), &["job_key_seq"]),
         ("activity_jobs", stmt::activity_jobs(T0), &["job_created", "job_finished"]),
-        ("counts", stmt::counts(), &["job_open", "job_key_open", "job_dead", "COVERING INDEX job_created"]),
+        ("counts", stmt::counts(), &["job_open", "job_key_open", "job_tally"]),
+        ("metrics_jobs", stmt::metrics_jobs(T0), &["job_open", "job_key_open", "job_tally"]),
     ];
     for (what, s, indexes) in cases {
         let plan = plan(&db, &s);
@@ -228,7 +229,7 @@ fn every_index_serves_the_queries_that_need_it() {
 #[test]
 fn the_purge_reads_done_rows_through_the_finished_index() {
     let (db, _) = Sqlite::temp();
-    for s in stmt::purge(T0, 100) {
+    for s in stmt::purge(orderly::ledger::Status::Dead, 0, T0, 100, true) {
         let plan = plan(&db, &s);
         assert!(plan.iter().any(|p| p.contains("job_finished")), "{}: {plan:?}", s.sql);
         assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE FOR ORDER BY")), "no sort of every DONE row: {plan:?}");
@@ -602,7 +603,7 @@ fn purge_deletes_only_done_rows_older_than_the_cutoff() {
         block_on(db.query(stmt::run(&run))).unwrap();
     }
     one(&db, stmt::record_dead(&spec("dead"), T0, "x")).unwrap();
-    let purged = block_on(db.batch(stmt::purge(T0 + 5, 100).into())).unwrap();
+    let purged = block_on(db.batch(stmt::purge(orderly::ledger::Status::Done, 0, T0 + 5, 100, false).into())).unwrap();
     assert_eq!(purged.last().map(Vec::len), Some(1));
     assert_eq!(one(&db, stmt::get("old")), None);
     assert!(one(&db, stmt::get("new")).is_some());
@@ -689,4 +690,55 @@ fn no_statement_reads_the_whole_table() {
         }
     }
     assert!(offenders.is_empty(), "reads the whole job table (or no longer does, and is still listed): {offenders:#?}");
+}
+
+/// A ledger's life (design "The ledger's life"): one cron run purges well over the 7,500 DONE
+/// jobs a minute one D1 takes in, in batches, and the next run starts where it stopped; DEAD jobs
+/// past their own retention go too, but for a key's blocking head; the tally of finished jobs
+/// stays what the rows say through it all.
+#[test]
+fn one_cron_run_purges_what_a_minute_brings_and_the_tally_follows() {
+    use orderly::config::{Config, OnDead};
+    use orderly::maintenance;
+    let db = Sqlite::memory();
+    let now = T0 + 40 * 86_400_000;
+    // 12,000 DONE jobs past the 7-day retention, each its own key; a DEAD one every 50th, 31
+    // days old (past DEAD_RETENTION_DAYS' 30), every 100th of those its key's blocking head.
+    db.conn
+        .execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 12000)
+             INSERT INTO job (id, type, status, ordering_key, seq, max_attempts, next_run_at, created_at,
+                              updated_at, finished_at, passed_at)
+             SELECT 'j' || i, 't' || (i % 3), CASE WHEN i % 50 = 0 THEN 'DEAD' ELSE 'DONE' END, 'k' || i,
+                    CASE WHEN i % 5000 = 0 THEN 1 END, 1, ?1 - i, ?1 - i, ?1 - i, ?1 - i,
+                    CASE WHEN i % 50 = 0 AND i % 5000 <> 0 THEN ?1 - i END
+             FROM n",
+            [now - 31 * 86_400_000],
+        )
+        .unwrap();
+    let tally = |db: &Sqlite| -> (i64, i64) {
+        let q = |sql: &str| db.conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+        (q("SELECT count(*) FROM job WHERE finished_at IS NOT NULL"), q("SELECT coalesce(sum(n), 0) FROM job_tally"))
+    };
+    assert_eq!(tally(&db), (12_000, 12_000));
+    let ledger = Ledger::new(&db);
+    let clock = orderly::clock::ManualClock::new(now);
+    let queue = crate::support::MemoryQueue::default();
+    let cfg = Config { ordering_mode: OrderingMode::Strict, on_dead: OnDead::Block, ..Config::default() };
+    let r = block_on(maintenance::run(&ledger, &queue, &clock, &cfg));
+    assert_eq!((r.purged, r.purged_dead, r.errors.len()), (11_760, 238, 0), "{r:?}");
+    // The two blocking heads are kept; the tally holds what is left.
+    assert_eq!(tally(&db), (2, 2));
+    let left: Vec<String> = db
+        .conn
+        .prepare("SELECT id FROM job ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(left, ["j10000", "j5000"]);
+    // The DONE purge's cursor stands at the retention's edge: the next run reads nothing twice.
+    let until: i64 = db.conn.query_row("SELECT until FROM purge_cursor WHERE name = 'DONE'", [], |r| r.get(0)).unwrap();
+    assert_eq!(until, now - 7 * 86_400_000);
 }

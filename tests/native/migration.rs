@@ -165,6 +165,7 @@ fn the_migration_keeps_every_job_and_fills_in_the_new_columns() {
         [
             "job_created",
             "job_dead",
+            "job_dead_head",
             "job_dedupe_active",
             "job_finished",
             "job_key_open",
@@ -232,7 +233,7 @@ fn old_history_reads_as_before_and_old_done_rows_are_purged() {
         [(Kind::Attempt, Some(RunOutcome::Done), "inv-0", Some(200))],
         "the old success once, not again from the row"
     );
-    let purged = block_on(db.batch(stmt::purge(T0, 100).to_vec())).unwrap();
+    let purged = block_on(db.batch(stmt::purge(orderly::ledger::Status::Done, 0, T0, 100, false).to_vec())).unwrap();
     let mut ids: Vec<&str> =
         purged.last().into_iter().flatten().filter_map(|r| r.get("id").and_then(|v| v.as_str())).collect();
     ids.sort_unstable();

@@ -1,9 +1,10 @@
 -- GET /metrics (design §27): open jobs per status and type through the open indexes (their rows
--- are few), and DEAD jobs per type through job_dead; per open status and type, the earliest
+-- are few), and DEAD jobs per type from job_tally (kept by the job table's triggers: a few rows,
+-- whatever the history); per open status and type, the earliest
 -- next_run_at of its PENDING jobs due by ?1 that nothing but the consumer holds back (the oldest
 -- due job): not a paused key's, not one waiting on a dependency, and of a key's jobs only the
--- head (the rest wait for it, and a blocked key's for an operator). DONE jobs are not counted by
--- type: that would read every row of the table on every scrape (counts.sql counts them).
+-- head (the rest wait for it, and a blocked key's for an operator). DONE jobs are counted by
+-- counts.sql, from the same tally.
 -- params: ?1 now
 WITH open AS (
   SELECT id, status, type, ordering_key, seq, next_run_at FROM job INDEXED BY job_open
@@ -21,4 +22,4 @@ SELECT status, type, count(*) AS n,
             THEN next_run_at END) AS oldest_due
 FROM open GROUP BY status, type
 UNION ALL
-SELECT 'DEAD', type, count(*), NULL FROM job INDEXED BY job_dead WHERE status = 'DEAD' GROUP BY type
+SELECT 'DEAD', nullif(type, ''), n, NULL FROM job_tally WHERE status = 'DEAD' AND n > 0

@@ -1,4 +1,9 @@
--- The history of the jobs purge.sql is about to delete (same ?1 before, ?2 limit, same order).
--- params: ?1 before, ?2 limit
+-- The history of the jobs purge.sql is about to delete (same parameters, same jobs).
+-- params: ?1 since, ?2 before, ?3 status, ?4 limit, ?5 keep_keyed
 DELETE FROM job_event
-WHERE job_id IN (SELECT id FROM job WHERE finished_at < ?1 AND status = 'DONE' ORDER BY finished_at LIMIT ?2)
+WHERE job_id IN (
+  SELECT id FROM job
+  WHERE finished_at >= ?1 AND finished_at < ?2 AND status = ?3
+    AND (?3 = 'DONE' OR ((seq IS NULL OR passed_at IS NOT NULL OR ?5 = 0)
+         AND NOT EXISTS (SELECT 1 FROM job_waiter WHERE job_waiter.on_id = job.id)))
+  ORDER BY finished_at LIMIT ?4)
