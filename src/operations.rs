@@ -152,8 +152,8 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
         keys.sort_unstable();
         keys.dedup();
         let (mut msgs, mut woken) = (Vec::new(), Vec::new());
-        for key in keys {
-            let next = self.ledger.key_to_wake(key, self.cfg.ordering_mode, self.cfg.on_dead, now).await?;
+        // Every key in one batch per shard, however many keys (each job may be its own).
+        for next in self.ledger.keys_to_wake(&keys, self.cfg.ordering_mode, self.cfg.on_dead, now).await? {
             let delay = next.as_ref().map_or(0, |n| crate::limits::seconds_until(now, n.next_run_at));
             if let Some((n, msg)) = next.as_ref().and_then(|n| Some((n, producer::message_for(n, delay)?))) {
                 woken.push(n.id.clone());
@@ -163,11 +163,14 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
         let mut limits: Vec<&str> = jobs.iter().filter_map(|j| j.limit_key.as_deref()).collect();
         limits.sort_unstable();
         limits.dedup();
-        let mut handed = Vec::new();
-        for key in limits {
-            let ids: Vec<&str> = jobs.iter().filter(|j| j.limit_key.as_deref() == Some(key)).map(|j| j.id.as_str()).collect();
-            handed.extend(self.ledger.forget(key, &ids, &self.cfg.limits.for_key(key), now).await?);
-        }
+        let forgotten: Vec<(&str, Vec<&str>, crate::flow::Policy)> = limits
+            .into_iter()
+            .map(|key| {
+                let ids = jobs.iter().filter(|j| j.limit_key.as_deref() == Some(key)).map(|j| j.id.as_str()).collect();
+                (key, ids, self.cfg.limits.for_key(key))
+            })
+            .collect();
+        let handed = self.ledger.forget_all(&forgotten, now).await?;
         producer::send_all(self.queue, msgs).await?;
         producer::wake(self.ledger, self.queue, &handed, 1, None).await?;
         Ok(woken)

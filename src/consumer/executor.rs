@@ -142,20 +142,21 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// [`Self::run_claimed`]'s attempt itself; the handler runs inside `span` (the run's, when it
     /// is traced), the ledger's calls beside it.
     async fn attempt(&self, job: &JobRow, start_by: i64, span: Option<&dyn Span>) -> Ran {
-        let started_at = self.clock.now_ms();
+        let checked_at = self.clock.now_ms();
         let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
         let sealed = job.payload.as_deref().is_some_and(is_sealed);
-        if let Some(deadline) = job.deadline_at.filter(|&d| started_at >= d) {
+        if let Some(deadline) = job.deadline_at.filter(|&d| checked_at >= d) {
             // Not run at all: what it was for is past (design §20). DEAD like a permanent failure.
-            let why = format!("expired: not started by its deadline ({} s late)", (started_at - deadline) / 1000);
-            return self.ran(job, &self.owner, started_at, Err(JobError::permanent(why)), false).await;
+            let why = format!("expired: not started by its deadline ({} s late)", (checked_at - deadline) / 1000);
+            return self.ran(job, &self.owner, (checked_at, checked_at), Err(JobError::permanent(why)), false).await;
         }
-        if self.cancelled_while_waiting(job, started_at).await {
-            return self.cancelled(job, started_at, Err(JobError::permanent(CANCELLED)), sealed).await;
+        if self.cancelled_while_waiting(job, checked_at).await {
+            let now = self.clock.now_ms();
+            return self.cancelled(job, (now, now), Err(JobError::permanent(CANCELLED)), sealed).await;
         }
         let payload = match self.payload_of(job).await {
             Ok(p) => p,
-            Err(why) => return self.wait_for_key(job, started_at, why),
+            Err(why) => return self.wait_for_key(job, why),
         };
         // The last check before the start that awaits nothing but its limit key's gate: past this
         // point the run starts (the gate's permit is only asked when the lease still covers it).
@@ -170,6 +171,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             return Ran { record: Record { transition, run: None }, end: RunEnd::Limited(waits) };
         }
         let cancel = Cancellation::default();
+        // The run's own start: the handler is called next, with nothing awaited before.
+        let started_at = self.clock.now_ms();
         // This run is a span of the trace the job was submitted in (design §27).
         let trace = job.trace().map(|t| t.run(&job.id, attempt, &self.owner));
         let result = match payload.map(|v| serde_json::from_str::<Value>(&v).ok()) {
@@ -188,13 +191,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             Some(None) | None => Err(JobError::permanent("the ledger row has no readable payload")),
         };
+        // The run's end, before the limit key's release awaits the ledger.
+        let ended_at = self.clock.now_ms();
         if let Gate::Held { until } = gate {
             self.release(job, until, &result, cancel.is_cancelled()).await;
         }
         if cancel.is_cancelled() {
-            return self.cancelled(job, started_at, result, sealed).await;
+            return self.cancelled(job, (started_at, ended_at), result, sealed).await;
         }
-        self.ran(job, &self.owner, started_at, result, sealed).await
+        self.ran(job, &self.owner, (started_at, ended_at), result, sealed).await
     }
 
     /// Whether `job`, claimed ahead in a strict chain and waiting there at least one check period,
@@ -245,14 +250,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// `settle_cancelled.sql`), and its line in the job's history. Recorded at once, so its lease
     /// is given up within the cancel's bound, not when the batch's other runs end; should that
     /// fail, the mode records it with the batch.
-    async fn cancelled(&self, job: &JobRow, started_at: i64, result: Result<Done, JobError>, sealed: bool) -> Ran {
-        let now = self.clock.now_ms();
+    async fn cancelled(&self, job: &JobRow, (started_at, now): (i64, i64), result: Result<Done, JobError>, sealed: bool) -> Ran {
         let (transition, http_status) = match result {
             Ok(done) => {
                 let status = done.http_status;
-                (self.done(job, &self.owner, now, done, sealed).await.0, status)
+                (self.done(job, &self.owner, (started_at, now), done, sealed).await.0, status)
             }
-            Err(e) => (self.fail(job, &self.owner, now, Status::Dead, now, CANCELLED), e.http_status()),
+            Err(e) => (self.fail(job, &self.owner, (started_at, now), Status::Dead, now, CANCELLED), e.http_status()),
         };
         let run = Run {
             job_id: job.id.clone(),
@@ -292,16 +296,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// What a run of `job` by `owner` (its lease owner) records: the guarded transition its
     /// result leads to, and its history line.
-    pub(super) async fn ran(&self, job: &JobRow, owner: &str, started_at: i64, result: Result<Done, JobError>, sealed: bool) -> Ran {
-        let now = self.clock.now_ms();
+    pub(super) async fn ran(&self, job: &JobRow, owner: &str, (started_at, now): (i64, i64), result: Result<Done, JobError>, sealed: bool) -> Ran {
         let (transition, end, error, http_status) = match result {
-            Ok(done) => self.done(job, owner, now, done, sealed).await,
+            Ok(done) => self.done(job, owner, (started_at, now), done, sealed).await,
             Err(e) => {
                 // A sealed job's error never reaches D1, the API or the logs in plain: a webhook's
                 // names its URL, a service handler's quotes its answer.
                 let e = if sealed { withheld(e) } else { e };
                 let (e, next_payload) = self.next_payload(job, sealed, e).await;
-                self.failed(job, owner, now, &e, next_payload)
+                self.failed(job, owner, (started_at, now), &e, next_payload)
             }
         };
         let outcome = match end {
@@ -331,7 +334,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// A successful run's completion; a sealed job's result is sealed too (one that cannot be is
     /// not kept).
-    async fn done(&self, job: &JobRow, owner: &str, now: i64, done: Done, sealed: bool) -> Finished {
+    async fn done(&self, job: &JobRow, owner: &str, (started_at, now): (i64, i64), done: Done, sealed: bool) -> Finished {
         let mut kept = done.result.as_ref().map(bounded_result);
         if sealed {
             if let (Some(text), Some(sealer)) = (kept.take(), self.sealer) {
@@ -345,13 +348,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             at: now,
             result: kept,
             http_status: done.http_status,
+            started_at: Some(started_at),
         };
         (complete, RunEnd::Done, None, done.http_status)
     }
 
     /// A failed run's transition: DEAD, a retry after the backoff, or a snooze (with the next
     /// run's payload, if the handler gave one).
-    fn failed(&self, job: &JobRow, owner: &str, now: i64, e: &JobError, next_payload: Option<String>) -> Finished {
+    fn failed(&self, job: &JobRow, owner: &str, ran: (i64, i64), e: &JobError, next_payload: Option<String>) -> Finished {
+        let now = ran.1;
         match decide_failure(job.attempts, job.max_attempts, job.snoozes, e, self.cfg, (self.random)()) {
             FailureDecision::Dead(why) => {
                 let run = job.trace().map(|t| t.run(&job.id, u32::try_from(job.attempts).unwrap_or(u32::MAX), owner));
@@ -363,7 +368,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     error: &why,
                     trace: run.as_ref(),
                 });
-                let dead = self.fail(job, owner, now, Status::Dead, now, &why);
+                let dead = self.fail(job, owner, ran, Status::Dead, now, &why);
                 (dead, RunEnd::Dead, Some(why), e.http_status())
             }
             FailureDecision::Retry { delay_ms } => {
@@ -372,13 +377,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 // before its job is due.
                 let delay_seconds = crate::limits::delay_until(now, Some(at));
                 let why = e.to_string();
-                let fail = self.fail(job, owner, now, Status::Pending, at, &why);
+                let fail = self.fail(job, owner, ran, Status::Pending, at, &why);
                 (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
             }
             FailureDecision::Snooze { delay_seconds } => {
                 // Handed back like a job never run: PENDING, its attempt returned.
                 let at = now + i64::from(delay_seconds) * 1000;
-                let snooze = self.snooze(job, owner, now, at, next_payload);
+                let snooze = self.snooze(job, owner, ran, at, next_payload);
                 (snooze, RunEnd::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
             }
         }
@@ -389,8 +394,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// its key held (a job of its key must not overtake it), and says why in its history and the
     /// log: fixing `PAYLOAD_KEY` lets it run. Spending attempts on it would end it DEAD, and under
     /// `ON_DEAD = "skip"` its key would move past a job that was never run.
-    fn wait_for_key(&self, job: &JobRow, started_at: i64, why: Unopened) -> Ran {
+    fn wait_for_key(&self, job: &JobRow, why: Unopened) -> Ran {
         let now = self.clock.now_ms();
+        // Not a run: no handler was called.
+        let started_at = now;
         let error = format!("{why}; waiting for PAYLOAD_KEY to open it, its key held, no attempt spent");
         self.outage(format!("job {} not run: {error}", job.id));
         let run = Run {

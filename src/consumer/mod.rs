@@ -211,7 +211,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             let sealed = job.payload.as_deref().is_some_and(is_sealed);
             let e = JobError::retry(format!("the handler panicked: {}", p.message));
             let started_at = job.started_at.unwrap_or(job.updated_at);
-            let ran = self.ran(&job, &owner, started_at, Err(e), sealed).await;
+            let ran = self.ran(&job, &owner, (started_at, self.clock.now_ms()), Err(e), sealed).await;
             if let Some(delay) = ran.end.again_after() {
                 wakes.extend(crate::producer::message_for(&job, delay));
             }

@@ -133,16 +133,16 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
     }
 
     /// `job`'s failed run by `owner`: PENDING again at `next_run_at`, or DEAD.
-    pub(super) fn fail(&self, job: &JobRow, owner: &str, at: i64, to: Status, next_run_at: i64, error: &str) -> Transition {
+    pub(super) fn fail(&self, job: &JobRow, owner: &str, (started_at, at): (i64, i64), to: Status, next_run_at: i64, error: &str) -> Transition {
         let (id, owner, error) = (job.id.clone(), owner.to_string(), error.to_string());
-        Transition::Fail { id, route: job.route(), owner, at, to, next_run_at, error }
+        Transition::Fail { id, route: job.route(), owner, at, to, next_run_at, error, started_at: Some(started_at) }
     }
 
     /// `job`'s snoozed run by `owner`: PENDING again at `next_run_at`, no attempt spent, the next
     /// run's payload in place of its own when given.
-    pub(super) fn snooze(&self, job: &JobRow, owner: &str, at: i64, next_run_at: i64, payload: Option<String>) -> Transition {
+    pub(super) fn snooze(&self, job: &JobRow, owner: &str, (started_at, at): (i64, i64), next_run_at: i64, payload: Option<String>) -> Transition {
         let (id, owner) = (job.id.clone(), owner.to_string());
-        Transition::Snooze { id, route: job.route(), owner, at, next_run_at, payload }
+        Transition::Snooze { id, route: job.route(), owner, at, next_run_at, payload, started_at: Some(started_at) }
     }
 
     /// A job this invocation claimed and does not run: handed back, due at `next_run_at`.

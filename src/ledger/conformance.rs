@@ -89,6 +89,7 @@ fn complete(job: &JobSpec, owner: &str, at: i64) -> Record {
         at,
         result: Some("{\"ok\":1}".into()),
         http_status: None,
+        started_at: None,
     }
     .into()
 }
@@ -138,6 +139,7 @@ async fn retry_waits<S: Sql>(l: &Ledger<S>, n: &Names) -> Verdict {
         to: Status::Pending,
         next_run_at: T0 + 5_000,
         error: "HTTP 503".into(),
+        started_at: None,
     };
     let run = Run {
         job_id: a.id.clone(),

@@ -79,6 +79,9 @@ pub struct Woken {
     pub route: Route,
 }
 
+/// A limit key whose cancelled jobs leave its line, with its policy.
+pub type Forgotten<'a> = (&'a str, Vec<&'a str>, Policy);
+
 /// What an operator changes about a limit key.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Change {
@@ -407,11 +410,21 @@ impl<S: Sql> Shard<S> {
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 
-    /// Cancelled jobs leave `key`'s line and give back the slots handed to them: one batch. The
-    /// jobs woken to take the slots come back.
-    pub async fn forget(&self, key: &str, jobs: &[&str], policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
-        let out = self.sql.batch(forget_stmts(key, jobs, policy, now)).await?;
-        Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
+    /// Cancelled jobs leave their limit keys' lines and give back the slots handed to them, for
+    /// each key its jobs under its policy: one batch, whatever their number. The jobs woken to
+    /// take the slots come back.
+    pub async fn forget_all(&self, keys: &[Forgotten<'_>], now: i64) -> Result<Vec<Woken>, InfraError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmts = Vec::new();
+        let mut last = Vec::new();
+        for (key, jobs, policy) in keys {
+            stmts.extend(forget_stmts(key, jobs, policy, now));
+            last.push(stmts.len() - 1);
+        }
+        let out = self.sql.batch(stmts).await?;
+        Ok(last.iter().filter_map(|&i| out.get(i)).flat_map(|rows| woken_of(rows)).collect())
     }
 
     #[cfg(any(test, feature = "testing"))]

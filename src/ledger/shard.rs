@@ -237,21 +237,25 @@ impl<S: Sql> Shard<S> {
         Ok(DeadFound { matched: count("matched"), redrivable: count("redrivable"), ids })
     }
 
-    /// The job to wake once `key`'s holder is gone (cancelled): in strict mode the key's head; in
-    /// lock mode its oldest PENDING job if it was put off behind the holder (made due now).
-    /// `None` when there is no PENDING job to wake.
-    pub async fn key_to_wake(
+    /// The job to wake once each of `keys`' holder is gone (cancelled), one batch whatever their
+    /// number: in strict mode the key's head; in lock mode its oldest PENDING job if it was put off
+    /// behind the holder (made due now). `None` for a key with no PENDING job to wake.
+    pub async fn keys_to_wake(
         &self,
-        key: &str,
+        keys: &[&str],
         mode: OrderingMode,
         on_dead: OnDead,
         now: i64,
-    ) -> Result<Option<JobRow>, InfraError> {
-        let read = match mode {
+    ) -> Result<Vec<Option<JobRow>>, InfraError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reads = keys.iter().map(|key| match mode {
             OrderingMode::Strict => stmt::head(key, on_dead),
             OrderingMode::Lock => stmt::wake_waiting(key, now),
-        };
-        Ok(JobRow::first(&self.sql.query(read).await?)?.filter(|j| j.status == Status::Pending))
+        });
+        let out = self.sql.batch(reads.collect()).await?;
+        out.iter().map(|rows| Ok(JobRow::first(rows)?.filter(|j| j.status == Status::Pending))).collect()
     }
 
     /// How many open jobs match `filter` and are not yet cancelled or asked to stop (design §22.2).

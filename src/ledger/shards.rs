@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashSet};
 use futures::future::join_all;
 
 use super::history::{Event, Minute};
-use super::limit::{Answer, Ask, Change, LimitState, Release, Woken};
+use super::limit::{Answer, Ask, Change, Forgotten, LimitState, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::schedule::ScheduleState;
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
@@ -29,6 +29,11 @@ use crate::flow::Policy;
 
 #[cfg(any(test, feature = "testing"))]
 pub use crate::limits::MAX_SHARDS;
+
+/// Keys whose statements go in one batch at most, on a path that takes a list (a bulk cancel's
+/// keys moved on): D1 runs a batch in one transaction within 30 s, and a list of any length costs
+/// one query per shard per this many keys, inside the free plan's 50 queries per invocation.
+pub const KEYS_PER_BATCH: usize = 100;
 
 /// The job ledger: every read and write of a job's row is a method here, taking typed values and
 /// answering verdicts or rows. No other module sees a statement or a shard.
@@ -299,6 +304,7 @@ impl<S: Sql> Ledger<S> {
         })
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// The job to wake once `key`'s holder is gone (cancelled): in strict mode the key's head; in
     /// lock mode its oldest PENDING job if it was put off behind the holder (made due now).
     /// `None` when there is no PENDING job to wake.
@@ -309,7 +315,29 @@ impl<S: Sql> Ledger<S> {
         on_dead: OnDead,
         now: i64,
     ) -> Result<Option<JobRow>, InfraError> {
-        self.at(Route::key(key)).key_to_wake(key, mode, on_dead, now).await
+        Ok(self.keys_to_wake(&[key], mode, on_dead, now).await?.pop().flatten())
+    }
+
+    /// [`Self::key_to_wake`] for each of `keys`, in their order: one batch per shard touched, of at
+    /// most [`KEYS_PER_BATCH`] keys, whatever their number (design "The ledger's life").
+    pub async fn keys_to_wake(
+        &self,
+        keys: &[&str],
+        mode: OrderingMode,
+        on_dead: OnDead,
+        now: i64,
+    ) -> Result<Vec<Option<JobRow>>, InfraError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(KEYS_PER_BATCH) {
+            out.extend(
+                self.routed(chunk, |k| Route::key(k), async |s, part| {
+                    let part: Vec<&str> = part.into_iter().copied().collect();
+                    s.keys_to_wake(&part, mode, on_dead, now).await
+                })
+                .await?,
+            );
+        }
+        Ok(out)
     }
 
     /// PENDING -> DEAD "cancelled", or why not; audited in the job's history.
@@ -580,10 +608,28 @@ impl<S: Sql> Ledger<S> {
         self.at(Route::key(key)).give_back(key, job, policy, now).await
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Cancelled jobs leave `key`'s line and give back the slots handed to them, in the limit key's
     /// shard: the jobs woken to take the slots.
     pub async fn forget(&self, key: &str, jobs: &[&str], policy: &Policy, now: i64) -> Result<Vec<Woken>, InfraError> {
-        self.at(Route::key(key)).forget(key, jobs, policy, now).await
+        self.forget_all(&[(key, jobs.to_vec(), *policy)], now).await
+    }
+
+    /// [`Self::forget`] for several limit keys at once: one batch per shard touched, of at most
+    /// [`KEYS_PER_BATCH`] keys, whatever their number. The jobs woken to take the slots.
+    pub async fn forget_all(&self, keys: &[Forgotten<'_>], now: i64) -> Result<Vec<Woken>, InfraError> {
+        let mut woken = Vec::new();
+        for chunk in keys.chunks(KEYS_PER_BATCH) {
+            let mut parts: BTreeMap<usize, Vec<Forgotten<'_>>> = BTreeMap::new();
+            for k in chunk {
+                parts.entry(Route::key(k.0).shard(self.shards.len())).or_default().push(k.clone());
+            }
+            let answers = join_all(parts.iter().map(|(&s, part)| self.shards[s].forget_all(part, now))).await;
+            for a in answers {
+                woken.extend(a?);
+            }
+        }
+        Ok(woken)
     }
 
     #[cfg(any(test, feature = "testing"))]

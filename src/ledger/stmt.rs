@@ -75,18 +75,29 @@ pub fn get(id: &str) -> Stmt {
 }
 /// RUNNING -> DONE, by the owner, keeping the run's result (JSON text, already bounded) and the
 /// HTTP status the run got (the row describes the run).
+#[cfg(any(test, feature = "testing"))]
 pub fn complete(id: &str, owner: &str, now: i64, result: Option<&str>, http_status: Option<u16>) -> Stmt {
+    complete_run(id, owner, now, result, http_status, None)
+}
+/// [`complete`] for a run whose handler was called at `started_at` (`None`: the row keeps its claim's).
+pub fn complete_run(id: &str, owner: &str, now: i64, result: Option<&str>, http_status: Option<u16>, started_at: Option<i64>) -> Stmt {
     let params = [
         ("id", id.into()),
         ("lease_owner", owner.into()),
         ("now", now.into()),
         ("result", result.into()),
         ("http_status", status_code(http_status)),
+        ("started_at", started_at.map_or(Param::Null, Param::Int)),
     ];
     with(sql!("complete"), params)
 }
 /// RUNNING -> PENDING (retry at `next_run_at`) or DEAD, by the owner.
+#[cfg(any(test, feature = "testing"))]
 pub fn fail(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error: &str) -> Stmt {
+    fail_run(id, owner, now, to, next_run_at, error, None)
+}
+/// [`fail`] for a run whose handler was called at `started_at`.
+pub fn fail_run(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error: &str, started_at: Option<i64>) -> Stmt {
     let params = [
         ("id", id.into()),
         ("lease_owner", owner.into()),
@@ -94,6 +105,7 @@ pub fn fail(id: &str, owner: &str, now: i64, to: Status, next_run_at: i64, error
         ("status", to.as_str().into()),
         ("next_run_at", next_run_at.into()),
         ("error", error.into()),
+        ("started_at", started_at.map_or(Param::Null, Param::Int)),
     ];
     with(sql!("fail"), params)
 }
@@ -110,13 +122,19 @@ pub fn defer(id: &str, owner: &str, now: i64, next_run_at: i64, parked: bool) ->
 }
 /// A run that snoozed: back to PENDING at `next_run_at`, attempt given back, snooze counted, its
 /// payload replaced by `payload` if given (sealed already when the job is).
+#[cfg(any(test, feature = "testing"))]
 pub fn snooze(id: &str, owner: &str, now: i64, next_run_at: i64, payload: Option<&str>) -> Stmt {
+    snooze_run(id, owner, now, next_run_at, payload, None)
+}
+/// [`snooze`] for a run whose handler was called at `started_at`.
+pub fn snooze_run(id: &str, owner: &str, now: i64, next_run_at: i64, payload: Option<&str>, started_at: Option<i64>) -> Stmt {
     let params = [
         ("id", id.into()),
         ("lease_owner", owner.into()),
         ("now", now.into()),
         ("next_run_at", next_run_at.into()),
         ("payload", payload.into()),
+        ("started_at", started_at.map_or(Param::Null, Param::Int)),
     ];
     with(sql!("snooze"), params)
 }

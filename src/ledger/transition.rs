@@ -35,6 +35,8 @@ pub enum Transition {
         result: Option<String>,
         /// The HTTP status the run got.
         http_status: Option<u16>,
+        /// ms the handler was called (`None`: the row keeps its claim's).
+        started_at: Option<i64>,
     },
     /// RUNNING -> PENDING (again at `next_run_at`) or DEAD, by its lease owner.
     Fail {
@@ -52,6 +54,8 @@ pub enum Transition {
         next_run_at: i64,
         /// Why.
         error: String,
+        /// ms the handler was called (`None`: not called; the row keeps its claim's).
+        started_at: Option<i64>,
     },
     /// RUNNING -> PENDING at `next_run_at` by its lease owner, the attempt given back and a
     /// snooze counted; the payload replaced when `payload` is given.
@@ -68,6 +72,8 @@ pub enum Transition {
         next_run_at: i64,
         /// The next run's payload (sealed when the job is).
         payload: Option<String>,
+        /// ms the handler was called.
+        started_at: Option<i64>,
     },
     /// RUNNING -> PENDING at `next_run_at` without a run (claimed, not run): the attempt given
     /// back, a deferral counted.
@@ -138,14 +144,14 @@ impl Transition {
         match self {
             // A run's end rides with the cancel rule: a job asked to stop while it ran ends DEAD
             // "cancelled" whatever the run did (design §22.1), as does one handed back unrun.
-            Transition::Complete { id, owner, at, result, http_status, .. } => {
-                (stmt::complete(id, owner, *at, result.as_deref(), *http_status), Some(stmt::settle_cancelled(id, *at)))
+            Transition::Complete { id, owner, at, result, http_status, started_at, .. } => {
+                (stmt::complete_run(id, owner, *at, result.as_deref(), *http_status, *started_at), Some(stmt::settle_cancelled(id, *at)))
             }
-            Transition::Fail { id, owner, at, to, next_run_at, error, .. } => {
-                (stmt::fail(id, owner, *at, *to, *next_run_at, error), Some(stmt::settle_cancelled(id, *at)))
+            Transition::Fail { id, owner, at, to, next_run_at, error, started_at, .. } => {
+                (stmt::fail_run(id, owner, *at, *to, *next_run_at, error, *started_at), Some(stmt::settle_cancelled(id, *at)))
             }
-            Transition::Snooze { id, owner, at, next_run_at, payload, .. } => {
-                (stmt::snooze(id, owner, *at, *next_run_at, payload.as_deref()), Some(stmt::settle_cancelled(id, *at)))
+            Transition::Snooze { id, owner, at, next_run_at, payload, started_at, .. } => {
+                (stmt::snooze_run(id, owner, *at, *next_run_at, payload.as_deref(), *started_at), Some(stmt::settle_cancelled(id, *at)))
             }
             // A job claimed and handed back unrun (a chain's budget, a lost lease) ends DEAD too
             // when it was asked to stop meanwhile: PENDING, it would be claimed again.

@@ -7,6 +7,7 @@ import { Miniflare } from "miniflare";
 import { readFileSync, readdirSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { splitStatements } from "../e2e/harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 

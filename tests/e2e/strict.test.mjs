@@ -114,3 +114,32 @@ test("a direct producer's messages of one key run in first-recorded order", asyn
     await w.dispose();
   }
 });
+
+test("a key's runs are recorded each with its own start and end: one after another, each within its run", async () => {
+  const w = await start({ vars: STRICT });
+  try {
+    // Ten jobs of one key in one request: strict mode runs them as one chain, the target holding
+    // each request 60 ms. Each recorded attempt must begin after the one before it ended, and
+    // lie around the target's own sight of its request (the chain's claim time, recorded for
+    // all ten, once read 82, 145, ... 652 ms for a 60 ms run).
+    const jobs = Array.from({ length: 10 }, (_, i) => ({ payload: webhook(`/slow/60/chain/${i + 1}`, { n: i + 1 }), ordering_key: "chain" }));
+    const ids = (await w.api("POST", "/jobs", { jobs })).json.jobs.map((j) => j.id);
+    await waitFor(async () => (await w.counts()).DONE === 10, "10 DONE", 30_000);
+    const runs = [];
+    for (const id of ids) {
+      const got = (await w.api("GET", `/jobs/${id}`)).json;
+      const attempts = got.history.filter((e) => e.kind === "attempt");
+      assert.equal(attempts.length, 1, JSON.stringify(got.history));
+      runs.push({ id, started: attempts[0].started_at, ended: attempts[0].at, finished: got.job.finished_at });
+    }
+    const seenAt = w.target.to("/slow/60/chain/").map((r) => r.at);
+    for (const [i, r] of runs.entries()) {
+      assert.equal(r.finished, r.ended, `${r.id}: the row and its history agree`);
+      assert.ok(r.ended - r.started >= 55 && r.ended - r.started < 1_000, `${r.id} ran ${r.ended - r.started} ms for a 60 ms request`);
+      assert.ok(r.started <= seenAt[i] && seenAt[i] <= r.ended, `${r.id}'s recorded run [${r.started}, ${r.ended}] holds the target's sight of it (${seenAt[i]})`);
+      if (i > 0) assert.ok(r.started >= runs[i - 1].ended, `${r.id} is recorded as starting before ${runs[i - 1].id} ended`);
+    }
+  } finally {
+    await w.dispose();
+  }
+});

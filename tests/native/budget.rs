@@ -106,3 +106,30 @@ fn cancelling_a_job_100_others_wait_on_releases_them_all_in_one_invocation() {
     }
     assert!(submitted <= 10 && cancelled <= 20, "queries: submit {submitted}, cancel {cancelled}");
 }
+
+/// The same bulk paths with every job its own ordering key and its own limit key: grouping by key
+/// once hid a query per key (a bulk cancel of 300 such jobs made 604 queries).
+#[test]
+fn bulk_cancel_and_redrive_with_every_job_its_own_keys_stay_within_the_budget() {
+    let mut w = world();
+    w.cfg = Config {
+        bulk_redrive_limit: MAX_BULK_REDRIVE,
+        limits: orderly::flow::Policies::parse(r#"{"host-*": {"concurrency": 1}}"#).expect("limits"),
+        ..Config::default()
+    };
+    let jobs: Vec<Value> = (0..MAX_BULK_REDRIVE as usize)
+        .map(|i| json!({"payload": hook(i), "ordering_key": format!("k{i}"), "limit_key": format!("host-{i}")}))
+        .collect();
+    for part in jobs.chunks(500) {
+        let (status, body, _) = request(&w, "POST", "/jobs", Some(json!({ "jobs": part })));
+        assert_eq!(status, 202, "{body}");
+    }
+    let filter = json!({"filter": {"type": "webhook"}});
+    let (status, body, cancel) = request(&w, "POST", "/jobs/cancel", Some(filter.clone()));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["cancelled"], json!(MAX_BULK_REDRIVE), "{body}");
+    let (status, body, redrive) = request(&w, "POST", "/jobs/redrive", Some(filter));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["redriven"], json!(MAX_BULK_REDRIVE), "{body}");
+    assert!(cancel <= 50 && redrive <= 50, "queries: cancel {cancel}, redrive {redrive}");
+}

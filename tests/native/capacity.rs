@@ -85,6 +85,7 @@ fn one_shards_capacity() {
         let claimed = parked[0].state.claimed.first().expect("the key's head is claimed").clone();
         // One request: the run's completion, the chain's step (no history row for a success).
         let done = Transition::Complete {
+            started_at: None,
             id: claimed.id.clone(),
             route: claimed.route(),
             owner: "inv".into(),

@@ -214,6 +214,7 @@ fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
         let (id, owner) = (id.to_string(), "inv".to_string());
         let route = job.route();
         let fail = |to, next_run_at, error: &str| Transition::Fail {
+            started_at: None,
             id: id.clone(),
             route,
             owner: owner.clone(),
@@ -224,6 +225,7 @@ fn activity_counts_runs_deaths_and_the_backlog_by_minute() {
         };
         let transition = match outcome {
             RunOutcome::Done => Transition::Complete {
+                started_at: None,
                 id: id.clone(),
                 route,
                 owner: owner.clone(),

@@ -142,6 +142,7 @@ fn a_d1_ledger_moved_to_shards_keeps_every_job_its_history_and_its_keys_order() 
         let won = &step.state.claimed[0];
         assert_eq!(won.id, format!("j{i}"));
         let done = Transition::Complete {
+            started_at: None,
             id: won.id.clone(),
             route: won.route(),
             owner: "inv".into(),
@@ -176,6 +177,7 @@ fn a_d1_ledger_moved_to_shards_keeps_every_job_its_history_and_its_keys_order() 
     // On the shards, the key goes on where it was: j2 still RUNNING under its lease, then j3.
     assert_eq!(block_on(target.get("j2")).unwrap().map(|j| j.status), Some(Status::Running));
     let done = Transition::Complete {
+        started_at: None,
         id: "j2".into(),
         route: Route::key("k"),
         owner: "inv".into(),

@@ -33,7 +33,16 @@ fn rows(db: &Sqlite, s: Stmt) -> Vec<JobRow> {
 /// `owner`'s completion of `id`, a job of key "k", as the consumer records it.
 fn complete(id: &str, owner: &str, at: i64) -> Record {
     let route = Route::key("k");
-    Transition::Complete { id: id.into(), route, owner: owner.into(), at, result: None, http_status: None }.into()
+    Transition::Complete {
+        id: id.into(),
+        route,
+        owner: owner.into(),
+        at,
+        result: None,
+        http_status: None,
+        started_at: None,
+    }
+    .into()
 }
 
 fn get(db: &Sqlite, id: &str) -> JobRow {

@@ -1409,6 +1409,55 @@ impl Sim {
                     .push(format!("{id} is DONE after attempt {} but its history has no such run: {h:?}", j.attempts));
             }
         }
+        // Recorded attempts (design "A run's recorded start and end"): each lies within a run of
+        // its handler by the invocation that recorded it (a job never handed to its handler, a
+        // deadline's or a cancel's, is recorded as an instant outside any run), and in setups that
+        // promise order a key's recorded attempts never overlap.
+        let mut by_key: BTreeMap<String, Vec<(i64, i64, String)>> = BTreeMap::new();
+        for (id, j) in &rows {
+            let Some(key) = j.ordering_key.clone() else { continue };
+            let h = futures::executor::block_on(self.oracle().events(id)).unwrap_or_default();
+            for e in h.iter().filter(|e| e.kind == orderly::ledger::history::Kind::Attempt && e.actor != "maintenance")
+            {
+                let Some(s) = e.started_at else { continue };
+                let runs = || obs.runs.iter().filter(|r| &r.job == id && r.inv == e.actor);
+                let within = runs().any(|r| r.start <= s && r.end.is_some_and(|end| e.at <= end));
+                let unrun = s == e.at && !runs().any(|r| r.start <= s && r.end.is_none_or(|end| s <= end));
+                if !within && !unrun {
+                    let seen: Vec<(i64, Option<i64>)> = runs().map(|r| (r.start - T0, r.end.map(|x| x - T0))).collect();
+                    violations.push(format!(
+                        "{id}'s attempt {:?} ({:?}) is recorded as [{}, {}] by {}, within no run of it: its runs {seen:?}",
+                        e.attempt,
+                        e.outcome,
+                        s - T0,
+                        e.at - T0,
+                        e.actor
+                    ));
+                }
+                by_key.entry(key.clone()).or_default().push((s, e.at, id.clone()));
+            }
+        }
+        if self.setup.order_promised {
+            for (key, mut recorded) in by_key {
+                recorded.sort();
+                // A run recorded twice (a cancelled run's own record whose answer was lost,
+                // recorded again with the batch) is one run.
+                recorded.dedup();
+                for w in recorded.windows(2) {
+                    if w[1].0 < w[0].1 {
+                        violations.push(format!(
+                            "key {key}'s recorded attempts overlap: {} [{}, {}] and {} [{}, {}]",
+                            w[0].2,
+                            w[0].0 - T0,
+                            w[0].1 - T0,
+                            w[1].2,
+                            w[1].0 - T0,
+                            w[1].1 - T0
+                        ));
+                    }
+                }
+            }
+        }
         // Per key, first successes in start order follow the key's order (order.rs).
         let mut seen = std::collections::BTreeSet::new();
         // Strict mode: the seq the job had when this run started (a redrive may move a job whose
