@@ -160,7 +160,7 @@ impl<'a, S: Sql, Q: QueueSender, C: Clock> Producer<'a, S, Q, C> {
         sealer: Option<&'a dyn Sealer>,
     ) -> Self {
         let api =
-            Api { ledger, queue, clock, cfg: Ok(cfg), admin_token: None, producer_token: None, new_id, types, sealer };
+            Api { ledger, queue, clock, cfg: Ok(cfg), admin_token: None, producer_token: None, metrics_token: None, new_id, types, sealer };
         Producer { api, cfg }
     }
 

@@ -340,6 +340,7 @@ impl App {
         };
         let admin_token = edge::secret(&env, "ADMIN_TOKEN");
         let producer_token = edge::secret(&env, "PRODUCER_TOKEN");
+        let metrics_token = edge::secret(&env, "METRICS_TOKEN");
         let (s, cfg_error) = match self.start(&env) {
             Ok(s) => (s, None),
             Err(StartError::Binding(e)) => {
@@ -362,6 +363,7 @@ impl App {
             cfg: cfg_error.as_ref().map_or(Ok(&s.cfg), Err),
             admin_token: admin_token.as_deref(),
             producer_token: producer_token.as_deref(),
+            metrics_token: metrics_token.as_deref(),
             new_id: &edge::random_id,
             types: &types,
             sealer: s.sealer.as_ref().map(|s| s as &dyn Sealer),

@@ -83,6 +83,8 @@ pub enum Caller {
     Admin,
     /// `PRODUCER_TOKEN`: the routes [`Route::producer_may`] names.
     Producer,
+    /// `METRICS_TOKEN`: `GET /metrics` only, so a scraper holds no power to act.
+    Metrics,
 }
 
 /// One submitted job as recorded: its id, its status, and whether it duplicates a job the
@@ -236,6 +238,16 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 ));
             }
         }
+        if let Some(m) = self.metrics_token.map(str::trim).filter(|t| !t.is_empty()) {
+            if m.len() < MIN_TOKEN_BYTES || constant_time_eq(m, token) || producer.is_some_and(|p| constant_time_eq(m, p)) {
+                return Some(ApiResponse::error(
+                    500,
+                    format!(
+                        "METRICS_TOKEN must be at least {MIN_TOKEN_BYTES} characters and neither ADMIN_TOKEN nor PRODUCER_TOKEN"
+                    ),
+                ));
+            }
+        }
         match self.caller(authorization) {
             None => Some(ApiResponse::error(401, "missing or wrong bearer token")),
             Some(Caller::Admin) => None,
@@ -248,6 +260,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 )),
                 // Unknown paths and methods are answered by the router, as for the admin.
                 _ => None,
+            },
+            Some(Caller::Metrics) => match parsed {
+                Ok((Route::Metrics, _)) => None,
+                _ => Some(ApiResponse::error(403, "METRICS_TOKEN may only read GET /metrics; this needs ADMIN_TOKEN")),
             },
         }
     }
@@ -266,6 +282,8 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Some(Caller::Admin)
         } else if is(self.producer_token) {
             Some(Caller::Producer)
+        } else if is(self.metrics_token) {
+            Some(Caller::Metrics)
         } else {
             None
         }

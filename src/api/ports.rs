@@ -21,6 +21,8 @@ pub struct Api<'a, S: Sql, Q, C> {
     pub admin_token: Option<&'a str>,
     /// `PRODUCER_TOKEN`, if configured: submit and read only.
     pub producer_token: Option<&'a str>,
+    /// `METRICS_TOKEN`, if configured: `GET /metrics` only (a scraper's credential).
+    pub metrics_token: Option<&'a str>,
     /// New job ids.
     pub new_id: &'a dyn Fn() -> String,
     /// The job types there are handlers for: a submitted payload must fit one.

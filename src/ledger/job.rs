@@ -426,6 +426,19 @@ pub struct Lease {
     pub due_before: i64,
 }
 
+/// One shard's part of `GET /metrics`' jobs (design §27): its counts by status and type (their
+/// oldest due jobs leaving out limit keys' jobs), each (type, limit key)'s oldest due job, and the
+/// limit keys whose state in this shard holds their jobs back.
+#[derive(Debug, Clone, Default)]
+pub struct ShardTypeCounts {
+    /// By status and type.
+    pub counts: Vec<TypeCount>,
+    /// (type, limit key, oldest due `next_run_at`).
+    pub limited: Vec<(Option<String>, String, i64)>,
+    /// Limit keys paused, with their breaker open, or with a line.
+    pub held: Vec<String>,
+}
+
 /// Jobs of one status and type (`GET /metrics`, design §27).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypeCount {

@@ -145,6 +145,8 @@ fn every_statement() -> Vec<Stmt> {
     }
     all.extend(stmt::purge(Status::Dead, 0, 1, 10, true));
     all.push(stmt::purge_cursor(Status::Done));
+    all.push(stmt::metrics_limited_due(1));
+    all.push(stmt::held_limit_keys(1));
     all.push(stmt::purge_advance(Status::Done, 1));
     all.push(stmt::import_untally("a"));
     // Flow control's statements (limit.rs), with every policy part given.

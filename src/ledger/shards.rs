@@ -188,8 +188,18 @@ impl<S: Sql> Ledger<S> {
     }
 
     /// Open jobs per status and type and DEAD ones per type, merged over the shards (`GET /metrics`).
+    /// A limit key's due jobs count as due only when no shard says the key holds them back
+    /// (paused, its breaker open, a line waiting for slots): its state lives in its own shard.
     pub async fn type_counts(&self, now: i64) -> Result<Vec<TypeCount>, InfraError> {
-        Ok(TypeCount::merged(self.every(async |s| s.type_counts(now).await).await?.into_iter().flatten()))
+        let per_shard = self.every(async |s| s.type_counts(now).await).await?;
+        let held: HashSet<&str> = per_shard.iter().flat_map(|s| s.held.iter().map(String::as_str)).collect();
+        let mut counts: Vec<TypeCount> = per_shard.iter().flat_map(|s| s.counts.iter().cloned()).collect();
+        for s in &per_shard {
+            for (job_type, _, due) in s.limited.iter().filter(|(_, key, _)| !held.contains(key.as_str())) {
+                counts.push(TypeCount { status: Status::Pending, job_type: job_type.clone(), n: 0, oldest_due: Some(*due) });
+            }
+        }
+        Ok(TypeCount::merged(counts))
     }
 
     /// A page of jobs, newest first (by `(created_at, id)`, which orders every shard alike, so a

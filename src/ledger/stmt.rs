@@ -302,6 +302,14 @@ pub fn counts() -> Stmt {
 pub fn metrics_jobs(now: i64) -> Stmt {
     with(sql!("metrics_jobs"), [("now", now.into())])
 }
+/// Per type and limit key, the oldest due job a limit key may hold back.
+pub fn metrics_limited_due(now: i64) -> Stmt {
+    with(sql!("metrics_limited_due"), [("now", now.into())])
+}
+/// The limit keys whose flow control holds their jobs back now.
+pub fn held_limit_keys(now: i64) -> Stmt {
+    with(sql!("held_limit_keys"), [("now", now.into())])
+}
 
 fn cursor(cursor: Option<(i64, &str)>) -> [(&'static str, Param); 2] {
     let (at, id) = match cursor {

@@ -1,7 +1,7 @@
 //! The HTTP API and cron maintenance on the host: real SQLite ledger, a queue fake that keeps
 //! what it was sent (and can go down).
 
-use crate::support::api::{ApiWorld, PRODUCER_TOKEN, T0, TOKEN};
+use crate::support::api::{ApiWorld, METRICS_TOKEN, PRODUCER_TOKEN, T0, TOKEN};
 use futures::executor::block_on;
 use orderly::api::{ApiRequest, ApiResponse, MAX_BODY_BYTES};
 use orderly::config::Config;
@@ -442,6 +442,41 @@ fn the_producer_token_submits_and_reads_state_and_nothing_else() {
     assert_eq!(api.gate("GET", "/jobs", Some(&format!("Bearer {TOKEN}"))).map(|r| r.status), Some(500));
     api.producer_token = Some("short");
     assert_eq!(api.gate("POST", "/jobs", Some("Bearer short")).map(|r| r.status), Some(500));
+}
+
+/// A scraper's credential reads `GET /metrics` and nothing else: it holds no power to submit,
+/// cancel, redrive, migrate or move, nor to read a job.
+#[test]
+fn the_metrics_token_reads_the_metrics_and_nothing_else() {
+    let w = World::new();
+    let m = |method: &str, path: &str| w.call_with(Some(METRICS_TOKEN), Ok(&w.cfg), method, path, Some(json!({})));
+    let r = m("GET", "/metrics");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("orderly_jobs"), "{}", r.body);
+    for (method, path) in [
+        ("POST", "/jobs"),
+        ("GET", "/jobs/counts"),
+        ("GET", "/jobs/x"),
+        ("GET", "/jobs"),
+        ("POST", "/jobs/cancel"),
+        ("POST", "/jobs/redrive"),
+        ("POST", "/admin/migrate"),
+        ("GET", "/ledger/move"),
+        ("GET", "/limits"),
+    ] {
+        let r = m(method, path);
+        assert_eq!(r.status, 403, "{method} {path}: {}", r.body);
+        assert!(r.json_body()["error"].as_str().unwrap().contains("METRICS_TOKEN may only read GET /metrics"));
+    }
+    // The admin still scrapes; the producer does not.
+    assert_eq!(w.call("GET", "/metrics", None).status, 200);
+    assert_eq!(w.call_with(Some(PRODUCER_TOKEN), Ok(&w.cfg), "GET", "/metrics", None).status, 403);
+    // It can be neither the admin's token, nor the producer's, nor short.
+    let mut api = w.api(Ok(&w.cfg), Some(TOKEN), &|| "x".into());
+    for bad in [TOKEN, PRODUCER_TOKEN, "short"] {
+        api.metrics_token = Some(bad);
+        assert_eq!(api.gate("GET", "/metrics", Some(&format!("Bearer {bad}"))).map(|r| r.status), Some(500), "{bad}");
+    }
 }
 
 #[test]

@@ -98,6 +98,7 @@ impl World {
             cfg: Ok(&self.cfg),
             admin_token: Some(TOKEN),
             producer_token: None,
+            metrics_token: None,
             new_id: &new_id,
             types: &orderly::app::BuiltIn,
             sealer: None,

@@ -704,18 +704,21 @@ fn one_cron_run_purges_what_a_minute_brings_and_the_tally_follows() {
     let now = T0 + 40 * 86_400_000;
     // 12,000 DONE jobs past the 7-day retention, each its own key; a DEAD one every 50th, 31
     // days old (past DEAD_RETENTION_DAYS' 30), every 100th of those its key's blocking head.
-    db.conn
-        .execute(
+    // Set up through `exec`, traced like the ledger's batches, so the replay on D1 has the rows.
+    let at = now - 31 * 86_400_000;
+    db.exec(
+        &format!(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 12000)
              INSERT INTO job (id, type, status, ordering_key, seq, max_attempts, next_run_at, created_at,
                               updated_at, finished_at, passed_at)
              SELECT 'j' || i, 't' || (i % 3), CASE WHEN i % 50 = 0 THEN 'DEAD' ELSE 'DONE' END, 'k' || i,
-                    CASE WHEN i % 5000 = 0 THEN 1 END, 1, ?1 - i, ?1 - i, ?1 - i, ?1 - i,
-                    CASE WHEN i % 50 = 0 AND i % 5000 <> 0 THEN ?1 - i END
-             FROM n",
-            [now - 31 * 86_400_000],
-        )
-        .unwrap();
+                    CASE WHEN i % 5000 = 0 THEN 1 END, 1, {at} - i, {at} - i, {at} - i, {at} - i,
+                    CASE WHEN i % 50 = 0 AND i % 5000 <> 0 THEN {at} - i END
+             FROM n"
+        ),
+        &[],
+    )
+    .unwrap();
     let tally = |db: &Sqlite| -> (i64, i64) {
         let q = |sql: &str| db.conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
         (q("SELECT count(*) FROM job WHERE finished_at IS NOT NULL"), q("SELECT coalesce(sum(n), 0) FROM job_tally"))

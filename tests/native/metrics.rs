@@ -55,3 +55,50 @@ fn metrics_answer_the_ledger_s_state_in_the_prometheus_text_format() {
     let as_producer = w.call_with(Some(PRODUCER_TOKEN), Ok(&w.cfg), "GET", "/metrics", None);
     assert_eq!(as_producer.status, 403);
 }
+
+/// The oldest due job is one nothing but the consumer holds back: a job behind a paused limit key
+/// (or one whose breaker is open, or whose line waits for slots) is the limit key's to hold, not
+/// the consumer's lag. On shards the limit key's state lives in its own shard, not the job's: the
+/// ledger judges every shard's jobs against every shard's limit keys.
+#[test]
+fn a_paused_limit_key_s_due_job_is_not_the_oldest_due_on_d1_and_across_shards() {
+    use futures::executor::block_on;
+    use orderly::ledger::{Ledger, Status};
+    let insert = |db: &crate::support::Sqlite, id: &str, limit_key: &str, due: i64| {
+        db.conn
+            .execute(
+                "INSERT INTO job (id, type, status, limit_key, max_attempts, next_run_at, created_at, updated_at)
+                 VALUES (?1, 'webhook', 'PENDING', ?2, 5, ?3, ?3, ?3)",
+                rusqlite::params![id, limit_key, due],
+            )
+            .unwrap();
+    };
+    let pause = |db: &crate::support::Sqlite, key: &str| {
+        db.conn
+            .execute(
+                "INSERT INTO limit_state (limit_key, paused, updated_at) VALUES (?1, 1, ?2)",
+                rusqlite::params![key, T0],
+            )
+            .unwrap();
+    };
+    let oldest = |counts: Vec<orderly::ledger::TypeCount>| {
+        counts.iter().filter(|c| c.status == Status::Pending).filter_map(|c| c.oldest_due).min()
+    };
+    // D1: one database.
+    let db = crate::support::Sqlite::memory();
+    insert(&db, "held", "tenant", T0);
+    insert(&db, "free", "other", T0 + 30_000);
+    pause(&db, "tenant");
+    assert_eq!(oldest(block_on(Ledger::new(&db).type_counts(T0 + 90_000)).unwrap()), Some(T0 + 30_000));
+    // Three shards: the held job in one, the free one in another, the pause in the third.
+    let (dbs, sqls) = crate::support::memory_shards(3);
+    let ledger = Ledger::sharded(sqls);
+    block_on(ledger.counts()).unwrap();
+    insert(&dbs[0], "held", "tenant", T0);
+    insert(&dbs[1], "free", "other", T0 + 30_000);
+    pause(&dbs[2], "tenant");
+    assert_eq!(oldest(block_on(ledger.type_counts(T0 + 90_000)).unwrap()), Some(T0 + 30_000));
+    // Resumed, its job is the consumer's again.
+    dbs[2].conn.execute("UPDATE limit_state SET paused = 0", []).unwrap();
+    assert_eq!(oldest(block_on(ledger.type_counts(T0 + 90_000)).unwrap()), Some(T0));
+}

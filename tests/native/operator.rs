@@ -563,3 +563,71 @@ fn the_openapi_document_describes_exactly_the_routes_the_api_answers() {
     let paths = served.json_body()["paths"].as_object().cloned().unwrap_or_default();
     assert!(routes().all(|(_, p)| paths.contains_key(p)), "{:?}", paths.keys());
 }
+
+/// `JobInput` in the document names exactly the fields `POST /jobs` reads from a job object (read
+/// from the submission code's text: each field it takes out of the object), and each one the
+/// document names is taken alone with a sample value: a client validating against the document
+/// refuses no documented request (the trace context was once left out).
+#[test]
+fn the_openapi_job_input_is_what_post_jobs_takes() {
+    let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+    let input = &doc["components"]["schemas"]["JobInput"];
+    assert_eq!(input["additionalProperties"], json!(false));
+    let documented: BTreeSet<String> = input["properties"].as_object().unwrap().keys().cloned().collect();
+    let code = include_str!("../../src/api/submission.rs");
+    let taken = regex_lite_fields(code);
+    // `filter` and `dry_run` are the bulk routes' (POST /jobs/cancel, /jobs/redrive), read there too.
+    let taken: BTreeSet<String> = taken.into_iter().filter(|f| f != "filter" && f != "dry_run").collect();
+    assert_eq!(documented, taken, "JobInput's properties and the fields POST /jobs takes");
+    let sample = |f: &str| -> Value {
+        match f {
+            "id" => json!("sample-id"),
+            "ordering_key" | "dedupe_key" | "limit_key" => json!("sample"),
+            "payload" => webhook("sample"),
+            "sensitive" => json!(false),
+            "priority" => json!(3),
+            "max_attempts" => json!(2),
+            "on_duplicate" => json!("keep"),
+            "after" => json!([]),
+            "after_dead" => json!("dead"),
+            "debounce_seconds" | "debounce_max_seconds" => json!(5),
+            "traceparent" => json!("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            "tracestate" => json!("vendor=1"),
+            _ => json!(5),
+        }
+    };
+    for f in &documented {
+        let w = World::new();
+        let mut job = json!({"payload": webhook("sample")});
+        job[f.as_str()] = sample(f);
+        if f == "tracestate" {
+            job["traceparent"] = sample("traceparent");
+        }
+        if f == "debounce_max_seconds" {
+            job["debounce_seconds"] = sample(f);
+            job["dedupe_key"] = json!("d");
+            job["on_duplicate"] = json!("replace");
+        }
+        if f == "debounce_seconds" {
+            job["dedupe_key"] = json!("d");
+            job["on_duplicate"] = json!("replace");
+        }
+        let r = w.call("POST", "/jobs", Some(job.clone()));
+        assert_eq!(r.status, 202, "{f}: {job} answered {}", r.body);
+    }
+}
+
+/// The field names a job object's reader takes out of it: `o.remove("f")`, `(&mut o, "f"` and
+/// `(o, "f"`.
+fn regex_lite_fields(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for marker in ["o.remove(\"", "(&mut o, \"", "(o, \""] {
+        for (i, _) in code.match_indices(marker) {
+            let rest = &code[i + marker.len()..];
+            if let Some(end) = rest.find('"') {
+                out.insert(rest[..end].to_string());
+            }
+        }
+    }
+    out
+}

@@ -1693,6 +1693,7 @@ fn sim_api<'a>(
         cfg: Ok(cfg),
         admin_token: Some(SIM_TOKEN),
         producer_token: None,
+        metrics_token: None,
         new_id,
         types: &orderly::app::BuiltIn,
         sealer: None,

@@ -18,6 +18,8 @@ pub const T0: i64 = 1_700_000_000_000;
 pub const TOKEN: &str = "s3cret-token-0123456789";
 /// The producer's token: submit and read only.
 pub const PRODUCER_TOKEN: &str = "producer-token-0123456789";
+/// The scraper's token: `GET /metrics` only.
+pub const METRICS_TOKEN: &str = "metrics-token-0123456789";
 
 /// One API with its ports.
 pub struct ApiWorld {
@@ -56,6 +58,7 @@ impl ApiWorld {
             cfg,
             admin_token,
             producer_token: Some(PRODUCER_TOKEN),
+            metrics_token: Some(METRICS_TOKEN),
             new_id,
             types: &orderly::app::BuiltIn,
             sealer: self.sealer.as_ref().map(|s| s as &dyn orderly::seal::Sealer),

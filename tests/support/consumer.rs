@@ -209,6 +209,7 @@ impl ConsumerWorld {
             cfg: Ok(&self.cfg),
             admin_token: Some(TOKEN),
             producer_token: None,
+            metrics_token: None,
             new_id: &new_id,
             types: &orderly::app::BuiltIn,
             sealer: None,

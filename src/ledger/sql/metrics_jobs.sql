@@ -3,17 +3,19 @@
 -- whatever the history); per open status and type, the earliest
 -- next_run_at of its PENDING jobs due by ?1 that nothing but the consumer holds back (the oldest
 -- due job): not a paused key's, not one waiting on a dependency, and of a key's jobs only the
--- head (the rest wait for it, and a blocked key's for an operator). DONE jobs are counted by
+-- head (the rest wait for it, and a blocked key's for an operator), and not a limit key's (its
+-- flow control may hold it: metrics_limited_due.sql, judged against every shard's limit keys).
+-- DONE jobs are counted by
 -- counts.sql, from the same tally.
 -- params: ?1 now
 WITH open AS (
-  SELECT id, status, type, ordering_key, seq, next_run_at FROM job INDEXED BY job_open
+  SELECT id, status, type, ordering_key, limit_key, seq, next_run_at FROM job INDEXED BY job_open
   WHERE finished_at IS NULL AND seq IS NULL
   UNION ALL
-  SELECT id, status, type, ordering_key, seq, next_run_at FROM job INDEXED BY job_key_open
+  SELECT id, status, type, ordering_key, limit_key, seq, next_run_at FROM job INDEXED BY job_key_open
   WHERE seq IS NOT NULL AND passed_at IS NULL AND finished_at IS NULL)
 SELECT status, type, count(*) AS n,
-       min(CASE WHEN status = 'PENDING' AND next_run_at <= ?1
+       min(CASE WHEN status = 'PENDING' AND next_run_at <= ?1 AND open.limit_key IS NULL
                  AND NOT EXISTS (SELECT 1 FROM key_pause WHERE key_pause.ordering_key = open.ordering_key)
                  AND NOT EXISTS (SELECT 1 FROM job_wait WHERE job_wait.job_id = open.id)
                  AND (open.seq IS NULL OR NOT EXISTS (
