@@ -30,7 +30,7 @@ test("the benchmark counts one job's D1 rows, statements and queue operations as
       // ... priority, limit_key, deadline_at, timeout_seconds, sent_at (claim.sql's params).
       [sql("claim"), "job-1", "webhook", null, null, payload, 8, "inv-1", now + 120_000, now, now + 2_000, 5, null, null, null, now],
       [sql("get"), "job-1"],
-      [sql("complete"), "job-1", "inv-1", now + 5, '{"status":200}', 200],
+      [sql("complete"), "job-1", "inv-1", now + 5, '{"status":200}', 200, now + 1],
       // The cancel rule rides with every run's transition (design §22.1): it reads the row, changes nothing.
       [sql("settle_cancelled"), "job-1", now + 5],
       ...["purge_tally", "purge_events", "purge_waits", "purge_batches", "purge"].map((s) => [sql(s), 0, now + 10, "DONE", 1000, 0]),

@@ -82,7 +82,10 @@ test("a Fedify app's deliveries run through orderly in each inbox's order, once 
       assert.deepEqual(inbox.got[host].map((a) => a.id), want, `${host} received the note's activities in order, once each`);
       assert.ok(inbox.got[host].every((a) => a.signed), "signed by Fedify");
     }
-    const jobs = (await w.db.prepare("SELECT id, type, status, ordering_key, limit_key, attempts, payload FROM job ORDER BY ordering_key, seq").all()).results;
+    // An inbox has its activity a moment before the run's completion is recorded: wait for the ledger.
+    const read = async () => (await w.db.prepare("SELECT id, type, status, ordering_key, limit_key, attempts, payload FROM job ORDER BY ordering_key, seq").all()).results;
+    await waitFor(async () => (await read()).every((j) => j.status === "DONE"), "every delivery recorded DONE", 20_000);
+    const jobs = await read();
     assert.equal(jobs.length, 12, "one job per activity and inbox");
     assert.ok(jobs.every((j) => j.type === "fedify" && j.status === "DONE"));
     assert.ok(jobs.every((j) => j.ordering_key.startsWith(`${object}\n`)), "Fedify's key, with the recipient's origin");
@@ -142,8 +145,11 @@ test("in one Worker: a Fedify app with orderly embedded delivers in each inbox's
       assert.deepEqual(inbox.got[host].map((a) => a.id), want, `${host} received the note's activities in order, once each`);
       assert.ok(inbox.got[host].every((a) => a.signed), "signed by Fedify");
     }
-    // One job per activity and inbox, every one run by the Worker's own fedify handler.
-    const jobs = (await w.api("GET", "/orderly/jobs?type=fedify&limit=100")).json.jobs;
+    // One job per activity and inbox, every one run by the Worker's own fedify handler. An inbox
+    // has its activity a moment before the run's completion is recorded: wait for the ledger.
+    const list = async () => (await w.api("GET", "/orderly/jobs?type=fedify&limit=100")).json.jobs;
+    await waitFor(async () => (await list()).every((j) => j.status === "DONE"), "every delivery recorded DONE", 20_000);
+    const jobs = await list();
     assert.equal(jobs.length, 9, JSON.stringify(jobs));
     assert.ok(jobs.every((j) => j.status === "DONE"), JSON.stringify(jobs.map((j) => j.status)));
     assert.equal((await w.api("GET", `/orderly/jobs/${encodeURIComponent(jobs[0].id)}`)).json.job.payload, "redacted", "sealed: the API never shows it");
