@@ -221,6 +221,7 @@ impl Config {
         let webhook_timeout_seconds = num("WEBHOOK_TIMEOUT_SECONDS", d.webhook_timeout_seconds, 1, 300)?;
         let lease_seconds = num("LEASE_SECONDS", d.lease_seconds, 10, MAX_DELAY_SECONDS)?;
         outlive_a_run(lease_seconds, lock_ttl_seconds, webhook_timeout_seconds)?;
+        let (retention_days, dead_retention_days) = retention(&num)?;
         let allow_private_targets =
             choice(&lookup, "WEBHOOK_ALLOW_PRIVATE", &[("false", false), ("true", true)], "not true or false")?;
         Ok(Config {
@@ -247,8 +248,8 @@ impl Config {
             backoff_base_seconds,
             backoff_cap_seconds,
             lock_retry_delay_seconds: num("LOCK_RETRY_DELAY_SECONDS", d.lock_retry_delay_seconds, 0, MAX_DELAY_SECONDS)?,
-            retention_days: num("RETENTION_DAYS", d.retention_days, 1, 3650)?,
-            dead_retention_days: num("DEAD_RETENTION_DAYS", d.dead_retention_days, 1, 3650)?,
+            retention_days,
+            dead_retention_days,
         })
     }
 }
@@ -362,6 +363,25 @@ fn queues(lookup: &impl Fn(&str) -> Option<String>, d: &Config) -> Result<(Strin
         });
     }
     Ok((jobs_queue, dead_letter_queue, urgent_queue))
+}
+
+/// `RETENTION_DAYS` and `DEAD_RETENTION_DAYS`: a DEAD job is kept at least as long as a DONE one
+/// (an operator has more to read in it), and the DEAD purge, which reads the finished jobs from
+/// the oldest, then never reads DONE ones that are still kept.
+fn retention(
+    num: &impl Fn(&'static str, u32, u32, u32) -> Result<u32, ConfigError>,
+) -> Result<(u32, u32), ConfigError> {
+    let d = Config::default();
+    let done = num("RETENTION_DAYS", d.retention_days, 1, 3650)?;
+    let dead = num("DEAD_RETENTION_DAYS", d.dead_retention_days.max(done), 1, 3650)?;
+    if dead < done {
+        return Err(ConfigError {
+            var: "DEAD_RETENTION_DAYS",
+            value: dead.to_string(),
+            reason: "shorter than RETENTION_DAYS: a DEAD job is kept at least as long as a DONE one".into(),
+        });
+    }
+    Ok((done, dead))
 }
 
 /// A lease or lock must outlive the longest handler run, or the reaper (or another group) could
@@ -484,6 +504,17 @@ mod tests {
         assert_eq!(with(&[("BULK_REDRIVE_LIMIT", "0")]).unwrap_err().var, "BULK_REDRIVE_LIMIT");
         // Three statements a job plus the count: 334 would be 1,003 queries.
         assert_eq!(with(&[("BULK_REDRIVE_LIMIT", "334")]).unwrap_err().var, "BULK_REDRIVE_LIMIT");
+    }
+
+    #[test]
+    fn dead_jobs_are_kept_at_least_as_long_as_done_ones() {
+        let c = with(&[]).unwrap();
+        assert_eq!((c.retention_days, c.dead_retention_days), (7, 30));
+        // A longer DONE retention carries the DEAD one's default with it.
+        let c = with(&[("RETENTION_DAYS", "60")]).unwrap();
+        assert_eq!((c.retention_days, c.dead_retention_days), (60, 60));
+        assert_eq!(with(&[("DEAD_RETENTION_DAYS", "3")]).unwrap_err().var, "DEAD_RETENTION_DAYS");
+        assert_eq!(with(&[("DEAD_RETENTION_DAYS", "7")]).unwrap().dead_retention_days, 7);
     }
 
     #[test]

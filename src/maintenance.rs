@@ -32,6 +32,9 @@ pub const PURGE_LIMIT: u32 = 1000;
 /// inside the free plan's 50 queries per invocation, and 20,000 jobs a minute per ledger, more
 /// than one D1 takes in (about 7,500 a minute: docs/performance.md).
 pub const PURGE_BATCHES: u32 = 20;
+/// Batches the DEAD purge runs at most per shard and per run: DEAD jobs are few, and with the DONE
+/// purge's 20 and the rest of a run the cron stays within the free plan's 50 queries.
+pub const PURGE_DEAD_BATCHES: u32 = 5;
 /// Wall time after which the purge begins no new batch (a cron run may take 15 minutes; the
 /// next minute's run goes on from where this one stopped).
 pub const PURGE_BUDGET_MS: i64 = 20_000;
@@ -95,6 +98,7 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(ledger: &Ledger<S>, queue: &Q
         Err(e) => note("purge", e),
     }
     let dead_before = now - i64::from(cfg.dead_retention_days) * 86_400_000;
+    let budget = PurgeBudget { batches: PURGE_DEAD_BATCHES, ..budget };
     match ledger.purge(Status::Dead, dead_before, keep_keyed, &budget).await {
         Ok(n) => report.purged_dead = n,
         Err(e) => note("purge DEAD", e),
