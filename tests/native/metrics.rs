@@ -64,21 +64,16 @@ fn metrics_answer_the_ledger_s_state_in_the_prometheus_text_format() {
 fn a_paused_limit_key_s_due_job_is_not_the_oldest_due_on_d1_and_across_shards() {
     use futures::executor::block_on;
     use orderly::ledger::{Ledger, Status};
+    // Set up through `exec`, traced like the ledger's batches, so the replay on D1 has the rows.
     let insert = |db: &crate::support::Sqlite, id: &str, limit_key: &str, due: i64| {
-        db.conn
-            .execute(
-                "INSERT INTO job (id, type, status, limit_key, max_attempts, next_run_at, created_at, updated_at)
-                 VALUES (?1, 'webhook', 'PENDING', ?2, 5, ?3, ?3, ?3)",
-                rusqlite::params![id, limit_key, due],
-            )
-            .unwrap();
+        let sql = format!(
+            "INSERT INTO job (id, type, status, limit_key, max_attempts, next_run_at, created_at, updated_at)
+             VALUES (?1, 'webhook', 'PENDING', ?2, 5, {due}, {due}, {due})"
+        );
+        db.exec(&sql, &[id, limit_key]).unwrap();
     };
     let pause = |db: &crate::support::Sqlite, key: &str| {
-        db.conn
-            .execute(
-                "INSERT INTO limit_state (limit_key, paused, updated_at) VALUES (?1, 1, ?2)",
-                rusqlite::params![key, T0],
-            )
+        db.exec(&format!("INSERT INTO limit_state (limit_key, paused, updated_at) VALUES (?1, 1, {T0})"), &[key])
             .unwrap();
     };
     let oldest = |counts: Vec<orderly::ledger::TypeCount>| {
@@ -99,6 +94,6 @@ fn a_paused_limit_key_s_due_job_is_not_the_oldest_due_on_d1_and_across_shards() 
     pause(&dbs[2], "tenant");
     assert_eq!(oldest(block_on(ledger.type_counts(T0 + 90_000)).unwrap()), Some(T0 + 30_000));
     // Resumed, its job is the consumer's again.
-    dbs[2].conn.execute("UPDATE limit_state SET paused = 0", []).unwrap();
+    dbs[2].exec("UPDATE limit_state SET paused = 0", &[]).unwrap();
     assert_eq!(oldest(block_on(ledger.type_counts(T0 + 90_000)).unwrap()), Some(T0));
 }
