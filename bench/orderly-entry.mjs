@@ -14,4 +14,7 @@ export default class extends WorkerEntrypoint {
     stats.deliveries += batch.messages.length;
     return new Orderly(context(this.ctx, this.env), counted(this.env)).queue(batch);
   }
+  scheduled(event) {
+    return new Orderly(context(this.ctx, this.env), counted(this.env)).scheduled(event);
+  }
 }

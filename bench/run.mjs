@@ -31,7 +31,7 @@
 // jobs of one limit key within the drain limit.
 //
 //   npm run bench
-//   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent,throttle5,throttle100,throttle100burst10,quiet,hotlimit,hotlate
+//   BENCH_MESSAGES=1000 BENCH_RUNS=1 BENCH_CONCURRENCY=1,4,16 BENCH_WORKLOADS=hot,keys20,unkeyed,hotfail,urgent,throttle5,throttle100,throttle100burst10,quiet,hotlimit,hotlate,ledger (bench/ledger.mjs)
 //   BENCH_CONSUMERS=lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane
 //   (`shards-api`: strict mode, POST /jobs, the ledger on four Durable Object shards)
 //   BENCH_CONSUMERS=strict-api-bare,strict-api,strict-api-metrics: orderly observed or not (design
@@ -48,7 +48,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 1);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,4,16").split(",").map(Number);
-const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail,urgent,throttle5,throttle100,throttle100burst10,quiet,hotlimit,hotlate").split(",");
+const WORKLOADS = (process.env.BENCH_WORKLOADS ?? "hot,keys20,unkeyed,hotfail,urgent,throttle5,throttle100,throttle100burst10,quiet,hotlimit,hotlate,ledger").split(",");
 const CONSUMERS = (process.env.BENCH_CONSUMERS ?? "lock-api,lock-direct,strict-api,strict-direct,shards-api,fedify-direct,floor-direct,lock-api-lane,strict-api-lane").split(",");
 const URGENT_JOBS = 10;
 /** wrangler.toml's `max_batch_timeout`, modelled for the throttle workloads (the others hand out
@@ -154,7 +154,7 @@ const directBody = ({ key, limitKey, payload }) => {
 
 /** The webhook target: counts runs, distinct jobs run, and per-key order inversions; times every
  * start, and each quiet job's wait from its arrival (`t.t0` is when the drain began). */
-function target() {
+export function target() {
   const t = { runs: 0, inversions: 0, last: new Map(), done: new Set(), attempts: new Map(), backlogDone: 0, urgentAfter: [],
     starts: [], quietWaits: [], t0: Date.now() };
   t.handle = async (request) => {
@@ -221,7 +221,7 @@ export function workerdCpuMs() {
 /** Linux's USER_HZ, the unit of /proc's CPU times: 100 on every architecture Linux runs here. */
 const CLOCK_TICKS = 100;
 
-async function startConsumer(kind, t, lane, limits, observe = "spans") {
+export async function startConsumer(kind, t, lane, limits, observe = "spans") {
   const common = {
     modules: true,
     modulesRules: MODULES_RULES,
@@ -518,7 +518,7 @@ async function main() {
   const cpus = new Map();
   const flow = [["workload", "C", "consumer", "configured", "starts/s over the run", "achieved/configured", "most starts in 1 s", "longest gap ms", "deliveries/job", "quiet jobs' p95 wait ms"]];
   const quietP95 = new Map();
-  for (const name of WORKLOADS) {
+  for (const name of WORKLOADS.filter((w) => w !== "ledger")) {
     for (const c of FLOW[name] ? flowConcurrency(name) : CONCURRENCY) {
       for (const consumer of CONSUMERS) {
         // The lane only matters for urgent jobs; the urgent workload needs submissions (priority).
@@ -593,6 +593,13 @@ async function main() {
   add("strict-api keys20 C=4 / fedify-direct keys20 C=4", "keys20/4/strict-api", "keys20/4/fedify-direct");
   add("strict-api hot C=4 / fedify-direct hot C=4", "hot/4/strict-api", "hot/4/fedify-direct");
   console.log("\n" + table(ratios));
+  if (WORKLOADS.includes("ledger")) {
+    // The ledger's life at scale (bench/ledger.mjs): what polls and ticks read as history grows.
+    const { measureLedger, ledgerTable, LEDGER_SIZES, LEDGER_DUE } = await import("./ledger.mjs");
+    console.log(`\nThe ledger's life (bench/ledger.mjs): rows D1 bills per call and per cron tick, at ${LEDGER_SIZES.join(", ")} finished jobs ` +
+      `with ${LEDGER_DUE} more past retention and 40 open:\n`);
+    console.log(ledgerTable(await measureLedger(LEDGER_SIZES, LEDGER_DUE)));
+  }
 }
 
 // Run as a script (npm run bench); imported, it only lends `measure` (tests/e2e/cost.test.mjs).

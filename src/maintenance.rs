@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::config::{Config, OnDead, OrderingMode};
 use crate::error::InfraError;
 use crate::ledger::{JobRow, Ledger, PurgeBudget, Record, Sql, Status, Transition};
-use crate::operations::Operations;
+use crate::operations::{Operations, RELEASE_PAGE};
 use crate::producer::{self, QueueSender};
 
 pub use crate::limits::RESEND_GRACE_MS;
@@ -25,6 +25,8 @@ pub const WAKE_GRACE_MS: i64 = 30 * 1000;
 pub const REGISTER_GRACE_MS: i64 = 60 * 1000;
 /// Rows handled per step per run; the next minute's run continues.
 pub const STEP_LIMIT: u32 = 100;
+/// Pages of [`RELEASE_PAGE`] dependents of finished jobs maintenance releases per run at most.
+pub const RELEASE_PAGES_PER_RUN: usize = 3;
 /// Jobs the purge deletes per batch (one transaction each: 1,000 jobs is some 8,000 rows written,
 /// well inside D1's 30 s per query).
 pub const PURGE_LIMIT: u32 = 1000;
@@ -120,7 +122,15 @@ async fn dependents<S: Sql, Q: QueueSender, C: Clock>(
     let ops = Operations { ledger, queue, clock, cfg };
     let unregistered = ledger.waits_unregistered(now - REGISTER_GRACE_MS, STEP_LIMIT).await?;
     let mut released = ops.register(unregistered).await?;
-    released += ops.release_waiters(ledger.waiters_finished(STEP_LIMIT).await?).await?;
+    // A page at a time, a few pages a run: a job with 100,000 dependents is released in some 30
+    // runs, each within the query budget.
+    for _ in 0..RELEASE_PAGES_PER_RUN {
+        let waiters = ledger.waiters_finished(RELEASE_PAGE).await?;
+        if waiters.is_empty() {
+            break;
+        }
+        released += ops.release_waiters(waiters).await?;
+    }
     Ok(released)
 }
 

@@ -18,6 +18,11 @@ use crate::producer::{self, QueueSender};
 /// (design §24); deeper ones are maintenance's next run.
 pub const CASCADE_ROUNDS: usize = 8;
 
+/// Dependents one release (one round of it) reads and releases at most: a job with more
+/// dependents has the rest released by maintenance, a page per run (design "The ledger's life":
+/// one batch for 100,000 dependents would outlast D1's 30 s per query).
+pub const RELEASE_PAGE: u32 = 1000;
+
 /// The ports an operation works with, for one request.
 pub struct Operations<'a, S: Sql, Q, C> {
     /// The ledger.
@@ -221,7 +226,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
     pub async fn release_dependents(&self, finished: &[JobRow]) -> Result<usize, InfraError> {
         let finished: Vec<(String, Route)> =
             finished.iter().filter(|j| j.status.is_finished()).map(|j| (j.id.clone(), j.route())).collect();
-        let waiters = self.ledger.waiters(&finished).await?;
+        let waiters = self.ledger.waiters(&finished, RELEASE_PAGE).await?;
         self.release_waiters(waiters).await
     }
 
@@ -254,7 +259,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
                 }
             }
             let dead: Vec<(String, Route)> = round.iter().map(|j| (j.id.clone(), j.route())).collect();
-            waiters = self.ledger.waiters(&dead).await?;
+            waiters = self.ledger.waiters(&dead, RELEASE_PAGE).await?;
             died.extend(round);
         }
         self.keys_moved_on(&died, now).await?;

@@ -11,10 +11,10 @@
 use serde::Serialize;
 
 use crate::clock::Clock;
-use crate::enqueue::Producer;
+use crate::enqueue::{EnqueueError, Producer};
 use crate::ledger::{Ledger, Sql};
 use crate::producer::QueueSender;
-use crate::schedule::{due, Schedules};
+use crate::schedule::{due, Due, Schedule, Schedules};
 
 /// What one run did about schedules.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -25,7 +25,14 @@ pub struct Ticked {
     pub errors: Vec<String>,
 }
 
-/// Runs every schedule once at `now`. Without schedules it reads nothing.
+/// Schedules submitted in one request: each has at most two periods due, and a request takes
+/// [`crate::api::MAX_JOBS_PER_REQUEST`] jobs.
+const SCHEDULES_PER_REQUEST: usize = crate::api::MAX_JOBS_PER_REQUEST / 2;
+
+/// Runs every schedule once at `now`. Without schedules it reads nothing. The due schedules'
+/// jobs go in as few requests as fit, and their periods are recorded in one batch, whatever the
+/// number of schedules and keys (design "The ledger's life": 100 schedules once made 257
+/// queries).
 pub async fn run<S: Sql, Q: QueueSender, C: Clock>(
     schedules: &Schedules,
     ledger: &Ledger<S>,
@@ -43,24 +50,56 @@ pub async fn run<S: Sql, Q: QueueSender, C: Clock>(
             return out;
         }
     };
-    for s in &schedules.0 {
-        let state = states.iter().find(|st| st.name == s.name);
-        let last = state.and_then(|st| st.last_period);
-        let paused = state.is_some_and(|st| st.paused_at.is_some());
-        let Some(due) = due(s, last, paused, now) else { continue };
-        let last_job = due.enqueue.last().map(|p| s.job_id(*p));
-        if !due.enqueue.is_empty() {
-            match producer.submit(due.enqueue.iter().map(|p| s.job_for(*p)).collect()).await {
-                Ok(jobs) => out.submitted.extend(jobs.into_iter().filter(|j| !j.duplicate).map(|j| j.id)),
-                Err(e) => {
-                    out.errors.push(format!("schedule {}: {e}", s.name));
-                    continue;
-                }
-            }
-        }
-        if let Err(e) = ledger.schedule_seen(&s.name, due.seen, last_job.as_deref(), now).await {
-            out.errors.push(format!("schedule {}: {e}", s.name));
-        }
+    let due: Vec<(&Schedule, Due)> = schedules
+        .0
+        .iter()
+        .filter_map(|s| {
+            let state = states.iter().find(|st| st.name == s.name);
+            let paused = state.is_some_and(|st| st.paused_at.is_some());
+            due(s, state.and_then(|st| st.last_period), paused, now).map(|d| (s, d))
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for part in due.chunks(SCHEDULES_PER_REQUEST) {
+        seen.extend(submit(part, producer, &mut out).await);
+    }
+    if let Err(e) = ledger.schedules_seen(&seen, now).await {
+        out.errors.extend(seen.iter().map(|(name, ..)| format!("schedule {name}: {e}")));
     }
     out
+}
+
+/// Submits the due periods' jobs of `part` in one request: the schedules to record as seen (a
+/// schedule whose job failed is not, so the next run tries again). A refused request is tried
+/// again schedule by schedule, so one bad template never holds the others back.
+async fn submit<'s, S: Sql, Q: QueueSender, C: Clock>(
+    part: &[(&'s Schedule, Due)],
+    producer: &Producer<'_, S, Q, C>,
+    out: &mut Ticked,
+) -> Vec<(&'s str, i64, Option<String>)> {
+    let seen = |(s, d): &(&'s Schedule, Due)| (s.name.as_str(), d.seen, d.enqueue.last().map(|p| s.job_id(*p)));
+    let jobs = |group: &[(&Schedule, Due)]| -> Vec<serde_json::Value> {
+        group.iter().flat_map(|(s, d)| d.enqueue.iter().map(|p| s.job_for(*p))).collect()
+    };
+    let all = jobs(part);
+    if all.is_empty() {
+        return part.iter().map(seen).collect();
+    }
+    match producer.submit(all).await {
+        Ok(done) => {
+            out.submitted.extend(done.into_iter().filter(|j| !j.duplicate).map(|j| j.id));
+            part.iter().map(seen).collect()
+        }
+        Err(EnqueueError::Refused(_)) if part.len() > 1 => {
+            let mut ok = Vec::new();
+            for one in part {
+                ok.extend(Box::pin(submit(std::slice::from_ref(one), producer, out)).await);
+            }
+            ok
+        }
+        Err(e) => {
+            out.errors.extend(part.iter().map(|(s, _)| format!("schedule {}: {e}", s.name)));
+            Vec::new()
+        }
+    }
 }

@@ -12,6 +12,7 @@ use crate::error::InfraError;
 use crate::ledger::limit::LimitState;
 use crate::ledger::pause::KeyPause;
 use crate::ledger::schedule::ScheduleState;
+use crate::ledger::scrape::ScrapeOf;
 use crate::ledger::strict::BlockedKey;
 use crate::ledger::{Counts, Sql, Status, TypeCount};
 use crate::metrics::{render, Family};
@@ -31,19 +32,16 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     /// `GET /metrics`.
     pub(super) async fn metrics(&self, cfg: &Config) -> Result<ApiResponse, InfraError> {
         let now = self.clock.now_ms();
-        let counts = self.ledger.counts().await?;
-        let by_type = self.ledger.type_counts(now).await?;
         // Only strict mode under ON_DEAD = block ever blocks a key; under skip every DEAD keyed
         // job is still in job_dead_head (its key passes it without marking it), so none is read.
-        let blocks = cfg.ordering_mode == OrderingMode::Strict && cfg.on_dead == OnDead::Block;
-        let blocked = if blocks { self.ledger.blocked_keys(MAX_LISTED).await? } else { Vec::new() };
-        let paused = self.ledger.paused_keys("", MAX_LISTED).await?;
-        let limits = self.ledger.limit_states("", now, MAX_LISTED).await?;
-        let schedules = if cfg.schedules.0.is_empty() { vec![] } else { self.ledger.schedule_states().await? };
-        let mut families = jobs(&counts, &by_type, now);
-        families.extend(keys(&blocked, &paused));
-        families.extend(limit_keys(&limits, now));
-        families.extend(periodic(cfg, &schedules, now));
+        let blocked = cfg.ordering_mode == OrderingMode::Strict && cfg.on_dead == OnDead::Block;
+        let of = ScrapeOf { blocked, schedules: !cfg.schedules.0.is_empty(), listed: MAX_LISTED };
+        // One request per shard, whatever the scrape shows.
+        let s = self.ledger.scrape(now, of).await?;
+        let mut families = jobs(&s.counts, &s.by_type, now);
+        families.extend(keys(&s.blocked, &s.paused));
+        families.extend(limit_keys(&s.limits, now));
+        families.extend(periodic(cfg, &s.schedules, now));
         Ok(ApiResponse { status: 200, content_type: CONTENT_TYPE, body: render(&families), headers: Vec::new() })
     }
 }

@@ -644,22 +644,24 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         Ok(Ok(after))
     }
 
-    /// Puts jobs recorded parked in their limit keys' lines, one batch per key, the keys' batches
-    /// at once, and sends the jobs handed a slot (design §20.12). Should a line not answer, its
-    /// jobs are sent as wake-ups, to ask for their start on delivery as any job does: nothing
-    /// waits unsent.
+    /// Puts jobs recorded parked in their limit keys' lines, every key's in one batch per shard
+    /// (design "The ledger's life": each job may be its own key), and sends the jobs handed a
+    /// slot (design §20.12). Should a batch not answer, its jobs are sent as wake-ups, to ask for
+    /// their start on delivery as any job does: nothing waits unsent.
     async fn line_up(&self, cfg: &Config, lined: &[JobRow], now: i64) -> Result<(), crate::error::InfraError> {
         let mut keys: Vec<&str> = lined.iter().filter_map(|j| j.limit_key.as_deref()).collect();
         keys.sort_unstable();
         keys.dedup();
-        let lines = keys.into_iter().map(|key| async move {
-            let jobs: Vec<&JobRow> = lined.iter().filter(|j| j.limit_key.as_deref() == Some(key)).collect();
-            let ids: Vec<(&str, crate::ledger::Route)> = jobs.iter().map(|j| (j.id.as_str(), j.route())).collect();
-            let answer = self.ledger.line(key, &ids, &cfg.limits.for_key(key), now).await;
-            (jobs, answer)
-        });
+        let lines: Vec<crate::ledger::limit::Lined<'_>> = keys
+            .into_iter()
+            .map(|key| {
+                let ids = lined.iter().filter(|j| j.limit_key.as_deref() == Some(key)).map(|j| (j.id.as_str(), j.route()));
+                (key, ids.collect(), cfg.limits.for_key(key))
+            })
+            .collect();
         let (mut msgs, mut older) = (Vec::new(), Vec::new());
-        for (jobs, answer) in futures::future::join_all(lines).await {
+        for (keys, answer) in self.ledger.line_all(&lines, now).await {
+            let jobs: Vec<&JobRow> = lined.iter().filter(|j| j.limit_key.as_deref().is_some_and(|k| keys.contains(&k))).collect();
             match answer {
                 Ok(woken) => {
                     // The jobs this request just lined are at hand; only older ones handed a slot

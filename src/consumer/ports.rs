@@ -171,7 +171,7 @@ impl<K, S: Sql, R, C: crate::clock::Clock, Q: crate::producer::QueueSender> Cons
             return;
         }
         let ops = crate::operations::Operations { ledger: &self.ledger, queue: self.queue, clock: self.clock, cfg: self.cfg };
-        let waiters = match self.ledger.waiters(&finished).await {
+        let waiters = match self.ledger.waiters(&finished, crate::operations::RELEASE_PAGE).await {
             Ok(w) => w,
             Err(e) => return self.outage(format!("jobs waiting on finished jobs not released (maintenance will): {e}")),
         };

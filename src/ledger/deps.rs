@@ -127,10 +127,10 @@ impl<S: Sql> Shard<S> {
         Ok(waits.iter().map(|_| ()).collect())
     }
 
-    /// In the finished jobs' shard: the waits on each `(id, route)`, with how it finished as its
-    /// row says now (none while it is open again).
-    pub async fn waiters(&self, finished: &[&(String, Route)]) -> Result<Vec<Vec<Waiter>>, InfraError> {
-        let out = self.sql.batch(finished.iter().map(|f| stmt::waiters(&f.0)).collect()).await?;
+    /// In the finished jobs' shard: the waits on each `(id, route)`, at most `limit` each, with how
+    /// it finished as its row says now (none while it is open again).
+    pub async fn waiters(&self, finished: &[&(String, Route)], limit: u32) -> Result<Vec<Vec<Waiter>>, InfraError> {
+        let out = self.sql.batch(finished.iter().map(|f| stmt::waiters(&f.0, limit)).collect()).await?;
         finished
             .iter()
             .zip(out)
@@ -238,13 +238,14 @@ impl<S: Sql> Ledger<S> {
         self.routed(waits, |w| w.job_route, async |s, part| s.registered(&part).await).await.map(drop)
     }
 
-    /// The waits on finished jobs `(id, route)`, read from their shards with how each finished.
-    pub async fn waiters(&self, finished: &[(String, Route)]) -> Result<Vec<Waiter>, InfraError> {
+    /// The waits on finished jobs `(id, route)`, read from their shards with how each finished:
+    /// at most `limit` (the rest stay, for the next page).
+    pub async fn waiters(&self, finished: &[(String, Route)], limit: u32) -> Result<Vec<Waiter>, InfraError> {
         if finished.is_empty() {
             return Ok(Vec::new());
         }
-        let found = self.routed(finished, |f| f.1, async |s, part| s.waiters(&part).await).await?;
-        Ok(found.into_iter().flatten().collect())
+        let found = self.routed(finished, |f| f.1, async |s, part| s.waiters(&part, limit).await).await?;
+        Ok(found.into_iter().flatten().take(limit as usize).collect())
     }
 
     /// Releases dependents, each in its shard: in order, each dependent as it stands after.

@@ -82,6 +82,9 @@ pub struct Woken {
 /// A limit key whose cancelled jobs leave its line, with its policy.
 pub type Forgotten<'a> = (&'a str, Vec<&'a str>, Policy);
 
+/// A limit key, the jobs submitted parked that join its line (each with its route), and its policy.
+pub type Lined<'a> = (&'a str, Vec<(&'a str, Route)>, Policy);
+
 /// What an operator changes about a limit key.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Change {
@@ -351,7 +354,7 @@ fn woken_of(rows: &[Row]) -> Vec<Woken> {
         .collect()
 }
 
-fn state_of(row: &Row) -> Option<LimitState> {
+pub(super) fn state_of(row: &Row) -> Option<LimitState> {
     let limit_key = row.get("limit_key").and_then(Value::as_str)?.to_string();
     let overridden = (int(row, "overridden") == Some(1)).then(|| {
         let interval_us = int(row, "interval_us");
@@ -435,17 +438,21 @@ impl<S: Sql> Shard<S> {
         Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
     }
 
-    /// Puts jobs submitted parked in `key`'s line and hands the slots free now to its oldest:
-    /// one batch. The jobs to send (their wake-ups) come back.
-    pub async fn line(
-        &self,
-        key: &str,
-        jobs: &[(&str, Route)],
-        policy: &Policy,
-        now: i64,
-    ) -> Result<Vec<Woken>, InfraError> {
-        let out = self.sql.batch(line_stmts(key, jobs, policy, now)).await?;
-        Ok(out.last().map(|rows| woken_of(rows)).unwrap_or_default())
+    /// Puts jobs submitted parked in their limit keys' lines and hands the slots free now to
+    /// each line's oldest: one batch, whatever the number of keys. The jobs to send (their
+    /// wake-ups) come back.
+    pub async fn line_all(&self, keys: &[Lined<'_>], now: i64) -> Result<Vec<Woken>, InfraError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmts = Vec::new();
+        let mut last = Vec::new();
+        for (key, jobs, policy) in keys {
+            stmts.extend(line_stmts(key, jobs, policy, now));
+            last.push(stmts.len() - 1);
+        }
+        let out = self.sql.batch(stmts).await?;
+        Ok(last.iter().filter_map(|&i| out.get(i)).flat_map(|rows| woken_of(rows)).collect())
     }
 
     /// Applies an operator's change to `key` and, unless it pauses the key, hands its line the slots

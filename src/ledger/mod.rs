@@ -44,6 +44,7 @@ mod shards;
 // `testing` feature.
 pub mod route;
 pub mod schedule;
+pub mod scrape;
 pub mod schema;
 #[cfg(feature = "testing")]
 pub mod stmt;

@@ -242,6 +242,9 @@ impl<S: Sql> Ledger<S> {
                 put(shard, stmt::import_untally(&id));
             }
             put(shard, stmt::import_job(row));
+            if let Some(id) = text(row, "id") {
+                put(shard, stmt::import_rewind(&id));
+            }
         }
         for row in &events {
             put(text(row, "job_id").and_then(|id| routes.get(&id)).map(|r| r.shard(n)), stmt::import_event(row));

@@ -97,7 +97,7 @@ fn every_statement() -> Vec<Stmt> {
         stmt::wait_dead("a", "b", 1, "e"),
         stmt::wait_release("a", "b"),
         stmt::waiting("a"),
-        stmt::waiters("b"),
+        stmt::waiters("b", 10),
         stmt::waiter_done("b", "a"),
         stmt::waiters_finished(10),
         stmt::waits_unregistered(1, 10),
@@ -149,6 +149,7 @@ fn every_statement() -> Vec<Stmt> {
     all.push(stmt::held_limit_keys(1));
     all.push(stmt::purge_advance(Status::Done, 1));
     all.push(stmt::import_untally("a"));
+    all.push(stmt::import_rewind("a"));
     // Flow control's statements (limit.rs), with every policy part given.
     let policy = crate::flow::Policy {
         throttle: Some(crate::flow::Throttle { rate: 1, per_seconds: 1, burst: 1 }),

@@ -34,7 +34,7 @@ pub struct Resumed {
     pub wake: Vec<JobRow>,
 }
 
-fn pause_of(row: &Row) -> Option<KeyPause> {
+pub(super) fn pause_of(row: &Row) -> Option<KeyPause> {
     Some(KeyPause {
         key: row.get("ordering_key")?.as_str()?.to_string(),
         paused_at: row.get("paused_at").and_then(int_of)?,

@@ -22,7 +22,7 @@ pub struct ScheduleState {
     pub paused_at: Option<i64>,
 }
 
-fn state_of(row: &Row) -> Option<ScheduleState> {
+pub(super) fn state_of(row: &Row) -> Option<ScheduleState> {
     let int = |c: &str| row.get(c).and_then(int_of);
     Some(ScheduleState {
         name: row.get("name")?.as_str()?.to_string(),
@@ -39,9 +39,14 @@ impl<S: Sql> Shard<S> {
         Ok(self.sql.query(stmt::schedule_states()).await?.iter().filter_map(state_of).collect())
     }
 
-    /// Records that a cron run saw `name`'s `period` (submitting `job_id`, if any).
-    pub async fn schedule_seen(&self, name: &str, period: i64, job_id: Option<&str>, now: i64) -> Result<(), InfraError> {
-        self.sql.query(stmt::schedule_seen(name, period, job_id, now)).await.map(drop)
+    /// Records that a cron run saw each schedule's period (submitting the job named, if any): one
+    /// batch, whatever their number.
+    pub async fn schedules_seen(&self, seen: &[(&str, i64, Option<String>)], now: i64) -> Result<(), InfraError> {
+        if seen.is_empty() {
+            return Ok(());
+        }
+        let stmts = seen.iter().map(|(name, period, job)| stmt::schedule_seen(name, *period, job.as_deref(), now)).collect();
+        self.sql.batch(stmts).await.map(drop)
     }
 
     /// Pauses (`Some(now)`) or resumes (`None`) `name`; its row after.

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::history::{self, Kind, Minute, ACTIVITY_MINUTES};
-use super::job::{int_of, TypeCount, Cancel, CancelFilter, Cancellable, Claimed, Counts, DeadFilter, DeadFound, Enqueued, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
+use super::job::{int_of, Cancel, CancelFilter, Cancellable, Claimed, Counts, DeadFilter, DeadFound, Enqueued, JobRow, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::stmt;
 use super::store::{Port, Sql, Stmt};
 use crate::config::{OnDead, OrderingMode};
@@ -80,25 +80,6 @@ impl<S: Sql> Shard<S> {
     /// Counts by status, zeros included.
     pub async fn counts(&self) -> Result<Counts, InfraError> {
         Ok(Counts::from_rows(&self.sql.query(stmt::counts()).await?))
-    }
-
-    /// Open jobs per status and type, DEAD ones per type (`GET /metrics`), with the due jobs a
-    /// limit key may hold back and this shard's limit keys that hold theirs: one round trip.
-    pub async fn type_counts(&self, now: i64) -> Result<super::job::ShardTypeCounts, InfraError> {
-        let reads = vec![stmt::metrics_jobs(now), stmt::metrics_limited_due(now), stmt::held_limit_keys(now)];
-        let mut out = self.sql.batch(reads).await?.into_iter();
-        let mut next = || out.next().unwrap_or_default();
-        let counts = next().iter().filter_map(TypeCount::of).collect();
-        let limited = next()
-            .iter()
-            .filter_map(|r| {
-                let key = r.get("limit_key")?.as_str()?.to_string();
-                let due = r.get("oldest_due").and_then(int_of)?;
-                Some((r.get("type").and_then(Value::as_str).map(str::to_string), key, due))
-            })
-            .collect();
-        let held = next().iter().filter_map(|r| r.get("limit_key")?.as_str().map(str::to_string)).collect();
-        Ok(super::job::ShardTypeCounts { counts, limited, held })
     }
 
     /// A page of jobs, newest first; the cursor for the next page when there may be more.

@@ -13,11 +13,11 @@ use std::collections::{BTreeMap, HashSet};
 use futures::future::join_all;
 
 use super::history::{Event, Minute};
-use super::limit::{Answer, Ask, Change, Forgotten, LimitState, Release, Woken};
+use super::limit::{Answer, Ask, Change, Forgotten, LimitState, Lined, Release, Woken};
 use super::pause::{KeyPause, Resumed};
 use super::schedule::ScheduleState;
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
-use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, TypeCount, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Status, Submit};
+use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::transition::{Record, RecordedDead};
 use super::route::Route;
 use super::maintain::PurgeBudget;
@@ -138,6 +138,14 @@ impl<S: Sql> Ledger<S> {
         join_all(self.shards.iter().map(|s| f(s))).await.into_iter().collect()
     }
 
+    /// [`Self::every`], each shard told its index.
+    pub(super) async fn every_indexed<R>(
+        &self,
+        f: impl AsyncFn(usize, &Shard<S>) -> Result<R, InfraError>,
+    ) -> Result<Vec<R>, InfraError> {
+        join_all(self.shards.iter().enumerate().map(|(i, s)| f(i, s))).await.into_iter().collect()
+    }
+
     /// The shard holding `id` (asked of every shard when there are several), or `None`.
     async fn holder(&self, id: &str) -> Result<Option<&Shard<S>>, InfraError> {
         if let [one] = self.shards.as_slice() {
@@ -185,21 +193,6 @@ impl<S: Sql> Ledger<S> {
     /// Counts by status, zeros included, summed over the shards.
     pub async fn counts(&self) -> Result<Counts, InfraError> {
         Ok(self.every(async |s| s.counts().await).await?.into_iter().fold(Counts::default(), Counts::plus))
-    }
-
-    /// Open jobs per status and type and DEAD ones per type, merged over the shards (`GET /metrics`).
-    /// A limit key's due jobs count as due only when no shard says the key holds them back
-    /// (paused, its breaker open, a line waiting for slots): its state lives in its own shard.
-    pub async fn type_counts(&self, now: i64) -> Result<Vec<TypeCount>, InfraError> {
-        let per_shard = self.every(async |s| s.type_counts(now).await).await?;
-        let held: HashSet<&str> = per_shard.iter().flat_map(|s| s.held.iter().map(String::as_str)).collect();
-        let mut counts: Vec<TypeCount> = per_shard.iter().flat_map(|s| s.counts.iter().cloned()).collect();
-        for s in &per_shard {
-            for (job_type, _, due) in s.limited.iter().filter(|(_, key, _)| !held.contains(key.as_str())) {
-                counts.push(TypeCount { status: Status::Pending, job_type: job_type.clone(), n: 0, oldest_due: Some(*due) });
-            }
-        }
-        Ok(TypeCount::merged(counts))
     }
 
     /// A page of jobs, newest first (by `(created_at, id)`, which orders every shard alike, so a
@@ -521,11 +514,7 @@ impl<S: Sql> Ledger<S> {
 
     /// Keys blocked by a DEAD head, oldest first, at most `limit` in all.
     pub async fn blocked_keys(&self, limit: u32) -> Result<Vec<BlockedKey>, InfraError> {
-        let mut keys: Vec<BlockedKey> =
-            self.every(async |s| s.blocked_keys(limit).await).await?.into_iter().flatten().collect();
-        keys.sort_by(|a, b| (a.head.finished_at, &a.head.id).cmp(&(b.head.finished_at, &b.head.id)));
-        keys.truncate(limit as usize);
-        Ok(keys)
+        Ok(merged_blocked(self.every(async |s| s.blocked_keys(limit).await).await?, limit))
     }
 
     /// Lets `key` move past its DEAD head.
@@ -548,9 +537,10 @@ impl<S: Sql> Ledger<S> {
         self.shards[0].schedule_states().await
     }
 
-    /// Records that a cron run saw `name`'s `period`, having submitted `job_id` (if any) at `now`.
-    pub async fn schedule_seen(&self, name: &str, period: i64, job_id: Option<&str>, now: i64) -> Result<(), InfraError> {
-        self.shards[0].schedule_seen(name, period, job_id, now).await
+    /// Records that a cron run saw each schedule's period (submitting the job named, if any), in
+    /// the first shard: one batch.
+    pub async fn schedules_seen(&self, seen: &[(&str, i64, Option<String>)], now: i64) -> Result<(), InfraError> {
+        self.shards[0].schedules_seen(seen, now).await
     }
 
     /// Pauses (`Some(now)`) or resumes (`None`) schedule `name`: its row after.
@@ -560,11 +550,7 @@ impl<S: Sql> Ledger<S> {
 
     /// Paused keys by name after `after`, at most `limit` in all, from every shard.
     pub async fn paused_keys(&self, after: &str, limit: u32) -> Result<Vec<KeyPause>, InfraError> {
-        let pages = self.every(async |s| s.paused_keys(after, limit).await).await?;
-        let mut all: Vec<KeyPause> = pages.into_iter().flatten().collect();
-        all.sort_by(|a, b| a.key.cmp(&b.key));
-        all.truncate(limit as usize);
-        Ok(all)
+        Ok(merged_paused(self.every(async |s| s.paused_keys(after, limit).await).await?, limit))
     }
 
     #[cfg(any(test, feature = "testing"))]
@@ -649,16 +635,21 @@ impl<S: Sql> Ledger<S> {
         self.at(Route::key(key)).wake(key, n, policy, now).await
     }
 
-    /// Jobs submitted parked join `key`'s line, and the slots free now go to its oldest: the
-    /// jobs to send come back (design §20.12).
-    pub async fn line(
-        &self,
-        key: &str,
-        jobs: &[(&str, Route)],
-        policy: &Policy,
-        now: i64,
-    ) -> Result<Vec<Woken>, InfraError> {
-        self.at(Route::key(key)).line(key, jobs, policy, now).await
+    /// Jobs submitted parked join their limit keys' lines, and the slots free now go to each
+    /// line's oldest (design §20.12): one batch per shard touched, of at most [`KEYS_PER_BATCH`]
+    /// keys, whatever their number. Each batch answers apart, with the keys it carried: the jobs
+    /// to send, or why that batch failed (its jobs are then the caller's to send).
+    pub async fn line_all<'a>(&self, keys: &[Lined<'a>], now: i64) -> Vec<(Vec<&'a str>, Result<Vec<Woken>, InfraError>)> {
+        let mut out = Vec::new();
+        for chunk in keys.chunks(KEYS_PER_BATCH) {
+            let mut parts: BTreeMap<usize, Vec<Lined<'a>>> = BTreeMap::new();
+            for k in chunk {
+                parts.entry(Route::key(k.0).shard(self.shards.len())).or_default().push(k.clone());
+            }
+            let answers = join_all(parts.iter().map(|(&s, part)| self.shards[s].line_all(part, now))).await;
+            out.extend(parts.values().map(|part| part.iter().map(|k| k.0).collect()).zip(answers));
+        }
+        out
     }
 
     /// An operator's change to a limit key, and the jobs of its line it wakes.
@@ -673,12 +664,32 @@ impl<S: Sql> Ledger<S> {
 
     /// Limit keys by name after `after`, at most `limit`, from every shard.
     pub async fn limit_states(&self, after: &str, now: i64, limit: u32) -> Result<Vec<LimitState>, InfraError> {
-        let pages = self.every(async |s| s.limit_states(after, now, limit).await).await?;
-        let mut all: Vec<LimitState> = pages.into_iter().flatten().collect();
-        all.sort_by(|a, b| a.limit_key.cmp(&b.limit_key));
-        all.truncate(limit as usize);
-        Ok(all)
+        Ok(merged_limits(self.every(async |s| s.limit_states(after, now, limit).await).await?, limit))
     }
+}
+
+/// The shards' blocked keys, oldest head first, at most `limit`.
+pub(super) fn merged_blocked(pages: Vec<Vec<BlockedKey>>, limit: u32) -> Vec<BlockedKey> {
+    let mut keys: Vec<BlockedKey> = pages.into_iter().flatten().collect();
+    keys.sort_by(|a, b| (a.head.finished_at, &a.head.id).cmp(&(b.head.finished_at, &b.head.id)));
+    keys.truncate(limit as usize);
+    keys
+}
+
+/// The shards' paused keys by name, at most `limit`.
+pub(super) fn merged_paused(pages: Vec<Vec<KeyPause>>, limit: u32) -> Vec<KeyPause> {
+    let mut all: Vec<KeyPause> = pages.into_iter().flatten().collect();
+    all.sort_by(|a, b| a.key.cmp(&b.key));
+    all.truncate(limit as usize);
+    all
+}
+
+/// The shards' limit keys by name, at most `limit`.
+pub(super) fn merged_limits(pages: Vec<Vec<LimitState>>, limit: u32) -> Vec<LimitState> {
+    let mut all: Vec<LimitState> = pages.into_iter().flatten().collect();
+    all.sort_by(|a, b| a.limit_key.cmp(&b.limit_key));
+    all.truncate(limit as usize);
+    all
 }
 
 /// At most `limit` of the shards' finds, most urgent first, then longest due.

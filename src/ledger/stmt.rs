@@ -419,6 +419,10 @@ pub fn purge_advance(status: Status, until: i64) -> Stmt {
 pub fn import_untally(id: &str) -> Stmt {
     with(sql!("import_untally"), [("id", id.into())])
 }
+/// Moving a ledger: a finished job copied in behind the purge's cursor moves the cursor back to it.
+pub fn import_rewind(id: &str) -> Stmt {
+    with(sql!("import_rewind"), [("id", id.into())])
+}
 
 /// An event of `job_id`'s history ring. `run`: a handler run's details; `when_status`: recorded only
 /// if the job is now in that status, updated at `at`; `after_change`: only if the statement before
@@ -594,8 +598,8 @@ pub fn waiting(id: &str) -> Stmt {
     with(sql!("waiting"), [("id", id.into())])
 }
 /// The jobs waiting on `on_id`.
-pub fn waiters(on_id: &str) -> Stmt {
-    with(sql!("waiters"), [("on_id", on_id.into())])
+pub fn waiters(on_id: &str, limit: u32) -> Stmt {
+    with(sql!("waiters"), [("on_id", on_id.into()), ("limit", limit.into())])
 }
 /// `job_id` is released from `on_id`.
 pub fn waiter_done(on_id: &str, job_id: &str) -> Stmt {

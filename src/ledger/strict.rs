@@ -101,6 +101,18 @@ pub struct BlockedKey {
     pub waiting: i64,
 }
 
+/// Blocked keys from `blocked_keys.sql`'s rows.
+pub(super) fn blocked_of(rows: &[Row]) -> Result<Vec<BlockedKey>, InfraError> {
+    rows.iter()
+        .map(|r| {
+            let head = JobRow::from_row(r)?;
+            let key = head.ordering_key.clone().ok_or_else(|| InfraError::new("D1", "blocked head has no key"))?;
+            let waiting = r.get("waiting").and_then(int_of).unwrap_or(0);
+            Ok(BlockedKey { key, head, waiting })
+        })
+        .collect()
+}
+
 /// What an operator's skip did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Skip {
@@ -193,15 +205,7 @@ impl<S: Sql> Shard<S> {
 
     /// Keys blocked by a DEAD head, oldest first.
     pub async fn blocked_keys(&self, limit: u32) -> Result<Vec<BlockedKey>, InfraError> {
-        let rows = self.sql.query(stmt::blocked_keys(limit)).await?;
-        rows.iter()
-            .map(|r| {
-                let head = JobRow::from_row(r)?;
-                let key = head.ordering_key.clone().ok_or_else(|| InfraError::new("D1", "blocked head has no key"))?;
-                let waiting = r.get("waiting").and_then(int_of).unwrap_or(0);
-                Ok(BlockedKey { key, head, waiting })
-            })
-            .collect()
+        blocked_of(&self.sql.query(stmt::blocked_keys(limit)).await?)
     }
 
     /// Lets `key` move past its DEAD head.

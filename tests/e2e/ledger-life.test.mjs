@@ -77,3 +77,30 @@ test("what a poll reads grows at most 1.5x from 20,000 finished jobs to 200,000"
     await mf.dispose();
   }
 });
+
+// The same through the worker itself (bench/ledger.mjs, the scale bench's own measure): its
+// counts, a scrape, the dashboard's poll and a new job's life read what they read at 20,000
+// finished jobs at 200,000; a cron tick reads per job it purges (plus one) what it read, and
+// purges all 9,800 DONE jobs past retention in one run (at least a minute's intake of one D1,
+// 7,500). Before purge_tally.sql read its jobs once, a tick read 28 rows per job purged.
+test("the worker's polls, a job's life and a cron tick read the same per call from 20,000 finished jobs to 200,000", ONCE, async () => {
+  const { measureLedger } = await import("../../bench/ledger.mjs");
+  const [small, large] = await measureLedger([20_000, 200_000], 10_000);
+  console.log(`the worker at 20,000 / 200,000 finished jobs: ${JSON.stringify({ small, large })}`);
+  const perJob = (x) => x.read / (x.purged + 1);
+  for (const [name, a, b] of [
+    ["counts", small.counts.read, large.counts.read],
+    ["scrape", small.metrics.read, large.metrics.read],
+    ["dashboard poll", small.dashboard.read, large.dashboard.read],
+    ["job life", small.life.read, large.life.read],
+    ["tick per job purged", perJob(small.tick), perJob(large.tick)],
+    ["idle tick", small.idle.read, large.idle.read],
+  ]) {
+    assert.ok(b <= 1.5 * a, `${name}: ${a} rows read at 20,000 finished jobs, ${b} at 200,000`);
+  }
+  for (const r of [small, large]) {
+    // The 200 DEAD jobs past RETENTION_DAYS are kept until DEAD_RETENTION_DAYS.
+    assert.equal(r.tick.purged, 9_800, `one tick purges every DONE job past retention at ${r.size}`);
+    assert.ok(perJob(r.tick) <= 20, `a tick reads ${perJob(r.tick).toFixed(1)} rows per job it purges at ${r.size}`);
+  }
+});

@@ -3,7 +3,8 @@
 //! queries, a batch counting one, so a path that loops over its items one query at a time fails
 //! here before it fails on the platform. Each test says how many it took.
 
-use orderly::config::{Config, MAX_BULK_REDRIVE};
+use orderly::config::{Config, OrderingMode, MAX_BULK_REDRIVE};
+use orderly::operations::RELEASE_PAGE;
 use serde_json::{json, Value};
 
 use crate::support::api::ApiWorld;
@@ -132,4 +133,99 @@ fn bulk_cancel_and_redrive_with_every_job_its_own_keys_stay_within_the_budget() 
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["redriven"], json!(MAX_BULK_REDRIVE), "{body}");
     assert!(cancel <= 50 && redrive <= 50, "queries: cancel {cancel}, redrive {redrive}");
+}
+
+/// `on_duplicate: "cancel"` over 300 holders, each job its own ordering key and limit key: the
+/// cancelled holders' keys move on in one batch, not a query per key (it once made 303).
+#[test]
+fn superseding_300_holders_each_its_own_keys_stays_within_the_budget() {
+    for mode in [OrderingMode::Lock, OrderingMode::Strict] {
+        let mut w = world();
+        w.cfg = Config {
+            ordering_mode: mode,
+            limits: orderly::flow::Policies::parse(r#"{"host-*": {"concurrency": 1}}"#).expect("limits"),
+            ..Config::default()
+        };
+        let jobs = |round: usize, on_duplicate: &str| -> Vec<Value> {
+            (0..300)
+                .map(|i| json!({"payload": hook(i * 10 + round), "ordering_key": format!("k{i}"), "limit_key": format!("host-{i}"),
+                    "dedupe_key": format!("d{i}"), "on_duplicate": on_duplicate}))
+                .collect()
+        };
+        let (status, body, _) = request(&w, "POST", "/jobs", Some(json!({ "jobs": jobs(0, "keep") })));
+        assert_eq!(status, 202, "{body}");
+        let (status, body, queries) = request(&w, "POST", "/jobs", Some(json!({ "jobs": jobs(1, "cancel") })));
+        assert_eq!(status, 202, "{body}");
+        let id = body["jobs"][299]["id"].as_str().unwrap_or_default().to_string();
+        let (_, job, _) = request(&w, "GET", &format!("/jobs/{id}"), None);
+        assert_eq!(job["job"]["status"], json!("PENDING"), "{mode:?}: {job}");
+        assert!(queries <= 50, "{mode:?}: queries: {queries}");
+    }
+}
+
+/// A cron run with 100 schedules due, each job its own ordering key and limit key: their jobs
+/// are submitted and their periods recorded in a handful of batches, not two or more queries per
+/// schedule (it once made 257). In strict mode, where a limited job lines up at submission.
+#[test]
+fn a_cron_run_with_100_schedules_due_each_its_own_keys_stays_within_the_budget() {
+    let schedules: Vec<Value> = (0..100)
+        .map(|i| {
+            json!({"name": format!("s{i}"), "every_seconds": 60,
+            "job": {"payload": hook(i), "ordering_key": format!("k{i}"), "limit_key": format!("host-{i}")}})
+        })
+        .collect();
+    let text = Value::Array(schedules).to_string();
+    let cfg = Config::from_lookup(|k| match k {
+        "SCHEDULES" => Some(text.clone()),
+        "ORDERING_MODE" => Some("strict".into()),
+        "LIMITS" => Some(r#"{"host-*": {"concurrency": 1}}"#.into()),
+        _ => None,
+    })
+    .expect("config");
+    let w = crate::support::consumer::ConsumerWorld::new(cfg);
+    w.db.budget.set(Some(D1_FREE_QUERIES));
+    for round in 0..2 {
+        w.db.invocation();
+        let t = w.tick();
+        assert!(t.errors.is_empty(), "{t:?}");
+        assert_eq!(t.submitted.len(), 100, "round {round}: every schedule's job: {t:?}");
+        let queries = w.db.queries.get();
+        assert!(queries <= 50, "round {round}: queries {queries}");
+        w.clock.advance_ms(60_000);
+    }
+}
+
+/// A job with 2,500 dependents, each its own ordering key and limit key, cancelled: its cancel
+/// releases a page of them ([`RELEASE_PAGE`]) and maintenance the rest, a few pages a run, each
+/// invocation within the budget (a release once read and released every dependent in one batch,
+/// which at 100,000 outlasts D1's 30 s per query).
+#[test]
+fn a_death_with_2500_dependents_each_its_own_keys_is_released_in_pages_within_the_budget() {
+    let cfg = Config {
+        limits: orderly::flow::Policies::parse(r#"{"host-*": {"concurrency": 1}}"#).expect("limits"),
+        ..Config::default()
+    };
+    let w = crate::support::consumer::ConsumerWorld::new(cfg);
+    let dead =
+        |w: &crate::support::consumer::ConsumerWorld| w.call("GET", "/jobs/counts", None).json_body()["DEAD"].as_u64();
+    assert_eq!(w.call("POST", "/jobs", Some(json!({"id": "root", "payload": hook(0)}))).status, 202);
+    for part in 0..5 {
+        let jobs: Vec<Value> = (part * 500..(part + 1) * 500)
+            .map(|i| json!({"id": format!("d{i}"), "payload": hook(i), "ordering_key": format!("k{i}"), "limit_key": format!("host-{i}"), "after": ["root"]}))
+            .collect();
+        let r = w.call("POST", "/jobs", Some(json!({ "jobs": jobs })));
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+    w.db.budget.set(Some(D1_FREE_QUERIES));
+    w.db.invocation();
+    let r = w.call("POST", "/jobs/root/cancel", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let cancel = w.db.queries.get();
+    assert_eq!(dead(&w), Some(1 + u64::from(RELEASE_PAGE)), "the root and a page of its dependents");
+    w.db.invocation();
+    let report = w.maintain();
+    let tick = w.db.queries.get();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(dead(&w), Some(2_501), "maintenance released the rest");
+    assert!(cancel <= 50 && tick <= 50, "queries: cancel {cancel}, maintenance {tick}");
 }

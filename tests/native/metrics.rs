@@ -76,6 +76,10 @@ fn a_paused_limit_key_s_due_job_is_not_the_oldest_due_on_d1_and_across_shards() 
         db.exec(&format!("INSERT INTO limit_state (limit_key, paused, updated_at) VALUES (?1, 1, {T0})"), &[key])
             .unwrap();
     };
+    fn scraped<S: orderly::ledger::Sql>(ledger: &Ledger<S>, now: i64) -> Vec<orderly::ledger::TypeCount> {
+        let of = orderly::ledger::scrape::ScrapeOf { blocked: false, schedules: false, listed: 200 };
+        block_on(ledger.scrape(now, of)).unwrap().by_type
+    }
     let oldest = |counts: Vec<orderly::ledger::TypeCount>| {
         counts.iter().filter(|c| c.status == Status::Pending).filter_map(|c| c.oldest_due).min()
     };
@@ -84,7 +88,7 @@ fn a_paused_limit_key_s_due_job_is_not_the_oldest_due_on_d1_and_across_shards() 
     insert(&db, "held", "tenant", T0);
     insert(&db, "free", "other", T0 + 30_000);
     pause(&db, "tenant");
-    assert_eq!(oldest(block_on(Ledger::new(&db).type_counts(T0 + 90_000)).unwrap()), Some(T0 + 30_000));
+    assert_eq!(oldest(scraped(&Ledger::new(&db), T0 + 90_000)), Some(T0 + 30_000));
     // Three shards: the held job in one, the free one in another, the pause in the third.
     let (dbs, sqls) = crate::support::memory_shards(3);
     let ledger = Ledger::sharded(sqls);
@@ -92,8 +96,56 @@ fn a_paused_limit_key_s_due_job_is_not_the_oldest_due_on_d1_and_across_shards() 
     insert(&dbs[0], "held", "tenant", T0);
     insert(&dbs[1], "free", "other", T0 + 30_000);
     pause(&dbs[2], "tenant");
-    assert_eq!(oldest(block_on(ledger.type_counts(T0 + 90_000)).unwrap()), Some(T0 + 30_000));
+    assert_eq!(oldest(scraped(&ledger, T0 + 90_000)), Some(T0 + 30_000));
     // Resumed, its job is the consumer's again.
     dbs[2].exec("UPDATE limit_state SET paused = 0", &[]).unwrap();
-    assert_eq!(oldest(block_on(ledger.type_counts(T0 + 90_000)).unwrap()), Some(T0));
+    assert_eq!(oldest(scraped(&ledger, T0 + 90_000)), Some(T0));
+}
+
+/// A scrape over 16 shards, showing everything a scrape can (blocked keys, paused keys, limit
+/// keys, schedules), sends each shard one request (design "The ledger's life": it once sent five
+/// per shard and one more, 81 subrequests at 16 shards, past the free plan's 50).
+#[test]
+fn a_scrape_sends_each_shard_one_request_whatever_it_shows() {
+    use futures::executor::block_on;
+    use orderly::ledger::Ledger;
+    let (_dbs, sqls) = crate::support::memory_shards(16);
+    let ledger = Ledger::sharded(sqls);
+    block_on(ledger.counts()).unwrap();
+    let cfg = Config::from_lookup(|k| match k {
+        "ORDERING_MODE" => Some("strict".into()),
+        "ON_DEAD" => Some("block".into()),
+        "SCHEDULES" => Some(r#"[{"name": "beat", "every_seconds": 60, "job": {"payload": {"type": "webhook", "url": "https://h.test/"}}}]"#.into()),
+        _ => None,
+    })
+    .expect("config");
+    let w = crate::support::api::ApiWorld::new();
+    let new_id = || "unused".to_string();
+    let api = orderly::api::Api {
+        ledger: &ledger,
+        queue: &w.queue,
+        clock: &w.clock,
+        cfg: Ok(&cfg),
+        admin_token: Some(crate::support::api::TOKEN),
+        producer_token: None,
+        metrics_token: None,
+        new_id: &new_id,
+        types: &orderly::app::BuiltIn,
+        sealer: None,
+    };
+    for port in ledger.backends() {
+        port.transport.2.set(0);
+    }
+    let req = orderly::api::ApiRequest {
+        method: "GET".into(),
+        path: "/metrics".into(),
+        query: String::new(),
+        authorization: Some(format!("Bearer {}", crate::support::api::TOKEN)),
+        body: Vec::new(),
+        trace: None,
+    };
+    let r = block_on(api.handle(&req));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let sent: Vec<u64> = ledger.backends().map(|p| p.transport.2.get()).collect();
+    assert!(sent.iter().all(|&n| n == 1), "requests per shard: {sent:?}");
 }

@@ -203,8 +203,8 @@ fn a_bad_schedules_var_is_a_configuration_error_naming_it() {
 fn a_run_that_saw_an_older_period_finishing_late_does_not_move_the_schedule_back() {
     let w = world(every_minute("catch_up"));
     let ledger = orderly::ledger::Ledger::new(&w.db);
-    futures::executor::block_on(ledger.schedule_seen("beat", 5 * MIN, Some("new"), T0)).unwrap();
-    futures::executor::block_on(ledger.schedule_seen("beat", 3 * MIN, Some("old"), T0)).unwrap();
+    futures::executor::block_on(ledger.schedules_seen(&[("beat", 5 * MIN, Some("new".into()))], T0)).unwrap();
+    futures::executor::block_on(ledger.schedules_seen(&[("beat", 3 * MIN, Some("old".into()))], T0)).unwrap();
     let states = futures::executor::block_on(ledger.schedule_states()).unwrap();
     assert_eq!((states[0].last_period, states[0].last_job_id.as_deref()), (Some(5 * MIN), Some("new")));
 }

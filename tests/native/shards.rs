@@ -218,3 +218,40 @@ fn one_shard_down_holds_only_its_own_jobs() {
     let only_down = block_on(ledger.claim_all(&[(&a, T0)], "inv", lease));
     assert!(only_down.is_err());
 }
+
+/// A move run again after the shards' purge has passed a time (the switch made, their cron
+/// running) still brings in jobs finished before it: the job copied moves the shard's purge
+/// cursor back, so it is purged in its turn, not kept for ever.
+#[test]
+fn a_job_moved_in_behind_the_purge_cursor_is_still_purged() {
+    use orderly::ledger::PurgeBudget;
+    let d1 = crate::support::Sqlite::memory();
+    let source = Ledger::new(&d1);
+    block_on(source.counts()).unwrap();
+    d1.exec(
+        &format!(
+            "INSERT INTO job (id, type, status, max_attempts, attempts, next_run_at, created_at, updated_at, finished_at)
+             VALUES ('old', 'webhook', 'DONE', 5, 1, {T0}, {T0}, {T0}, {})",
+            T0 + 10
+        ),
+        &[],
+    )
+    .unwrap();
+    let (_, shards) = crate::support::memory_shards(2);
+    let target = Ledger::sharded(shards);
+    let spent = || false;
+    let budget = PurgeBudget { limit: 100, batches: 2, spent: &spent };
+    // The shards' purge has run past the job's time: nothing of theirs was due.
+    assert_eq!(block_on(target.purge(Status::Done, T0 + 1_000_000, false, &budget)).unwrap(), 0);
+    let mut after = String::new();
+    while let Some(next) = block_on(source.copy_to(&target, &after, 10)).unwrap().next {
+        after = next;
+    }
+    assert_eq!(block_on(target.get("old")).unwrap().map(|j| j.status), Some(Status::Done));
+    assert_eq!(
+        block_on(target.purge(Status::Done, T0 + 2_000_000, false, &budget)).unwrap(),
+        1,
+        "the moved job is purged"
+    );
+    assert_eq!(block_on(target.get("old")).unwrap(), None);
+}

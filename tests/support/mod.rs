@@ -357,11 +357,13 @@ impl ObjectStore for ShardDb {
 }
 
 /// A shard object reached in process: every request and answer goes through its JSON, as over
-/// a Durable Object fetch. While `down`, every request fails before it arrives.
-pub struct InProcess(pub std::rc::Rc<LedgerObject<ShardDb>>, pub std::cell::Cell<bool>);
+/// a Durable Object fetch. While `down`, every request fails before it arrives. Counts the
+/// requests sent (each a Durable Object request, a subrequest of the invocation).
+pub struct InProcess(pub std::rc::Rc<LedgerObject<ShardDb>>, pub std::cell::Cell<bool>, pub std::cell::Cell<u64>);
 
 impl Transport for InProcess {
     async fn send(&self, req: &ShardRequest) -> Result<ShardAnswer, InfraError> {
+        self.2.set(self.2.get() + 1);
         if self.1.get() {
             return Err(InfraError::new("ledger shard", "simulated outage"));
         }
@@ -381,7 +383,11 @@ pub fn memory_shards(n: u32) -> (Vec<std::rc::Rc<Sqlite>>, Vec<ShardSql<InProces
         .iter()
         .enumerate()
         .map(|(i, db)| ShardSql {
-            transport: InProcess(std::rc::Rc::new(LedgerObject::new(ShardDb(db.clone()))), Default::default()),
+            transport: InProcess(
+                std::rc::Rc::new(LedgerObject::new(ShardDb(db.clone()))),
+                Default::default(),
+                Default::default(),
+            ),
             shard: i as u32,
             shards: n,
         })
