@@ -127,10 +127,25 @@ pub struct Config {
     pub limits: crate::flow::Policies,
     /// Periodic jobs (design §23), from `SCHEDULES`: a JSON array of schedules.
     pub schedules: crate::schedule::Schedules,
-    /// `TRACE_KEYS = "plain"`: spans name ordering and limit keys as they are; by default
-    /// (`"hashed"`) each is a hash of itself, since keys may name people (design §27.5).
+    /// `TRACE_KEYS = "plain"`: spans and metric labels name ordering and limit keys as they are;
+    /// by default (`"hashed"`) each is a keyed hash of itself, since keys may name people (design
+    /// §27.5).
     pub trace_keys_plain: bool,
+    /// The secret keys are hashed with: the `KEY_HASH_SECRET` secret, else `ADMIN_TOKEN` (set at
+    /// the edge, which reads secrets; empty until then).
+    pub key_hash_secret: KeySecret,
 }
+
+/// A secret that never prints (a `Config` is printed in errors and tests).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KeySecret(pub String);
+
+impl std::fmt::Debug for KeySecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() { "KeySecret(unset)" } else { "KeySecret(..)" })
+    }
+}
+
 
 impl Default for Config {
     fn default() -> Self {
@@ -155,6 +170,7 @@ impl Default for Config {
             limits: crate::flow::Policies::default(),
             schedules: crate::schedule::Schedules::default(),
             trace_keys_plain: false,
+            key_hash_secret: KeySecret::default(),
             allow_private_targets: false,
             jobs_queue: "orderly-jobs".to_string(),
             dead_letter_queue: "orderly-dlq".to_string(),
@@ -250,6 +266,7 @@ impl Config {
             lock_retry_delay_seconds: num("LOCK_RETRY_DELAY_SECONDS", d.lock_retry_delay_seconds, 0, MAX_DELAY_SECONDS)?,
             retention_days,
             dead_retention_days,
+            key_hash_secret: KeySecret::default(),
         })
     }
 }

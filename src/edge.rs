@@ -63,7 +63,12 @@ pub fn random_id() -> String {
 
 /// Reads and checks the vars.
 pub fn config(env: &Env) -> Result<Config, ConfigError> {
-    Config::from_lookup(|name| env.var(name).ok().map(|v| v.to_string()))
+    let mut cfg = Config::from_lookup(|name| env.var(name).ok().map(|v| v.to_string()))?;
+    // Keys in spans and metric labels are hashed under a secret, so a dictionary of likely keys
+    // does not reverse them (design §27.5).
+    let secret = secret(env, "KEY_HASH_SECRET").or_else(|| secret(env, "ADMIN_TOKEN"));
+    cfg.key_hash_secret = crate::config::KeySecret(secret.unwrap_or_default());
+    Ok(cfg)
 }
 
 /// A secret (or plain var) by name, if set and non-empty.

@@ -97,11 +97,11 @@ impl<'a> Attempt<'a> {
         format!("orderly.run {}", self.job_type)
     }
 
-    /// What the span says from its start. Keys may name people: each is a hash of itself unless
-    /// `plain_keys` (`TRACE_KEYS = "plain"`). The job's own trace is named too: Workers' spans
-    /// cannot link to another trace, so the attribute is the link.
-    pub fn start_attributes(&self, plain_keys: bool) -> Vec<Attribute> {
-        let key = |k: &str| Attr::Text(if plain_keys { k.to_string() } else { hashed(k) });
+    /// What the span says from its start. Keys may name people: each is named as `names` says
+    /// (a keyed hash of itself unless `TRACE_KEYS = "plain"`). The job's own trace is named too:
+    /// Workers' spans cannot link to another trace, so the attribute is the link.
+    pub fn start_attributes(&self, names: KeyNames<'_>) -> Vec<Attribute> {
+        let key = |k: &str| Attr::Text(names.of(k));
         let mut attrs = vec![
             ("orderly.job.id", Attr::Text(self.job_id.to_string())),
             ("orderly.job.type", Attr::Text(self.job_type.to_string())),
@@ -170,11 +170,45 @@ pub fn queue_wait_ms(job: &JobRow, started_at: i64) -> i64 {
     (started_at - due).max(0)
 }
 
-/// A key as spans name it by default: `sha256:` and the first 8 bytes of its SHA-256, in hex. The
-/// same key is always the same hash (a trace backend can group by it), and says nothing of itself.
-pub fn hashed(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    digest[..8].iter().fold(String::from("sha256:"), |mut s, b| {
+/// How spans and metric labels name ordering and limit keys (design §27.5): one rule for both,
+/// so what a trace backend and a scraper's storage keep of a key is the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyNames<'a> {
+    /// As they are (`TRACE_KEYS = "plain"`).
+    Plain,
+    /// Each a hash of itself keyed with this secret ([`hashed`]).
+    Hashed(&'a [u8]),
+}
+
+impl<'a> KeyNames<'a> {
+    /// As `cfg` says: `TRACE_KEYS`, and the secret the edge read.
+    pub fn of_config(cfg: &'a crate::config::Config) -> KeyNames<'a> {
+        if cfg.trace_keys_plain {
+            KeyNames::Plain
+        } else {
+            KeyNames::Hashed(cfg.key_hash_secret.0.as_bytes())
+        }
+    }
+
+    /// `key` as spans and metric labels name it.
+    pub fn of(&self, key: &str) -> String {
+        match self {
+            KeyNames::Plain => key.to_string(),
+            KeyNames::Hashed(secret) => hashed(key, secret),
+        }
+    }
+}
+
+/// A key as spans and metric labels name it by default: `hmac:` and the first 8 bytes of its
+/// HMAC-SHA-256 under `secret`, in hex. The same key is always the same name (a trace backend or
+/// a query can group by it), says nothing of itself, and, keyed, cannot be found by hashing a
+/// dictionary of likely keys (inbox URLs, emails) without the secret.
+pub fn hashed(key: &str, secret: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    let mac = <Hmac<Sha256> as Mac>::new_from_slice(secret).map(|m| m.chain_update(key.as_bytes()).finalize().into_bytes());
+    // HMAC takes a key of any length; should that ever fail, a plain digest still names no one.
+    let digest = mac.unwrap_or_else(|_| Sha256::digest(key.as_bytes()));
+    digest[..8].iter().fold(String::from("hmac:"), |mut s, b| {
         let _ = write!(s, "{b:02x}");
         s
     })
@@ -263,16 +297,22 @@ mod tests {
         let a = Attempt::of(&j, 5_250, None);
         assert_eq!(a.queue_wait_ms, 250, "a retry waits from its due time");
         assert_eq!(a.span_name(), "orderly.run email");
-        let attrs = a.start_attributes(false);
+        let attrs = a.start_attributes(KeyNames::Hashed(b"secret"));
         let get = |name: &str| attrs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
         assert_eq!(get("orderly.job.id"), Some(Attr::Text("j1".into())));
         assert_eq!(get("orderly.job.attempt"), Some(Attr::Number(2.0)));
         assert_eq!(get("orderly.job.queue_wait_ms"), Some(Attr::Number(250.0)));
         let Some(Attr::Text(key)) = get("orderly.job.ordering_key") else { panic!("{attrs:?}") };
-        assert!(key.starts_with("sha256:") && key.len() == 23 && !key.contains("alice"), "{key}");
-        assert_eq!(key, hashed("alice@example.com"), "the same key, the same hash");
-        assert_ne!(hashed("alice@example.com"), hashed("bob@example.com"));
-        let plain = a.start_attributes(true);
+        assert!(key.starts_with("hmac:") && key.len() == 21 && !key.contains("alice"), "{key}");
+        assert_eq!(key, hashed("alice@example.com", b"secret"), "the same key, the same hash");
+        assert_ne!(hashed("alice@example.com", b"secret"), hashed("bob@example.com", b"secret"));
+        let unkeyed = Sha256::digest(b"alice@example.com")[..8].iter().fold(String::new(), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        });
+        assert!(!key.contains(&unkeyed), "not the key's plain digest, which a dictionary reverses");
+        assert_ne!(key, hashed("alice@example.com", b"another"), "keyed: another secret, another name");
+        let plain = a.start_attributes(KeyNames::Plain);
         assert!(plain.contains(&("orderly.job.limit_key", Attr::Text("smtp".into()))), "{plain:?}");
         assert_eq!(get("orderly.job.traceparent"), None, "no trace, no traceparent");
     }

@@ -16,6 +16,7 @@ use crate::ledger::scrape::ScrapeOf;
 use crate::ledger::strict::BlockedKey;
 use crate::ledger::{Counts, Sql, Status, TypeCount};
 use crate::metrics::{render, Family};
+use crate::observe::KeyNames;
 use crate::producer::QueueSender;
 
 /// The most limit keys, paused keys and blocked keys one scrape lists by name.
@@ -39,8 +40,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         // One request per shard, whatever the scrape shows.
         let s = self.ledger.scrape(now, of).await?;
         let mut families = jobs(&s.counts, &s.by_type, now);
-        families.extend(keys(&s.blocked, &s.paused));
-        families.extend(limit_keys(&s.limits, now));
+        // Keys may name people: labels name them as spans do (design §27.5).
+        let names = KeyNames::of_config(cfg);
+        families.extend(keys(&s.blocked, &s.paused, names));
+        families.extend(limit_keys(&s.limits, now, names));
         families.extend(periodic(cfg, &s.schedules, now));
         Ok(ApiResponse { status: 200, content_type: CONTENT_TYPE, body: render(&families), headers: Vec::new() })
     }
@@ -66,23 +69,23 @@ fn jobs(counts: &Counts, by_type: &[TypeCount], now: i64) -> Vec<Family> {
 }
 
 /// Blocked and paused ordering keys: how many, and the jobs waiting in each.
-fn keys(blocked: &[BlockedKey], paused: &[KeyPause]) -> Vec<Family> {
+fn keys(blocked: &[BlockedKey], paused: &[KeyPause], names: KeyNames<'_>) -> Vec<Family> {
     let totals = Family::gauge("orderly_keys", "Blocked and paused ordering keys (listed and counted up to 200 of each).")
         .sample(&[("state", "blocked")], blocked.len() as f64)
         .sample(&[("state", "paused")], paused.len() as f64);
     let mut behind = Family::gauge("orderly_blocked_key_waiting_jobs", "Jobs waiting behind each blocked key's DEAD head (ON_DEAD = block).");
     for k in blocked {
-        behind.push(&[("ordering_key", &k.key)], k.waiting as f64);
+        behind.push(&[("ordering_key", &names.of(&k.key))], k.waiting as f64);
     }
     let mut held = Family::gauge("orderly_paused_key_waiting_jobs", "Jobs waiting in each paused ordering key.");
     for k in paused {
-        held.push(&[("ordering_key", &k.key)], k.waiting as f64);
+        held.push(&[("ordering_key", &names.of(&k.key))], k.waiting as f64);
     }
     vec![totals, behind, held]
 }
 
 /// Each limit key's running and waiting jobs, its breaker and its pause.
-fn limit_keys(limits: &[LimitState], now: i64) -> Vec<Family> {
+fn limit_keys(limits: &[LimitState], now: i64, names: KeyNames<'_>) -> Vec<Family> {
     let (mut running, mut waiting, mut open, mut paused) = (
         Family::gauge("orderly_limit_running", "Jobs running under each limit key."),
         Family::gauge("orderly_limit_waiting", "Jobs parked in each limit key's line."),
@@ -90,7 +93,8 @@ fn limit_keys(limits: &[LimitState], now: i64) -> Vec<Family> {
         Family::gauge("orderly_limit_paused", "1 while a limit key is paused."),
     );
     for l in limits {
-        let key = [("limit_key", l.limit_key.as_str())];
+        let name = names.of(&l.limit_key);
+        let key = [("limit_key", name.as_str())];
         running.push(&key, l.running as f64);
         waiting.push(&key, l.waiting as f64);
         open.push(&key, f64::from(u8::from(l.open_until.is_some_and(|until| until > now))));

@@ -121,7 +121,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let started_at = self.clock.now_ms();
         let trace = job.trace().map(|t| t.run(&job.id, u32::try_from(job.attempts).unwrap_or(u32::MAX), &self.owner));
         let attempt = Attempt::of(job, started_at, trace.as_ref());
-        let span = observer.open(&attempt.span_name(), &attempt.start_attributes(self.cfg.trace_keys_plain));
+        let span = observer.open(&attempt.span_name(), &attempt.start_attributes(crate::observe::KeyNames::of_config(self.cfg)));
         let ran = self.attempt(job, start_by, span.as_deref()).await;
         let outcome = match ran.end {
             RunEnd::Done => Observed::Done,

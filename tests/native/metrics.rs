@@ -15,7 +15,13 @@ fn hook(host: &str) -> serde_json::Value {
 fn metrics_answer_the_ledger_s_state_in_the_prometheus_text_format() {
     let mut w = ApiWorld::new();
     let schedules = r#"[{"name": "beat", "every_seconds": 300, "job": {"payload": {"type": "webhook", "url": "https://b.test/"}}}]"#;
-    w.cfg = Config::from_lookup(|k| (k == "SCHEDULES").then(|| schedules.to_string())).expect("SCHEDULES reads");
+    // Keys shown as they are first (TRACE_KEYS = "plain"), to see each label and its escaping.
+    w.cfg = Config::from_lookup(|k| match k {
+        "SCHEDULES" => Some(schedules.to_string()),
+        "TRACE_KEYS" => Some("plain".into()),
+        _ => None,
+    })
+    .expect("SCHEDULES reads");
     // The paused key's job is the oldest due, but its key holds it: not the consumer's to catch up.
     let held = json!({"payload": hook("p"), "ordering_key": "paused \"one\""});
     assert_eq!(w.call("POST", "/jobs", Some(held)).status, 202);
@@ -50,6 +56,17 @@ fn metrics_answer_the_ledger_s_state_in_the_prometheus_text_format() {
     has("orderly_limit_running{limit_key=\"host-1\"} 0");
     has(&format!("orderly_schedule_next_period_seconds{{schedule=\"beat\"}} {}", (T0 + 90_000) / 300_000 * 300 + 300));
     has("orderly_schedule_paused{schedule=\"beat\"} 0");
+
+    // By default a label names a key as a span does: a hash keyed with the secret, never the key
+    // (design §27.5).
+    w.cfg.trace_keys_plain = false;
+    w.cfg.key_hash_secret = orderly::config::KeySecret("s3cret".into());
+    let hashed = w.call("GET", "/metrics", None).body;
+    let name = |key: &str| orderly::observe::hashed(key, b"s3cret");
+    assert!(hashed.contains(&format!("orderly_limit_paused{{limit_key=\"{}\"}} 1", name("host-1"))), "{hashed}");
+    let paused = format!("orderly_paused_key_waiting_jobs{{ordering_key=\"{}\"}} 1", name("paused \"one\""));
+    assert!(hashed.contains(&paused), "{hashed}");
+    assert!(!hashed.contains("host-1") && !hashed.contains("one\\\""), "no key in plain: {hashed}");
 
     // The admin's alone: a producer's token may not read it.
     let as_producer = w.call_with(Some(PRODUCER_TOKEN), Ok(&w.cfg), "GET", "/metrics", None);

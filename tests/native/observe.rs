@@ -64,7 +64,7 @@ fn every_attempt_is_a_span_and_a_data_point_with_its_outcome() {
             assert_eq!(point.index, ty);
             assert_eq!(point.doubles[2].to_string(), text(start, "orderly.job.attempt").unwrap(), "{mode:?} {id}");
             let key = text(start, "orderly.job.ordering_key").unwrap();
-            assert!(key.starts_with("sha256:") && !key.contains(&id), "{mode:?}: keys hashed by default: {key}");
+            assert!(key.starts_with("hmac:") && !key.contains(&id), "{mode:?}: keys hashed by default: {key}");
             seen.push((id, text(start, "orderly.job.attempt").unwrap(), outcome));
         }
         seen.sort();
