@@ -104,6 +104,10 @@ pub struct Config {
     pub ledger: LedgerBackend,
     /// Whether webhooks may target loopback, private and link-local addresses (`WEBHOOK_ALLOW_PRIVATE`).
     pub allow_private_targets: bool,
+    /// `LEDGER_MOVING = "true"`: the D1 ledger is being moved to shards (design §19.7): the API
+    /// refuses every write with a 503 saying so, the consumer defers every message, and the cron
+    /// does nothing, so no row changes in D1 between the copy and the switch.
+    pub ledger_moving: bool,
     /// The main queue's name: its batches are run as jobs.
     pub jobs_queue: String,
     /// The dead-letter queue's name: its batches are recorded DEAD.
@@ -172,6 +176,7 @@ impl Default for Config {
             trace_keys_plain: false,
             key_hash_secret: KeySecret::default(),
             allow_private_targets: false,
+            ledger_moving: false,
             jobs_queue: "orderly-jobs".to_string(),
             dead_letter_queue: "orderly-dlq".to_string(),
             urgent_queue: "orderly-jobs-urgent".to_string(),
@@ -242,6 +247,7 @@ impl Config {
             choice(&lookup, "WEBHOOK_ALLOW_PRIVATE", &[("false", false), ("true", true)], "not true or false")?;
         Ok(Config {
             trace_keys_plain: choice(&lookup, "TRACE_KEYS", &[("hashed", false), ("plain", true)], "not hashed or plain")?,
+            ledger_moving: choice(&lookup, "LEDGER_MOVING", &[("false", false), ("true", true)], "not true or false")?,
             allow_private_targets,
             webhook_timeout_seconds,
             lease_seconds,

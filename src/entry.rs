@@ -236,6 +236,13 @@ impl App {
                 return Ok(());
             }
         };
+        if s.cfg.ledger_moving {
+            // Nothing changes in D1 during a move (design §19.7): the messages wait in the queue.
+            defer_all(
+                "the ledger is being moved (LEDGER_MOVING = \"true\"); pause delivery during a move (docs/shards.md)",
+            );
+            return Ok(());
+        }
         let Some(role) = crate::consumer::role_of(&s.cfg, &batch.queue()) else {
             defer_all(&format!(
                 "queue {:?} is neither JOBS_QUEUE ({:?}) nor DEAD_LETTER_QUEUE ({:?})",
@@ -399,6 +406,11 @@ impl App {
             Ok(s) => s,
             Err(e) => return log(&Event::ConfigError { error: format!("maintenance skipped: {e}") }),
         };
+        if s.cfg.ledger_moving {
+            // The purge and the sweeps would delete rows a move has already copied (design §19.7).
+            let error = "maintenance skipped: the ledger is being moved (LEDGER_MOVING = \"true\")".to_string();
+            return log(&Event::ConfigError { error });
+        }
         let ledger = s.ledger();
         let r = crate::maintenance::run(&ledger, &s.queue, &SystemClock, &s.cfg).await;
         // Periodic jobs (design §23): each due period's job, through the API's own submission, at
@@ -441,8 +453,9 @@ async fn migrate_ledger(s: &Started, apply: bool) -> ApiResponse {
 
 /// `POST /ledger/move` `{"shards": N, "after": id, "limit": n}` copies the next page of the D1
 /// ledger's jobs to the N shards of `LEDGER_OBJECT`; `GET /ledger/move?shards=N` compares the
-/// counts (design §19.7, `scripts/move-ledger.mjs`). Only while `LEDGER` is still "d1", with
-/// delivery paused.
+/// counts and the tables not a job's own, `GET /ledger/move?shards=N&after=id&limit=n` a page of
+/// jobs with their own rows (design §19.7, `scripts/move-ledger.mjs`). Only while `LEDGER` is still "d1", with
+/// delivery paused and `LEDGER_MOVING = "true"` (every other write refused meanwhile).
 async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest, copy: bool) -> ApiResponse {
     #[derive(serde::Deserialize)]
     struct Page {
@@ -455,14 +468,23 @@ async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest, copy: bool) -> Ap
     if s.cfg.ledger != LedgerBackend::D1 {
         return ApiResponse::error(409, "LEDGER is already \"do\": a ledger is moved while it is still on D1");
     }
+    // A check with `after` compares that page of jobs; without, the counts and the other tables.
+    let mut paged = false;
     let page = if copy {
         match serde_json::from_slice::<Page>(&req.body) {
             Ok(page) => page,
             Err(e) => return ApiResponse::error(400, format!("bad move request: {e}")),
         }
     } else {
-        match url::form_urlencoded::parse(req.query.as_bytes()).find(|(k, _)| k == "shards") {
-            Some((_, v)) => Page { shards: v.parse().unwrap_or(0), after: String::new(), limit: None },
+        let query: Vec<(String, String)> = url::form_urlencoded::parse(req.query.as_bytes()).into_owned().collect();
+        let get = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        paged = get("after").is_some();
+        match get("shards") {
+            Some(v) => Page {
+                shards: v.parse().unwrap_or(0),
+                after: get("after").unwrap_or_default(),
+                limit: get("limit").and_then(|l| l.parse().ok()),
+            },
             None => return ApiResponse::error(400, "give ?shards=N"),
         }
     };
@@ -474,13 +496,20 @@ async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest, copy: bool) -> Ap
         Err(e) => return ApiResponse::error(500, e.to_string()),
     };
     let target = Ledger::sharded(shards.iter().collect());
+    let limit = page.limit.unwrap_or(100).clamp(1, 200);
     let answer = if copy {
-        s.ledger().copy_to(&target, &page.after, page.limit.unwrap_or(100).clamp(1, 200)).await.map(|c| json!(c))
+        s.ledger().copy_to(&target, &page.after, limit).await.map(|c| json!(c))
+    } else if paged {
+        s.ledger().verify_page(&target, &page.after, limit).await.map(|v| json!(v))
     } else {
         s.ledger().verify_copy(&target).await.map(|v| json!(v))
     };
     match answer {
-        Ok(body) => ApiResponse::json(200, body),
+        // Whether writes wait meanwhile (`LEDGER_MOVING`): scripts/move-ledger.mjs stops unless so.
+        Ok(mut body) => {
+            body["writes_refused"] = json!(s.cfg.ledger_moving);
+            ApiResponse::json(200, body)
+        }
         Err(e) => ApiResponse::error(503, e.to_string()),
     }
 }

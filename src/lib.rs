@@ -91,7 +91,7 @@
 // from the docs. Without it they are `pub(crate)`, so the compiler flags what nothing uses.
 // Natively, without `testing`, nothing calls the library: its entry points are wasm only
 // (`entry.rs`). Dead code is found where the worker runs: `cargo clippy --target
-// wasm32-unknown-unknown` (`npm test`, scripts/lint.sh).
+// wasm32-unknown-unknown` (`npm test`, scripts/test.sh).
 #![cfg_attr(not(any(target_arch = "wasm32", feature = "testing")), allow(dead_code, unused_imports))]
 
 macro_rules! internal {

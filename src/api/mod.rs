@@ -53,6 +53,9 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Workers' 1,000 D1 queries per invocation on paid plans. (The free plan allows 50: submit at
 /// most 20 jobs per request there.)
 pub const MAX_JOBS_PER_REQUEST: usize = 500;
+
+/// The answer to a write while the ledger is being moved (`LEDGER_MOVING`).
+pub const MOVING: &str = "the ledger is being moved to shards (LEDGER_MOVING = \"true\"): nothing is written until the move ends; try again in a few minutes";
 /// Shortest `ADMIN_TOKEN` accepted: a guessable token is a configuration error, not a lock.
 pub const MIN_TOKEN_BYTES: usize = 16;
 /// The dashboard's Content-Security-Policy: nothing but its own inline script and style (by hash)
@@ -309,6 +312,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Err(NotRouted::WrongMethod) => return ApiResponse::error(405, "method not allowed"),
             Err(NotRouted::NotFound) => return ApiResponse::error(404, format!("no route {} {}", req.method, req.path)),
         };
+        if cfg.ledger_moving && req.method != "GET" {
+            // A write recorded in D1 after its page was copied would be lost at the switch.
+            return ApiResponse { headers: vec![("retry-after", "60".into())], ..ApiResponse::error(503, MOVING) };
+        }
         let result = match route {
             Route::Dashboard | Route::OpenApi => Ok(public_answer(&route)),
             Route::Submit => self.submit(cfg, &req.body, req.trace.as_ref()).await,

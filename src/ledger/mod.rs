@@ -1,4 +1,4 @@
-//! The job ledger: one row per job in D1, every transition one guarded statement.
+//! The job ledger: one row per job, in D1 or in its Durable Object shard, every transition one guarded statement.
 //!
 //! This module owns the ledger's states, its row type, and the statements (SQL text in `sql/`,
 //! parameters bound here). Each transition is a conditional UPDATE/UPSERT ... RETURNING: a

@@ -150,6 +150,7 @@ fn every_statement() -> Vec<Stmt> {
     all.push(stmt::purge_advance(Status::Done, 1));
     all.push(stmt::import_untally("a"));
     all.push(stmt::import_rewind("a"));
+    all.push(stmt::move_page("a", "b", 10));
     // Flow control's statements (limit.rs), with every policy part given.
     let policy = crate::flow::Policy {
         throttle: Some(crate::flow::Throttle { rate: 1, per_seconds: 1, burst: 1 }),

@@ -556,6 +556,10 @@ pub fn import_job(row: &Row) -> Stmt {
 pub fn move_rows() -> Stmt {
     with(sql!("move_rows"), [])
 }
+/// Moving a D1 ledger to shards: a page of jobs as the check compares them, ids in `(after, upto]`.
+pub fn move_page(after: &str, upto: &str, limit: u32) -> Stmt {
+    with(sql!("move_page"), [("after", after.into()), ("upto", upto.into()), ("limit", limit.into())])
+}
 /// Moving a D1 ledger to shards: a history row into its job's shard.
 pub fn import_event(row: &Row) -> Stmt {
     Stmt::bind(sql!("import_event"), EVENT_COLUMNS.map(|c| (c, column(row, c))))

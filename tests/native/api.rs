@@ -532,3 +532,28 @@ fn an_operator_pauses_a_limit_key_sets_its_policy_and_a_resume_wakes_its_parked_
         assert!(r.json_body()["error"].as_str().unwrap().contains(says), "{}", r.body);
     }
 }
+
+/// While the ledger is being moved (`LEDGER_MOVING = "true"`), every write is refused with a 503
+/// that says why and when to try again, and nothing is recorded; reads still answer (design §19.7).
+#[test]
+fn while_the_ledger_moves_every_write_is_refused_and_reads_answer() {
+    let mut w = ApiWorld::new();
+    assert_eq!(w.call("POST", "/jobs", Some(json!({"id": "before", "payload": webhook(0)}))).status, 202);
+    w.cfg = Config::from_lookup(|k| (k == "LEDGER_MOVING").then(|| "true".to_string())).expect("LEDGER_MOVING reads");
+    for (method, path, body) in [
+        ("POST", "/jobs", Some(json!({"id": "during", "payload": webhook(1)}))),
+        ("POST", "/jobs/before/cancel", None),
+        ("PUT", "/keys/k", Some(json!({"paused": true}))),
+        ("POST", "/jobs/cancel", Some(json!({"filter": {"type": "webhook"}}))),
+    ] {
+        let r = w.call(method, path, body);
+        assert_eq!(r.status, 503, "{method} {path}: {}", r.body);
+        assert!(r.json_body()["error"].as_str().unwrap_or_default().contains("being moved"), "{}", r.body);
+        assert!(r.headers.iter().any(|(h, v)| *h == "retry-after" && v == "60"), "{:?}", r.headers);
+    }
+    assert_eq!(w.call("GET", "/jobs/during", None).status, 404, "nothing recorded");
+    assert_eq!(w.call("GET", "/jobs/before", None).json_body()["job"]["status"], json!("PENDING"), "not cancelled");
+    assert_eq!(w.call("GET", "/jobs/counts", None).status, 200, "reads answer");
+    assert!(w.queue.sent().len() <= 1, "nothing sent during the move");
+    assert!(Config::from_lookup(|k| (k == "LEDGER_MOVING").then(|| "yes".to_string())).is_err());
+}

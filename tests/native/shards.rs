@@ -255,3 +255,79 @@ fn a_job_moved_in_behind_the_purge_cursor_is_still_purged() {
     );
     assert_eq!(block_on(target.get("old")).unwrap(), None);
 }
+
+/// A move begun again starts from nothing: a job D1 no longer holds (purged, or cancelled and
+/// purged, between two runs) is not left on the shards, and the check then matches.
+#[test]
+fn a_move_begun_again_leaves_nothing_d1_deleted_since() {
+    let d1 = crate::support::Sqlite::memory();
+    let source = Ledger::new(&d1);
+    for id in ["a", "b", "c"] {
+        block_on(source.enqueue(&spec(id, Some(id)), T0, T0)).unwrap();
+    }
+    let (_, shards) = crate::support::memory_shards(2);
+    let target = Ledger::sharded(shards);
+    let copy = || {
+        let mut after = String::new();
+        while let Some(next) = block_on(source.copy_to(&target, &after, 2)).unwrap().next {
+            after = next;
+        }
+    };
+    copy();
+    assert!(block_on(target.get("b")).unwrap().is_some());
+    d1.exec("DELETE FROM job WHERE id = 'b'", &[]).unwrap();
+    copy();
+    assert_eq!(block_on(target.get("b")).unwrap(), None, "gone from D1, gone from the shards");
+    let check = block_on(source.verify_copy(&target)).unwrap();
+    assert!(check.matches, "{check:?}");
+    assert_eq!(check.shards.pending, 2);
+}
+
+/// The move's check compares every job with its copy a page at a time, reading no more than the
+/// page on either side: a copy changed since (a write during the move), one gone and one the
+/// source never had (within the pages, and past the source's last job) are each named.
+#[test]
+fn a_move_s_page_check_names_every_job_whose_copy_differs() {
+    let d1 = crate::support::Sqlite::memory();
+    let source = Ledger::new(&d1);
+    for id in ["a", "b", "c", "d", "e"] {
+        block_on(source.enqueue(&spec(id, Some(id)), T0, T0)).unwrap();
+    }
+    let (dbs, shards) = crate::support::memory_shards(2);
+    let target = Ledger::sharded(shards);
+    let mut after = String::new();
+    while let Some(next) = block_on(source.copy_to(&target, &after, 2)).unwrap().next {
+        after = next;
+    }
+    let check = |limit: u32| {
+        let (mut from, mut checked, mut differs) = (String::new(), 0, Vec::new());
+        loop {
+            let page = block_on(source.verify_page(&target, &from, limit)).unwrap();
+            checked += page.checked;
+            differs.extend(page.differs);
+            match page.next {
+                Some(next) => from = next,
+                None => return (checked, differs),
+            }
+        }
+    };
+    assert_eq!(check(2), (5, vec![]), "a faithful copy");
+    // b replaced in D1 after its page was copied; d gone from the shards; "bb" only on a shard.
+    d1.exec("UPDATE job SET updated_at = updated_at + 1, payload = '{\"type\":\"webhook\",\"url\":\"https://x.test/\"}' WHERE id = 'b'", &[]).unwrap();
+    for db in &dbs {
+        db.exec("DELETE FROM job WHERE id = 'd'", &[]).unwrap();
+    }
+    for id in ["bb", "zz"] {
+        let insert = format!("INSERT INTO job (id, status, max_attempts, next_run_at, created_at, updated_at) VALUES (?1, 'PENDING', 5, {T0}, {T0}, {T0})");
+        dbs[0].exec(&insert, &[id]).unwrap();
+    }
+    for limit in [1, 2, 10] {
+        let (checked, mut differs) = check(limit);
+        differs.sort();
+        assert_eq!(
+            (checked, differs),
+            (5, vec!["b".to_string(), "bb".into(), "d".into(), "zz".into()]),
+            "pages of {limit}"
+        );
+    }
+}

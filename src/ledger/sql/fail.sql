@@ -1,5 +1,5 @@
 -- RUNNING -> PENDING (retry at next_run_at) or DEAD, only by the lease owner. The caller decides
--- which from the claimed row (src/consumer.rs); the statement only applies it. `waited`: jobs
+-- which from the claimed row (src/retry.rs, called by src/consumer/executor.rs); the statement only applies it. `waited`: jobs
 -- wait on it (design §24), released when it is DEAD.
 -- params: ?1 id, ?2 lease_owner, ?3 now, ?4 status, ?5 next_run_at, ?6 error, ?7 started_at
 UPDATE job
