@@ -119,6 +119,10 @@ enum StartError {
     /// A binding the worker needs is missing.
     #[error("binding missing: {0}")]
     Binding(String),
+    /// The ledger is being moved (`LEDGER_MOVING`): nothing changes in D1 until the switch
+    /// (design §19.7), so the consumer's messages wait in the queue.
+    #[error("the ledger is being moved (LEDGER_MOVING = \"true\"); pause delivery during a move (docs/shards.md)")]
+    Moving,
 }
 
 impl Started {
@@ -236,13 +240,6 @@ impl App {
                 return Ok(());
             }
         };
-        if s.cfg.ledger_moving {
-            // Nothing changes in D1 during a move (design §19.7): the messages wait in the queue.
-            defer_all(
-                "the ledger is being moved (LEDGER_MOVING = \"true\"); pause delivery during a move (docs/shards.md)",
-            );
-            return Ok(());
-        }
         let Some(role) = crate::consumer::role_of(&s.cfg, &batch.queue()) else {
             defer_all(&format!(
                 "queue {:?} is neither JOBS_QUEUE ({:?}) nor DEAD_LETTER_QUEUE ({:?})",
@@ -294,6 +291,9 @@ impl App {
     /// binding, and the signing keys. `Err`: why the batch waits.
     fn start_consumer(&self, env: &Env) -> Result<(Started, WorkerKv, Services<WorkerFetch, SystemClock>), StartError> {
         let s = self.start(env)?;
+        if s.cfg.ledger_moving {
+            return Err(StartError::Moving);
+        }
         let kv = env.kv(edge::KV_BINDING).map_err(|e| StartError::Binding(e.to_string()))?;
         if let Some((ty, binding)) = s.missing.first() {
             return Err(StartError::Config(crate::config::ConfigError {
@@ -350,9 +350,9 @@ impl App {
         let metrics_token = edge::secret(&env, "METRICS_TOKEN");
         let (s, cfg_error) = match self.start(&env) {
             Ok(s) => (s, None),
-            Err(StartError::Binding(e)) => {
-                let body = serde_json::json!({ "error": format!("binding missing: {e}") });
-                return respond(ApiResponse::json_error(500, body));
+            // (`start` itself never refuses a move: only the consumer's start does.)
+            Err(e @ (StartError::Binding(_) | StartError::Moving)) => {
+                return respond(ApiResponse::json_error(500, serde_json::json!({ "error": e.to_string() })));
             }
             // Every route answers with the configuration error (the shell and the document
             // still load); the ledger and the queue are never reached, so the defaults do.
