@@ -631,3 +631,92 @@ fn regex_lite_fields(code: &str) -> BTreeSet<String> {
     }
     out
 }
+
+/// Every request body the document closes (`additionalProperties: false`), walked from the
+/// document itself, not a list kept here: each property it names, alone with the required ones
+/// (and each property of a closed object within), is one the route reads (no "unknown field"),
+/// and a property it does not name is refused. `POST /jobs` has its own test above; `POST
+/// /ledger/move` is answered by the worker's edge.
+#[test]
+fn every_closed_request_body_in_the_openapi_document_is_what_its_route_takes() {
+    let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+    let resolve = |s: &Value| -> Value {
+        match s["$ref"].as_str() {
+            Some(r) => doc["components"]["schemas"][r.trim_start_matches("#/components/schemas/")].clone(),
+            None => s.clone(),
+        }
+    };
+    let sample = |s: &Value| -> Value {
+        let s = resolve(s);
+        match (s["enum"].get(0), s["type"].as_str()) {
+            (Some(first), _) => first.clone(),
+            (None, Some("boolean")) => json!(false),
+            (None, Some("integer" | "number")) => json!(1),
+            (None, Some("string")) => json!("x"),
+            (None, Some("array")) => json!([]),
+            _ => json!({}),
+        }
+    };
+    let closed = |s: &Value| s["additionalProperties"] == json!(false) && s["properties"].is_object();
+    let refused_as_unknown = |r: &orderly::api::ApiResponse| r.status == 400 && r.body.contains("unknown");
+    let mut walked = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let schema = resolve(&op["requestBody"]["content"]["application/json"]["schema"]);
+            if !closed(&schema) {
+                continue;
+            }
+            let (method, path) = (method.to_uppercase(), path.replace("{key}", "k").replace("{name}", "beat"));
+            let mut base = json!({});
+            for r in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                base[r] = sample(&schema["properties"][r]);
+            }
+            let mut bodies = Vec::new();
+            for (prop, ps) in schema["properties"].as_object().unwrap() {
+                let mut body = base.clone();
+                body[prop.as_str()] = sample(ps);
+                bodies.push((format!("{prop}"), body));
+                let inner = resolve(ps);
+                if closed(&inner) {
+                    for (p, s) in inner["properties"].as_object().unwrap() {
+                        let mut body = base.clone();
+                        body[prop.as_str()] = json!({ p.as_str(): sample(s) });
+                        bodies.push((format!("{prop}.{p}"), body));
+                    }
+                    let mut body = base.clone();
+                    body[prop.as_str()] = json!({"undocumented": 1});
+                    let r = call_with_schedule(&method, &path, body);
+                    assert!(
+                        refused_as_unknown(&r),
+                        "{method} {path}: {prop}.undocumented answered {} {}",
+                        r.status,
+                        r.body
+                    );
+                }
+            }
+            for (what, body) in bodies {
+                let r = call_with_schedule(&method, &path, body.clone());
+                assert!(
+                    !refused_as_unknown(&r),
+                    "{method} {path}: the documented {what} is refused: {body} answered {}",
+                    r.body
+                );
+            }
+            let mut body = base.clone();
+            body["undocumented"] = json!(1);
+            let r = call_with_schedule(&method, &path, body);
+            assert!(refused_as_unknown(&r), "{method} {path}: an undocumented field answered {} {}", r.status, r.body);
+            walked += 1;
+        }
+    }
+    assert!(walked >= 5, "the document's closed bodies: {walked}");
+}
+
+/// A request to a fresh world with one schedule, `beat`.
+fn call_with_schedule(method: &str, path: &str, body: Value) -> orderly::api::ApiResponse {
+    let mut w = World::new();
+    let schedules =
+        r#"[{"name": "beat", "every_seconds": 60, "job": {"payload": {"type": "webhook", "url": "https://b.test/"}}}]"#;
+    w.cfg = orderly::config::Config::from_lookup(|k| (k == "SCHEDULES").then(|| schedules.to_string())).unwrap();
+    w.call(method, path, Some(body))
+}
