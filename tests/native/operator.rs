@@ -675,7 +675,7 @@ fn every_closed_request_body_in_the_openapi_document_is_what_its_route_takes() {
             for (prop, ps) in schema["properties"].as_object().unwrap() {
                 let mut body = base.clone();
                 body[prop.as_str()] = sample(ps);
-                bodies.push((format!("{prop}"), body));
+                bodies.push((prop.clone(), body));
                 let inner = resolve(ps);
                 if closed(&inner) {
                     for (p, s) in inner["properties"].as_object().unwrap() {
