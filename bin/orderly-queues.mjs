@@ -63,10 +63,14 @@ function create(dir, kind) {
   }
   // Local secrets for wrangler dev, never for production. A Fedify server's queued messages carry
   // its private keys: orderly seals them under PAYLOAD_KEY; its queue submits with PRODUCER_TOKEN;
-  // locally it may reach private addresses (other servers on this machine).
+  // it reaches private addresses only when told to (ALLOW_PRIVATE_ADDRESS): a dev server reached
+  // through a tunnel would otherwise let any remote actor make it call this machine and its LAN,
+  // and `wrangler secret bulk .dev.vars` would carry it to production.
   const secret = () => randomBytes(16).toString("hex");
   const local = kind === "fedify"
-    ? `ADMIN_TOKEN=${secret()}\nPRODUCER_TOKEN=${secret()}\nPAYLOAD_KEY=local:${randomBytes(32).toString("base64")}\nALLOW_PRIVATE_ADDRESS=true\n`
+    ? `ADMIN_TOKEN=${secret()}\nPRODUCER_TOKEN=${secret()}\nPAYLOAD_KEY=local:${randomBytes(32).toString("base64")}\n` +
+      "# true: Fedify may reach servers on this machine and your LAN, and deliver to plain-http inboxes,\n" +
+      "# to federate with a server you run locally. Never in production.\nALLOW_PRIVATE_ADDRESS=false\n"
     : `ADMIN_TOKEN=${secret()}\n`;
   writeFileSync(join(target, ".dev.vars"), local);
   // A TypeScript worker serves orderly under /orderly (its own fetch has the rest); a Rust one at the root.

@@ -19,22 +19,20 @@ import { Accept, Create, Delete, Follow, Note, Person, Tombstone, Undo, Update }
 import { fedifyHandler, OrderlyMessageQueue } from "orderly-queues/fedify";
 import { orderly } from "orderly-queues/worker";
 import { WorkersKvStore, type KvNamespace } from "./kv";
+import { actorKeys, followers, forgetFollower, recordFollower, type D1Database } from "./d1";
 // The ledger's shards, for LEDGER = "do".
 export { OrderlyLedger } from "orderly-queues/worker";
 
 interface Env {
   FEDIFY_KV: KvNamespace;
+  /** The app's D1 database: the actor's keys and its followers (and orderly's ledger). */
+  DB: D1Database;
   ACTOR: string;
   ADMIN_TOKEN: string;
   PRODUCER_TOKEN: string;
-  /** "true" lets Fedify reach private addresses: local development only. */
+  /** "true" lets Fedify reach private addresses and follower inboxes on plain http: local
+   * development with servers on this machine only. */
   ALLOW_PRIVATE_ADDRESS?: string;
-}
-
-/** A follower: who, and where to deliver. */
-interface Follower {
-  id: string;
-  inbox: string;
 }
 
 interface App {
@@ -71,12 +69,16 @@ function setup(env: Env): App {
       });
     })
     .setKeyPairsDispatcher(async (_ctx, identifier) => {
-      // One RSA key pair, made on first use and kept in KV.
-      const kept = await store.get<{ privateKey: JsonWebKey; publicKey: JsonWebKey }>(["keys", identifier]);
-      if (kept) return [{ privateKey: await importJwk(kept.privateKey, "private"), publicKey: await importJwk(kept.publicKey, "public") }];
-      const pair = await generateCryptoKeyPair("RSASSA-PKCS1-v1_5");
-      await store.set(["keys", identifier], { privateKey: await exportJwk(pair.privateKey), publicKey: await exportJwk(pair.publicKey) });
-      return [pair];
+      // One RSA key pair, made on first use and recorded in D1 if none is yet, never replaced: two
+      // isolates' first requests keep the same one (followers verify every signature against it).
+      // A key an earlier version kept in KV is the one recorded.
+      const kept = await actorKeys(env.DB, identifier, async () => {
+        const old = await store.get<{ privateKey: JsonWebKey; publicKey: JsonWebKey }>(["keys", identifier]);
+        if (old) return old;
+        const pair = await generateCryptoKeyPair("RSASSA-PKCS1-v1_5");
+        return { privateKey: await exportJwk(pair.privateKey), publicKey: await exportJwk(pair.publicKey) };
+      });
+      return [{ privateKey: await importJwk(kept.privateKey, "private"), publicKey: await importJwk(kept.publicKey, "public") }];
     });
   federation.setObjectDispatcher(Note, "/notes/{id}", async (ctx, { id }) => {
     const note = await store.get<{ content: string }>(["notes", id]);
@@ -88,27 +90,30 @@ function setup(env: Env): App {
       if (follow.objectId?.href !== ctx.getActorUri(env.ACTOR).href || !follow.actorId) return;
       const follower = await follow.getActor();
       if (!follower?.id || !follower.inboxId) return;
-      // One key per follower: Workers KV takes one write a second per key.
-      await store.set(["followers", follower.id.href], { id: follower.id.href, inbox: follower.inboxId.href });
+      // Deliveries go to https inboxes only (plain http to servers on this machine while developing).
+      const schemes = env.ALLOW_PRIVATE_ADDRESS === "true" ? ["https:", "http:"] : ["https:"];
+      if (!schemes.includes(follower.inboxId.protocol)) return;
+      await recordFollower(env.DB, { id: follower.id.href, inbox: follower.inboxId.href });
       await ctx.sendActivity({ identifier: env.ACTOR }, follower, new Accept({ actor: ctx.getActorUri(env.ACTOR), object: follow }));
     })
     .on(Undo, async (_ctx, undo) => {
       const follow = await undo.getObject();
       if (!(follow instanceof Follow) || !undo.actorId) return;
-      await store.delete(["followers", undo.actorId.href]);
+      await forgetFollower(env.DB, undo.actorId.href);
     });
   app = { federation, queue, store };
   return app;
 }
 
-/** Sends `activity` about the note `id` to every follower, in order per inbox and note. */
+/** Sends `activity` about the note `id` to every follower, in order per inbox and note: the
+ * followers read from D1 a page at a time, each page one send (Fedify fans it out through
+ * orderly), so a note reaches 10,000 followers within the platform's per-invocation limits. */
 async function toFollowers(ctx: Context<void>, env: Env, id: string, activity: Create | Update | Delete) {
-  const followers: Follower[] = [];
-  for await (const { value } of setup(env).store.list(["followers"])) followers.push(value as Follower);
-  if (followers.length === 0) return;
-  const recipients = followers.map((f) => ({ id: new URL(f.id), inboxId: new URL(f.inbox) }));
-  // orderly keeps each inbox's activities about one note in order (Fedify adds the inbox's origin).
-  await ctx.sendActivity({ identifier: env.ACTOR }, recipients, activity, { orderingKey: ctx.getObjectUri(Note, { id }).href });
+  for await (const page of followers(env.DB)) {
+    const recipients = page.map((f) => ({ id: new URL(f.id), inboxId: new URL(f.inbox) }));
+    // orderly keeps each inbox's activities about one note in order (Fedify adds the inbox's origin).
+    await ctx.sendActivity({ identifier: env.ACTOR }, recipients, activity, { orderingKey: ctx.getObjectUri(Note, { id }).href });
+  }
 }
 
 /** Whether `request` carries the admin token: none set, none accepted; compared by digest, in constant time. */

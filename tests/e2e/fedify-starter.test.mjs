@@ -7,7 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -65,7 +65,11 @@ test("`new --fedify`: a Fedify server on orderly in one Worker, under `npm start
   const fedify = JSON.parse(readFileSync(join(root, "package.json"), "utf8")).devDependencies["@fedify/fedify"];
   assert.deepEqual([manifest.dependencies["@fedify/fedify"], manifest.dependencies["@fedify/vocab"]], [fedify, fedify], "one coherent Fedify version");
   execFileSync("npm", ["run", "check"], { cwd: app, env: NODE_ONLY, encoding: "utf8" });
-  const token = readFileSync(join(app, ".dev.vars"), "utf8").match(/^ADMIN_TOKEN=(\w+)$/m)[1];
+  const vars = readFileSync(join(app, ".dev.vars"), "utf8");
+  const token = vars.match(/^ADMIN_TOKEN=(\w+)$/m)[1];
+  // Off unless asked for; bob is on this machine (127.0.0.1), so this test asks.
+  assert.match(vars, /^ALLOW_PRIVATE_ADDRESS=false$/m);
+  writeFileSync(join(app, ".dev.vars"), vars.replace(/^ALLOW_PRIVATE_ADDRESS=false$/m, "ALLOW_PRIVATE_ADDRESS=true"));
 
   const follower = await bob();
   const dev = npmStart(app, ["--ip", HOST, "--port", String(PORT)]);
@@ -73,7 +77,12 @@ test("`new --fedify`: a Fedify server on orderly in one Worker, under `npm start
   const actor = `${base}/users/social`;
   try {
     await waitFor(async () => /Ready on/.test(dev.output()), "wrangler dev ready", 90_000);
+    // The actor's first requests, at once: each makes a key pair, one is recorded, all answer it.
+    const firsts = await Promise.all([1, 2, 3, 4, 5].map(async () => (await fetch(actor, { headers: { accept: "application/activity+json" } })).json()));
+    const keys = new Set(firsts.map((p) => p.publicKey?.publicKeyPem));
+    assert.equal(keys.size, 1, `one key across concurrent first requests: ${keys.size}`);
     const person = await (await fetch(actor, { headers: { accept: "application/activity+json" } })).json();
+    assert.equal(person.publicKey.publicKeyPem, [...keys][0], "and the same key after");
     assert.equal(person.inbox, `${actor}/inbox`);
     // bob follows the starter's actor; its Accept reaches him through orderly.
     const ctx = follower.federation.createContext(new URL(follower.origin), undefined);
