@@ -307,7 +307,16 @@ export async function start({ ledger, migrations = Infinity, vars = {}, bindings
    */
   const shardBatch = async (shard, stmts, { shards = ledger?.shards, schema = SCHEMA } = {}) => {
     const ns = await mf.getDurableObjectNamespace("LEDGER_OBJECT");
-    const stub = ns.get(ns.idFromName(`orderly-ledger-${shard}`));
+    // miniflare's synchronous proxy (Node to workerd) can trip on its own message ids under load
+    // ("message?.id === id", before anything reaches the object): getting the stub is tried again.
+    let stub;
+    for (let tries = 1; !stub; tries++) {
+      try {
+        stub = ns.get(ns.idFromName(`orderly-ledger-${shard}`));
+      } catch (e) {
+        if (tries >= 3 || !String(e?.message).includes("message?.id === id")) throw e;
+      }
+    }
     const res = await stub.fetch("https://orderly-ledger/batch", {
       method: "POST",
       body: JSON.stringify({ schema, shard, shards, stmts }),
