@@ -417,17 +417,7 @@ impl<S: Sql> Shard<S> {
     /// each key its jobs under its policy: one batch, whatever their number. The jobs woken to
     /// take the slots come back.
     pub async fn forget_all(&self, keys: &[Forgotten<'_>], now: i64) -> Result<Vec<Woken>, InfraError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut stmts = Vec::new();
-        let mut last = Vec::new();
-        for (key, jobs, policy) in keys {
-            stmts.extend(forget_stmts(key, jobs, policy, now));
-            last.push(stmts.len() - 1);
-        }
-        let out = self.sql.batch(stmts).await?;
-        Ok(last.iter().filter_map(|&i| out.get(i)).flat_map(|rows| woken_of(rows)).collect())
+        self.woken_by_keys(keys.iter().map(|(key, jobs, policy)| forget_stmts(key, jobs, policy, now))).await
     }
 
     #[cfg(any(test, feature = "testing"))]
@@ -442,14 +432,20 @@ impl<S: Sql> Shard<S> {
     /// each line's oldest: one batch, whatever the number of keys. The jobs to send (their
     /// wake-ups) come back.
     pub async fn line_all(&self, keys: &[Lined<'_>], now: i64) -> Result<Vec<Woken>, InfraError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
+        self.woken_by_keys(keys.iter().map(|(key, jobs, policy)| line_stmts(key, jobs, policy, now))).await
+    }
+
+    /// Runs every key's statements in one batch (none: no batch); each key's last statement
+    /// answers the jobs woken for it, gathered here.
+    async fn woken_by_keys(&self, per_key: impl Iterator<Item = Vec<Stmt>>) -> Result<Vec<Woken>, InfraError> {
         let mut stmts = Vec::new();
         let mut last = Vec::new();
-        for (key, jobs, policy) in keys {
-            stmts.extend(line_stmts(key, jobs, policy, now));
+        for key_stmts in per_key {
+            stmts.extend(key_stmts);
             last.push(stmts.len() - 1);
+        }
+        if stmts.is_empty() {
+            return Ok(Vec::new());
         }
         let out = self.sql.batch(stmts).await?;
         Ok(last.iter().filter_map(|&i| out.get(i)).flat_map(|rows| woken_of(rows)).collect())
