@@ -7,6 +7,8 @@
 // `--d1 <binding>` names the ledger's D1 binding (default `DB`); `--config`, `--env` and
 // `--persist-to` reach the migrations too, so they land where `wrangler dev` reads.
 import { spawn, spawnSync } from "node:child_process";
+import { request as httpRequest } from "node:http";
+import { request as httpsRequest } from "node:https";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 
@@ -29,6 +31,25 @@ export function readyUrl(line) {
 /** Milliseconds until the next whole minute, and a second into it (a cron tick's moment). */
 export function untilNextMinute(now = Date.now()) {
   return 60_000 - (now % 60_000) + 1_000;
+}
+
+/** Fires one cron run at the dev server `url` (wrangler's `/__scheduled` route) and answers its
+ * HTTP status. Over https the certificate is not checked: `wrangler dev --local-protocol https`
+ * serves a self-signed one, made for this server, which Node's `fetch` refuses; the request is to
+ * the server this command started, at the address it printed, and carries nothing secret. */
+export function fireCron(url) {
+  const target = new URL(`${url}/__scheduled?cron=${encodeURIComponent("* * * * *")}`);
+  const send = target.protocol === "https:" ? httpsRequest : httpRequest;
+  return new Promise((resolve, reject) => {
+    const req = send(target, { rejectUnauthorized: false }, (res) => {
+      res.resume();
+      res.on("end", () => resolve(res.statusCode));
+      res.on("error", reject);
+    });
+    req.setTimeout(60_000, () => req.destroy(new Error("no answer within 60 s")));
+    req.on("error", reject);
+    req.end();
+  });
 }
 
 /** `args` split: the D1 binding (`--d1`), the options the migrations share with `wrangler dev`, and the rest. */
@@ -70,12 +91,14 @@ export async function run(args, { cwd = process.cwd(), log = console.log } = {})
   const dev = spawn(cmd, [...pre, "dev", "--test-scheduled", ...opts.dev], { cwd, env, stdio: ["inherit", "pipe", "inherit"] });
   let timer;
   let url;
+  let ticked = false;
   const tick = async () => {
     timer = setTimeout(tick, untilNextMinute());
     try {
-      const res = await fetch(`${url}/__scheduled?cron=${encodeURIComponent("* * * * *")}`);
-      await res.text();
-      if (!res.ok) log(`orderly dev: the cron run answered ${res.status}`);
+      const status = await fireCron(url);
+      if (status < 200 || status > 299) log(`orderly dev: the cron run answered ${status}`);
+      else if (!ticked) log(`orderly dev: the first cron run answered ${status}`);
+      ticked = true;
     } catch (e) {
       log(`orderly dev: the cron run failed: ${e.message}`);
     }
@@ -95,9 +118,17 @@ export async function run(args, { cwd = process.cwd(), log = console.log } = {})
       }
     }
   });
-  // Ctrl-C reaches wrangler with this process's group: wait for it to end rather than end first.
-  process.on("SIGINT", () => {});
-  process.on("SIGTERM", () => dev.kill("SIGTERM"));
+  // Ctrl-C in a terminal reaches wrangler with this process's group; a SIGINT sent to this process
+  // alone (a process manager, an editor's stop button) must end wrangler too. Either way this
+  // process waits for wrangler to end rather than ending first; a second SIGINT ends it at once.
+  let interrupted = 0;
+  const forward = (signal) => () => {
+    interrupted += 1;
+    if (interrupted > 1) dev.kill("SIGKILL");
+    else setTimeout(() => dev.exitCode === null && dev.signalCode === null && dev.kill(signal), 2000).unref();
+  };
+  process.on("SIGINT", forward("SIGINT"));
+  process.on("SIGTERM", forward("SIGTERM"));
   dev.on("error", (e) => {
     log(`orderly dev: wrangler did not start: ${e.message}`);
     process.exit(1);

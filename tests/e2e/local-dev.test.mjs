@@ -3,9 +3,9 @@
 // `wrangler dev` and fires the Worker's cron every minute, as Cloudflare does. `wrangler dev` fires
 // no scheduled event by itself: without this, maintenance never runs locally and a schedule never
 // fires. The proof is a per-minute schedule whose job runs under `npm start`.
-import { test } from "node:test";
+import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -15,6 +15,14 @@ import { NODE_ONLY, newWorker, npmStart, ONCE, waitFor } from "./harness.mjs";
 import { options, readyUrl, untilNextMinute } from "../../bin/dev.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const scratch = mkdtempSync(join(tmpdir(), "orderly-dev-"));
+after(() => rmSync(scratch, { recursive: true, force: true }));
+/** The new worker both `npm start` tests run, made once. */
+let made;
+function worker() {
+  made ??= newWorker(scratch, "ticker");
+  return made;
+}
 
 test("wrangler dev's ready line is found in colour or not, over http or https; the options reach the migrations", () => {
   assert.equal(readyUrl("[wrangler:info] Ready on http://localhost:8787"), "http://localhost:8787");
@@ -36,8 +44,7 @@ test("the cron's next tick is the next whole minute, a second into it", () => {
 });
 
 test("`npm start` in a new TypeScript worker fires orderly's cron every minute: a per-minute schedule's job runs; the README's first job, pasted as it is, runs there", { ...ONCE, timeout: 300_000 }, async () => {
-  const scratch = mkdtempSync(join(tmpdir(), "orderly-dev-"));
-  const app = newWorker(scratch, "ticker");
+  const app = worker();
   // A schedule every minute, of the template's own job type.
   const config = join(app, "wrangler.jsonc");
   const schedule = [{ name: "beat", cron: "* * * * *", job: { payload: { type: "greet", name: "the clock" } } }];
@@ -77,6 +84,33 @@ test("`npm start` in a new TypeScript worker fires orderly's cron every minute: 
     throw e;
   } finally {
     await dev.stop();
-    rmSync(scratch, { recursive: true, force: true });
+  }
+});
+
+test("`orderly-queues dev` over https fires the cron through wrangler's self-signed certificate, and a SIGINT sent to it alone ends wrangler too", { ...ONCE, timeout: 240_000 }, async () => {
+  const app = worker();
+  const port = 8789;
+  // Its own process group: the SIGINT below reaches this command alone, not wrangler with it.
+  const dev = spawn(join(app, "node_modules", ".bin", "orderly-queues"), ["dev", "--local-protocol", "https", "--port", String(port)], { cwd: app, env: NODE_ONLY, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  dev.stdout.on("data", (c) => { out += c; });
+  dev.stderr.on("data", (c) => { out += c; });
+  const ended = new Promise((resolve) => dev.on("close", resolve));
+  const answers = () => fetch(`http://localhost:${port}/`).then(() => true, (e) => !/ECONNREFUSED/.test(String(e.cause?.code ?? e.cause ?? e)));
+  try {
+    await waitFor(async () => /Ready on https:/.test(out), "wrangler dev ready on https", 90_000);
+    // The first tick is on the next whole minute.
+    await waitFor(async () => /the first cron run answered 200|the cron run (failed|answered)/.test(out), "the first cron run", 100_000);
+    assert.match(out, /the first cron run answered 200/);
+    assert.doesNotMatch(out, /the cron run failed/);
+    process.kill(dev.pid, "SIGINT");
+    const code = await Promise.race([ended, new Promise((r) => setTimeout(() => r("still running"), 30_000))]);
+    assert.notEqual(code, "still running", "the command ends on a SIGINT of its own");
+    await waitFor(async () => !(await answers()), "wrangler's server closed", 15_000);
+  } catch (e) {
+    console.log(`orderly-queues dev said:\n${out}`);
+    throw e;
+  } finally {
+    try { process.kill(-dev.pid, "SIGKILL"); } catch {}
   }
 });
