@@ -720,3 +720,157 @@ fn call_with_schedule(method: &str, path: &str, body: Value) -> orderly::api::Ap
     w.cfg = orderly::config::Config::from_lookup(|k| (k == "SCHEDULES").then(|| schedules.to_string())).unwrap();
     w.call(method, path, Some(body))
 }
+
+/// Every answer the document describes is what its route answers: each route of the API's own
+/// table (not a list kept here), called so that it succeeds on a ledger holding a PENDING and a
+/// DEAD job, answers a body that fits the document's schema for its status: each required
+/// property present, each property of the documented type, and no property the document does not
+/// name (a client generated from the document would drop it or refuse the answer). The routes
+/// the worker's edge answers (the migration, the move) and the text ones (`/`, `/metrics`) are
+/// checked e2e.
+#[test]
+fn every_answer_in_the_openapi_document_is_what_its_route_answers() {
+    let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+    let (mut walked, mut wrong) = (0, Vec::new());
+    for (method, pattern) in routes() {
+        let (w, pending, dead) = world_with_a_pending_and_a_dead_job();
+        let id = if pattern.contains("redrive") { &dead } else { &pending };
+        // The DEAD job's key is blocked (strict, ON_DEAD=block): the one a skip is for.
+        let key = if pattern.ends_with("/skip") { "b" } else { "k" };
+        let path = pattern.replace("{id}", id).replace("{key}", key).replace("{name}", "beat");
+        let (route, _) = Route::parse(method, &path).unwrap();
+        let path = if pattern == "/keys" { format!("{path}?state=blocked") } else { path };
+        if matches!(route, Route::Migrate { .. } | Route::MoveLedger { .. } | Route::Metrics | Route::Dashboard) {
+            continue;
+        }
+        let body = match (method, pattern) {
+            ("POST", "/jobs") => Some(json!({"payload": webhook("answer")})),
+            ("POST", "/jobs/redrive") => Some(json!({"dry_run": true})),
+            ("POST", "/jobs/cancel") => Some(json!({"dry_run": true, "filter": {"type": "webhook"}})),
+            ("PUT", "/keys/{key}" | "/schedules/{name}") => Some(json!({"paused": true})),
+            ("PUT", "/limits/{key}") => Some(json!({"paused": false})),
+            ("GET", "/batches/{id}") => {
+                let r = w.call(
+                    "POST",
+                    "/jobs",
+                    Some(json!({"jobs": [{"payload": webhook("a")}], "then": {"payload": webhook("then")}})),
+                );
+                let batch = r.json_body()["then"]["id"].as_str().unwrap().to_string();
+                let r = w.call(method, &format!("/batches/{batch}"), None);
+                wrong.extend(check_answer(&doc, method, pattern, &r));
+                walked += 1;
+                continue;
+            }
+            _ => None,
+        };
+        let r = w.call(method, &path, body);
+        wrong.extend(check_answer(&doc, method, pattern, &r));
+        walked += 1;
+    }
+    assert!(wrong.is_empty(), "answers the document does not describe:\n{}", wrong.join("\n"));
+    assert!(walked >= 20, "routes walked: {walked}");
+}
+
+/// An API in strict mode with `ON_DEAD=block` on a fresh ledger with one schedule, `beat`, a
+/// PENDING job of the keys `k` and a DEAD one of the ordering key `b`: their ids.
+fn world_with_a_pending_and_a_dead_job() -> (World, String, String) {
+    let mut w = World::new();
+    let schedules =
+        r#"[{"name": "beat", "every_seconds": 60, "job": {"payload": {"type": "webhook", "url": "https://b.test/"}}}]"#;
+    w.cfg = orderly::config::Config::from_lookup(|k| match k {
+        "SCHEDULES" => Some(schedules.to_string()),
+        "ORDERING_MODE" => Some("strict".into()),
+        "ON_DEAD" => Some("block".into()),
+        _ => None,
+    })
+    .unwrap();
+    let pending = w.submit(json!({"payload": webhook("p"), "ordering_key": "k", "limit_key": "k"}));
+    let dead = w.submit(json!({"payload": webhook("d"), "ordering_key": "b"}));
+    w.kill(&dead, "boom", T0 + 1);
+    (w, pending, dead)
+}
+
+/// Where `r`, the answer to `method pattern`, is no success or does not fit the document's schema
+/// for its status: none when it fits.
+fn check_answer(doc: &Value, method: &str, pattern: &str, r: &orderly::api::ApiResponse) -> Vec<String> {
+    let op = &doc["paths"][pattern][method.to_ascii_lowercase()];
+    let schema = &op["responses"][r.status.to_string()]["content"]["application/json"]["schema"];
+    if !(200..300).contains(&r.status) || schema.is_null() {
+        return vec![format!(
+            "{method} {pattern} answered {}, no success the document describes: {}",
+            r.status, r.body
+        )];
+    }
+    let mut wrong = Vec::new();
+    fits(doc, schema, &r.json_body(), "", &mut wrong);
+    wrong.into_iter().map(|w| format!("{method} {pattern}: {w}")).collect()
+}
+
+/// Collects in `wrong` each place where `v` does not fit `schema`: a type, a required property, a
+/// property the schema does not name (unless it allows others), an enum's value.
+fn fits(doc: &Value, schema: &Value, v: &Value, at: &str, wrong: &mut Vec<String>) {
+    if let Some(r) = schema["$ref"].as_str() {
+        let named = &doc["components"]["schemas"][r.trim_start_matches("#/components/schemas/")];
+        return fits(doc, named, v, at, wrong);
+    }
+    if let Some(options) = schema["oneOf"].as_array().or(schema["anyOf"].as_array()) {
+        let fitting = options.iter().any(|s| {
+            let mut w = Vec::new();
+            fits(doc, s, v, at, &mut w);
+            w.is_empty()
+        });
+        if !fitting {
+            wrong.push(format!("{at}: {v} fits none of its schemas"));
+        }
+        return;
+    }
+    let kind = match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    if !types.is_empty() && !types.iter().any(|t| *t == kind || (*t == "number" && kind == "integer")) {
+        wrong.push(format!("{at}: {v} is {kind}, documented {types:?}"));
+        return;
+    }
+    if let Some(values) = schema["enum"].as_array() {
+        if !values.contains(v) {
+            wrong.push(format!("{at}: {v} is not one of {values:?}"));
+        }
+    }
+    match v {
+        Value::Array(items) if schema["items"].is_object() => {
+            for (i, item) in items.iter().enumerate() {
+                fits(doc, &schema["items"], item, &format!("{at}[{i}]"), wrong);
+            }
+        }
+        Value::Object(fields) if schema["properties"].is_object() || !schema["additionalProperties"].is_null() => {
+            for r in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                if !fields.contains_key(r) {
+                    wrong.push(format!("{at}.{r}: required, absent"));
+                }
+            }
+            for (name, value) in fields {
+                let place = format!("{at}.{name}");
+                match (&schema["properties"][name.as_str()], &schema["additionalProperties"]) {
+                    (Value::Null, Value::Bool(true)) => {}
+                    (Value::Null, Value::Object(other)) => {
+                        fits(doc, &Value::Object(other.clone()), value, &place, wrong)
+                    }
+                    (Value::Null, _) => wrong.push(format!("{place}: not in the document")),
+                    (s, _) => fits(doc, s, value, &place, wrong),
+                }
+            }
+        }
+        _ => {}
+    }
+}
