@@ -96,21 +96,89 @@ export function placeholderChange(m, text) {
     const body = sql.split("\n").filter((l) => !l.trimStart().startsWith("--")).join("\n");
     return [...new Set(body.match(/\?\d+/g) ?? [])].sort().join(" ");
   };
-  const [before, after] = [of(text), of(text.replace(m.find, () => m.replace))];
+  const [before, after] = [of(text), of(mutated(m, text))];
   return before === after ? null : `its replacement changes the placeholders the statement uses (${before || "none"} -> ${after || "none"})`;
 }
 
 /**
+ * Where mutant `m`'s text is in `text`: each `[start, end)` span of it, only inside the function
+ * `m.in` when the mutant names one (`fn name`, `function name`: from its name to the brace that
+ * closes its body). Found as it is written; when it is nowhere as written, found with whitespace
+ * ignored on both sides (a reflow by rustfmt or prettier moves no mutant).
+ */
+export function spansOf(m, text) {
+  const [from, to] = m.in ? bodyOf(m.in, text) ?? [0, 0] : [0, text.length];
+  const exact = [];
+  for (let i = text.indexOf(m.find, from); i >= 0 && i + m.find.length <= to; i = text.indexOf(m.find, i + 1)) {
+    exact.push([i, i + m.find.length]);
+  }
+  if (exact.length > 0 || m.find === "") return exact;
+  // The region's characters but whitespace, each with its place in `text`.
+  const at = [];
+  let compact = "";
+  for (let i = from; i < to; i++) {
+    if (!/\s/.test(text[i])) {
+      compact += text[i];
+      at.push(i);
+    }
+  }
+  const needle = m.find.replace(/\s+/g, "");
+  const spans = [];
+  for (let i = needle ? compact.indexOf(needle) : -1; i >= 0; i = compact.indexOf(needle, i + 1)) {
+    spans.push([at[i], at[i + needle.length - 1] + 1]);
+  }
+  return spans;
+}
+
+/** The span of function `name` in `text`, from `fn name` (or `function name`) to the brace that
+ * closes its body, or undefined. */
+function bodyOf(name, text) {
+  const head = new RegExp(`\\b(?:fn|function)\\s+${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\\b`).exec(text);
+  if (!head) return undefined;
+  let depth = 0;
+  for (let i = text.indexOf("{", head.index); i >= 0 && i < text.length; i++) {
+    if (text[i] === "{") depth++;
+    if (text[i] === "}" && --depth === 0) return [head.index, i + 1];
+  }
+  return [head.index, text.length];
+}
+
+/** `text` with mutant `m` applied at its one place (see [`spansOf`]). */
+export function mutated(m, text) {
+  const [[start, end]] = spansOf(m, text);
+  return text.slice(0, start) + m.replace + text.slice(end);
+}
+
+/**
  * Why mutant `m` cannot be applied to its file's text `text`, or null: its text must be found
- * exactly once, its replacement must change it, and keep a SQL statement's placeholders.
+ * exactly once (whitespace aside, within `m.in` when named), its replacement must change it, and
+ * keep a SQL statement's placeholders.
  */
 export function whyNotApplicable(m, text) {
   if (text === undefined) return `its file ${m.file} does not exist`;
-  const found = text.split(m.find).length - 1;
-  if (found !== 1) return `the text to mutate is found ${found} times in ${m.file}`;
+  const found = spansOf(m, text).length;
+  if (found !== 1) return `the text to mutate is found ${found} times in ${m.in ? `${m.file}'s ${m.in}` : m.file}`;
   if (m.replace === m.find) return "its replacement is its text: it changes nothing";
   const changed = placeholderChange(m, text);
   return changed && `${changed}: the SQL parameter check would kill it whatever the behaviour tests do`;
+}
+
+/**
+ * Mutant `m` where it is now: in its own file, or, when the code moved, in the one file among
+ * `others` (paths, read with `read`) that holds its text once, with the file it moved to in
+ * `movedTo`; or why it cannot be applied.
+ */
+export function locate(m, read, others) {
+  const own = read(m.file);
+  const why = whyNotApplicable(m, own);
+  if (!why) return { file: m.file };
+  // Found where it is, but more than once or refused for what it does: not a move.
+  if (own !== undefined && spansOf(m, own).length > 0) return { why };
+  const holders = others.filter((f) => f !== m.file && spansOf(m, read(f) ?? "").length > 0);
+  if (holders.length !== 1) return { why: holders.length ? `${why}; it is in ${holders.join(", ")}` : why };
+  const moved = { ...m, file: holders[0] };
+  const again = whyNotApplicable(moved, read(holders[0]));
+  return again ? { why: again } : { file: holders[0], movedTo: holders[0] };
 }
 
 /**
@@ -172,6 +240,22 @@ export function missingKillers(table, read, rustDefines) {
     }
   }
   return problems;
+}
+
+/** The project's files that end as `file` does (`.rs`, `.sql`, `.mjs`...), paths relative to `root`:
+ * where a mutant of `file` may have moved. Build output, installs and tests are not looked in. */
+export function sameKindFiles(root, file) {
+  const ext = file.slice(file.lastIndexOf("."));
+  const out = [];
+  const walk = (rel) => {
+    for (const e of readdirSync(join(root, rel), { withFileTypes: true })) {
+      const p = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory() && !["node_modules", "target", "build", ".git", ".tools", "tests"].includes(e.name)) walk(p);
+      else if (e.isFile() && e.name.endsWith(ext)) out.push(p);
+    }
+  };
+  walk("");
+  return out;
 }
 
 /** Every function name defined in the `.rs` files under `dirs` (paths relative to `root`). */

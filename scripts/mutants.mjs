@@ -25,7 +25,7 @@
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { killersIn, missingKillersIn, rebuilt, runBounded, targetsOf, whyNotApplicable } from "./mutants-lib.mjs";
+import { killersIn, locate, missingKillersIn, mutated, rebuilt, runBounded, sameKindFiles, targetsOf } from "./mutants-lib.mjs";
 
 const args = process.argv.slice(2);
 const option = (name) => {
@@ -119,13 +119,19 @@ function baseline() {
   return new Set(passed);
 }
 
-/** Applies `m` to the scratch copy; undoes it with the returned function. */
+/** Applies `m` to the scratch copy, where its text is now (a reflow or a move of the code is
+ * followed, and a move recorded in the table); undoes it with the returned function. */
 function apply(m) {
-  const path = join(scratch, m.file);
-  const text = readFileSync(join(pristine, m.file), "utf8");
-  const refused = whyNotApplicable(m, text);
-  if (refused) throw new Error(refused);
-  writeFileSync(path, text.replace(m.find, () => m.replace));
+  const read = (f) => (existsSync(join(pristine, f)) ? readFileSync(join(pristine, f), "utf8") : undefined);
+  const { why, file, movedTo } = locate(m, read, sameKindFiles(pristine, m.file));
+  if (why) throw new Error(why);
+  if (movedTo) {
+    console.error(`mutant ${m.id}: its text moved from ${m.file} to ${movedTo}; the table now says so`);
+    saveRow(m.id, (row) => { row.file = movedTo; });
+  }
+  const path = join(scratch, file);
+  const text = read(file);
+  writeFileSync(path, mutated({ ...m, file }, text));
   if (m.build) {
     rmSync(join(scratch, "build"), { recursive: true, force: true });
     const b = run(scratch, "ORDERLY_OPT=0 bash scripts/build.sh", 30 * MINUTES);
@@ -154,6 +160,24 @@ function cargoKills(r, passedBefore, what, built, profile = "test") {
   return [...failed.filter((t) => passedBefore.has(t)), ...crashed.map((t) => `${t}::(the test binary died)`)];
 }
 
+/** The test of `target` that passed before and is named as `name` ends (`a::b::t` -> `t`), when
+ * exactly one is: the killer `name` after its module moved. */
+function movedTest(passedBefore, target, name) {
+  const last = `::${name.split("::").pop()}`;
+  const found = [...passedBefore].filter((t) => t.startsWith(`${target}::`) && (t.endsWith(last) || t === `${target}${last}`));
+  return found.length === 1 ? found[0].slice(target.length + 2) : undefined;
+}
+
+/** Changes the table's row `id` with `change`, written at once (a stopped run keeps what it learnt). */
+function saveRow(id, change) {
+  const saved = JSON.parse(readFileSync(tablePath, "utf8"));
+  const row = saved.mutants.find((x) => x.id === id);
+  if (row) {
+    change(row);
+    writeFileSync(tablePath, JSON.stringify(saved, null, 2) + "\n");
+  }
+}
+
 /** Who kills `m`, and how it was found: its recorded killers, the whole suite, the simulation. */
 function hunt(m, passedBefore) {
   const built = new Set();
@@ -170,8 +194,9 @@ function hunt(m, passedBefore) {
     byTarget.get(target).push(name.join("::"));
   }
   for (const [target, names] of byTarget) {
-    // A recorded killer the pristine run did not pass (renamed, gone) is looked for again below.
-    const known = names.filter((n) => passedBefore.has(`${target}::${n}`));
+    // A recorded killer whose module was renamed is the one test of its name in its target; one
+    // the pristine run did not pass otherwise (renamed, gone) is looked for again below.
+    const known = names.map((n) => (passedBefore.has(`${target}::${n}`) ? n : movedTest(passedBefore, target, n))).filter(Boolean);
     if (known.length === 0 || (!targets.includes(target) && target !== sim?.target)) continue;
     const profile = target === sim?.target ? sim.profile : "test";
     const killedBy = cargoKills(run(scratch, cargoExact(target, known), 15 * MINUTES), passedBefore, target, built, profile);
@@ -239,12 +264,7 @@ for (const m of chosen) {
   if (killedBy.length === 0) bad++;
   if (result.record && killedBy.length) {
     // The next run tries these first. Written at once, so a stopped run keeps what it learnt.
-    const saved = JSON.parse(readFileSync(tablePath, "utf8"));
-    const row = saved.mutants.find((x) => x.id === m.id);
-    if (row) {
-      row.killers = killedBy.filter((k) => !k.includes("("));
-      writeFileSync(tablePath, JSON.stringify(saved, null, 2) + "\n");
-    }
+    saveRow(m.id, (row) => { row.killers = killedBy.filter((k) => !k.includes("(")); });
   }
   const shown = killedBy.length === 0 ? "SURVIVED" : killedBy.slice(0, 2).join(", ") + (killedBy.length > 2 ? ` and ${killedBy.length - 2} more` : "");
   rows.push([m.id, `\`${m.file}\``, shown, how, `${seconds} s`]);

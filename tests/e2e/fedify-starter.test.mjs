@@ -14,7 +14,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createFederation, generateCryptoKeyPair, MemoryKvStore } from "@fedify/fedify";
 import { Accept, Create, Delete, Follow, Person, Update } from "@fedify/vocab";
-import { NODE_ONLY, newWorker, npmStart, ONCE, waitFor } from "./harness.mjs";
+import { NODE_ONLY, newWorker, npmStart, ONCE_IN_SHARDS_PASS, waitFor } from "./harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const HOST = "127.0.0.1";
@@ -54,7 +54,38 @@ async function bob() {
   return { got, federation, origin, close: () => server.close() };
 }
 
-test("`new --fedify`: a Fedify server on orderly in one Worker, under `npm start` with no Rust, delivers Create, Update, Delete to a follower in order, signed, once each", { ...ONCE, timeout: 300_000 }, async () => {
+/** Inbox servers standing in for many followers' servers: one at each of `hosts` loopback
+ * addresses (127.0.2.1, 127.0.2.2, ...), on one port. Each answers 202 to every POST to
+ * `/inbox/{n}` and counts the deliveries to each `n`, and whether each carried a signature. */
+async function countingInboxes(hosts) {
+  const count = new Map();
+  let unsigned = 0;
+  const handle = async (req, res) => {
+    for await (const _ of req);
+    const n = /^\/inbox\/(\d+)$/.exec(req.url)?.[1];
+    if (req.method !== "POST" || n === undefined) return res.writeHead(404).end();
+    if (!req.headers.signature && !req.headers["signature-input"]) unsigned += 1;
+    count.set(n, (count.get(n) ?? 0) + 1);
+    res.writeHead(202).end();
+  };
+  const first = createServer(handle);
+  await new Promise((r) => first.listen(0, "127.0.2.1", r));
+  const port = first.address().port;
+  const servers = [first];
+  for (let h = 2; h <= hosts; h++) {
+    const server = createServer(handle);
+    await new Promise((r) => server.listen(port, `127.0.2.${h}`, r));
+    servers.push(server);
+  }
+  return {
+    count,
+    unsigned: () => unsigned,
+    port,
+    close: () => servers.forEach((s) => s.close()),
+  };
+}
+
+test("`new --fedify`: a Fedify server on orderly in one Worker, under `npm start` with no Rust, delivers Create, Update, Delete to a follower in order, signed, once each; a note reaches 10,000 followers", { ...ONCE_IN_SHARDS_PASS, timeout: 600_000 }, async () => {
   const scratch = mkdtempSync(join(tmpdir(), "orderly-fedify-"));
   for (const tool of ["cargo", "rustc", "worker-build"]) {
     assert.throws(() => execFileSync("which", [tool], { env: NODE_ONLY, stdio: "ignore" }), `${tool} is not on the test's PATH`);
@@ -120,6 +151,40 @@ test("`new --fedify`: a Fedify server on orderly in one Worker, under `npm start
     throw e;
   } finally {
     await dev.stop();
+  }
+
+  // A real account's size: 10,000 followers, each its own inbox, recorded in the app's D1 (as
+  // Follows would leave them), and one note. Every follower gets it once, signed: read a page at
+  // a time, fanned out by Fedify, each delivery an orderly job (KV's 1,000 operations per
+  // invocation once ended a note past about 990 followers).
+  // 100 servers of 100 followers each: each server's deliveries in order, the servers side by side.
+  const HOSTS = 100;
+  const FOLLOWERS = 10_000;
+  const inboxes = await countingInboxes(HOSTS);
+  const server = `'http://127.0.2.' || (i % ${HOSTS} + 1) || ':${inboxes.port}'`;
+  const seed = `INSERT INTO fedify_follower (id, inbox) WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ${FOLLOWERS}) SELECT ${server} || '/users/' || i, ${server} || '/inbox/' || i FROM n`;
+  execFileSync(join(app, "node_modules", ".bin", "wrangler"), ["d1", "execute", "DB", "--local", "--command", seed], { cwd: app, env: NODE_ONLY, stdio: "ignore" });
+  const again = npmStart(app, ["--ip", HOST, "--port", String(PORT)]);
+  try {
+    await waitFor(async () => /Ready on/.test(again.output()), "wrangler dev ready", 90_000);
+    const started = Date.now();
+    const res = await fetch(`${base}/notes`, { method: "POST", headers: { authorization: `Bearer ${token}` }, body: JSON.stringify({ content: "To everyone" }) });
+    assert.equal(res.status, 202, await res.clone().text());
+    await waitFor(async () => inboxes.count.size >= FOLLOWERS, `the note in ${FOLLOWERS} inboxes`, 420_000);
+    console.log(`a note reached ${FOLLOWERS} followers in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+    await new Promise((r) => setTimeout(r, 3000));
+    const twice = [...inboxes.count.values()].filter((c) => c !== 1).length;
+    assert.equal(twice, 0, "each follower's inbox got the note once");
+    assert.equal(inboxes.unsigned(), 0, "every delivery signed");
+    // bob, a follower too, got it once, in his own page of followers.
+    await waitFor(async () => follower.got.filter((a) => a.type === "Create").length >= 2, "the note in bob's inbox", 60_000);
+    assert.equal(follower.got.filter((a) => a.type === "Create").length, 2);
+  } catch (e) {
+    console.log(`npm start said:\n${again.output().slice(-20_000)}; ${inboxes.count.size} inboxes reached`);
+    throw e;
+  } finally {
+    await again.stop();
+    inboxes.close();
     follower.close();
     rmSync(scratch, { recursive: true, force: true });
   }

@@ -219,6 +219,13 @@ export async function migrate(db, { upTo = Infinity } = {}) {
 export const ONCE = { skip: process.env.ORDERLY_E2E_LEDGER === "do" && "chooses its own ledger: run once, in the D1 pass" };
 
 /**
+ * [`ONCE`] for a long test, run in the Durable Object pass instead, so that the two passes, run at
+ * once, take about as long. `npm test` marks its D1 pass with ORDERLY_E2E_PASS=d1; run alone,
+ * the test runs.
+ */
+export const ONCE_IN_SHARDS_PASS = { skip: process.env.ORDERLY_E2E_PASS === "d1" && "chooses its own ledger: run once, in the shards' pass" };
+
+/**
  * The ledger of a test that does not choose: D1, or with ORDERLY_E2E_LEDGER=do four Durable Object
  * shards (`npm test` runs the suites that read jobs through the API both ways).
  */

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { killersIn, placeholderChange, rebuilt, runBounded, whyNotApplicable } from "../../scripts/mutants-lib.mjs";
+import { killersIn, locate, mutated, placeholderChange, rebuilt, runBounded, sameKindFiles, whyNotApplicable } from "../../scripts/mutants-lib.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const fixture = join(root, "tests/tools/mutant-fixture");
@@ -117,7 +117,8 @@ test("every mutant of orderly's table applies to the code as it is, and its kill
   for (const m of table.mutants) {
     if (ids.has(m.id)) problems.push(`${m.id}: two mutants have this id`);
     ids.add(m.id);
-    const why = whyNotApplicable(m, read(m.file));
+    // Where the code moved, the runner finds the mutant in its new file (and records it there).
+    const { why } = locate(m, read, sameKindFiles(root, m.file));
     if (why) problems.push(`${m.id}: ${why}`);
     for (const k of m.killers ?? []) if (!target(k.split("::")[0])) problems.push(`${m.id}: killer ${k} names no test target`);
     if (!m.equivalent && !m.test && !m.breaks) problems.push(`${m.id}: no \`breaks\`: what it breaks`);
@@ -136,6 +137,33 @@ test("the table check refuses what the runner would refuse", () => {
   assert.match(whyNotApplicable({ ...m, replace: m.find }, "LIMIT ?2"), /changes nothing/);
   assert.match(whyNotApplicable(m, undefined), /does not exist/);
   assert.equal(whyNotApplicable({ ...m, replace: "LIMIT 0 * ?2" }, "LIMIT ?2"), null);
+});
+
+test("a mutant survives a reflow and a move: found with whitespace ignored, within its function, in the file it moved to", () => {
+  const m = { id: "m", file: "src/a.rs", find: "if left < right {", replace: "if left <= right {" };
+  // rustfmt broke the line: still found, once, and the reflowed text is what changes.
+  const reflowed = "fn order() {\n    if left\n        < right\n    {\n        go();\n    }\n}\n";
+  assert.equal(whyNotApplicable(m, reflowed), null);
+  assert.equal(mutated(m, reflowed), "fn order() {\n    if left <= right {\n        go();\n    }\n}\n");
+  // Twice in the file: refused, unless the mutant names the function it belongs to.
+  const twice = "fn order() { if left < right { a(); } }\nfn other() { if left < right { b(); } }\n";
+  assert.match(whyNotApplicable(m, twice), /found 2 times/);
+  assert.equal(mutated({ ...m, in: "other" }, twice), "fn order() { if left < right { a(); } }\nfn other() { if left <= right { b(); } }\n");
+  assert.match(whyNotApplicable({ ...m, in: "gone" }, twice), /found 0 times in src\/a.rs's gone/);
+  // Moved to another file: found there, and said so.
+  const files = { "src/a.rs": "fn unrelated() {}\n", "src/b.rs": reflowed, "src/c.rs": "fn c() {}\n" };
+  const read = (f) => files[f];
+  assert.deepEqual(locate(m, read, Object.keys(files)), { file: "src/b.rs", movedTo: "src/b.rs" });
+  // In two other files, or in none: refused, with where it is.
+  assert.match(locate(m, read, ["src/a.rs", "src/c.rs"]).why, /found 0 times in src\/a.rs$/);
+  files["src/d.rs"] = reflowed;
+  assert.match(locate(m, read, Object.keys(files)).why, /it is in src\/b.rs, src\/d.rs/);
+  // Where it is, twice: not taken for a move.
+  files["src/a.rs"] = twice;
+  assert.match(locate(m, read, Object.keys(files)).why, /found 2 times in src\/a.rs$/);
+  // And the project's own file list is where moves are looked for.
+  assert.ok(sameKindFiles(root, "src/lib.rs").includes("src/consumer/executor.rs"));
+  assert.ok(!sameKindFiles(root, "src/lib.rs").some((f) => f.startsWith("target/") || f.startsWith("tests/")));
 });
 
 test("a cargo run that did not rebuild the mutated crate is caught", () => {
