@@ -36,7 +36,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
         // Only strict mode under ON_DEAD = block ever blocks a key; under skip every DEAD keyed
         // job is still in job_dead_head (its key passes it without marking it), so none is read.
         let blocked = cfg.ordering_mode == OrderingMode::Strict && cfg.on_dead == OnDead::Block;
-        let of = ScrapeOf { blocked, schedules: !cfg.schedules.0.is_empty(), listed: MAX_LISTED };
+        let of = ScrapeOf { blocked, schedules: !cfg.schedules.0.is_empty(), listed: MAX_LISTED, on_dead: cfg.on_dead };
         // One request per shard, whatever the scrape shows.
         let s = self.ledger.scrape(now, of).await?;
         let mut families = jobs(&s.counts, &s.by_type, now);

@@ -119,7 +119,7 @@ fn every_statement() -> Vec<Stmt> {
         stmt::cancellable_matching(&CancelFilter::default()),
         stmt::existing("a", Some("d")),
         stmt::counts(),
-        stmt::metrics_jobs(1),
+        stmt::metrics_jobs(1, OnDead::Skip),
         stmt::list_filtered(&filter, Some((1, "a")), 10),
         stmt::redrive("a", 1),
         stmt::dead_matching(&dead, 10),
@@ -145,7 +145,7 @@ fn every_statement() -> Vec<Stmt> {
     }
     all.extend(stmt::purge(Status::Dead, 0, 1, 10, true));
     all.push(stmt::purge_cursor(Status::Done));
-    all.push(stmt::metrics_limited_due(1));
+    all.push(stmt::metrics_limited_due(1, OnDead::Skip));
     all.push(stmt::held_limit_keys(1));
     all.push(stmt::purge_advance(Status::Done, 1));
     all.push(stmt::import_untally("a"));

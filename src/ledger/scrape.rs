@@ -17,6 +17,7 @@ use super::shards::{merged_blocked, merged_limits, merged_paused, Ledger};
 use super::stmt;
 use super::store::Sql;
 use super::strict::{self, BlockedKey};
+use crate::config::OnDead;
 use crate::error::InfraError;
 
 /// What a scrape reads beyond the counts.
@@ -28,6 +29,9 @@ pub struct ScrapeOf {
     pub schedules: bool,
     /// The most keys of each kind listed by name.
     pub listed: u32,
+    /// What a DEAD keyed job does to its key: under `skip` it is in no one's way, so the job after
+    /// it is its key's head (and may be the oldest due).
+    pub on_dead: OnDead,
 }
 
 /// Everything one scrape shows, merged over the shards.
@@ -55,7 +59,7 @@ impl<S: Sql> Shard<S> {
     /// This shard's part of a scrape: one batch. `first`: the shard holding the schedules.
     async fn scrape(&self, now: i64, of: ScrapeOf, first: bool) -> Result<ShardScrape, InfraError> {
         let mut reads = vec![stmt::counts()];
-        reads.extend(type_count_reads(now));
+        reads.extend(type_count_reads(now, of.on_dead));
         reads.push(stmt::paused_keys("", of.listed));
         reads.push(limit::states_stmt("", now, of.listed));
         if of.blocked {
@@ -99,8 +103,8 @@ impl<S: Sql> Ledger<S> {
 /// A shard's reads for the scrape's jobs by status and type (`GET /metrics`), with the due jobs a
 /// limit key may hold back and this shard's limit keys that hold theirs, in the order
 /// [`type_counts_of`] takes their answers.
-fn type_count_reads(now: i64) -> Vec<Stmt> {
-    vec![stmt::metrics_jobs(now), stmt::metrics_limited_due(now), stmt::held_limit_keys(now)]
+fn type_count_reads(now: i64, on_dead: OnDead) -> Vec<Stmt> {
+    vec![stmt::metrics_jobs(now, on_dead), stmt::metrics_limited_due(now, on_dead), stmt::held_limit_keys(now)]
 }
 
 /// A shard's type counts from the answers to [`type_count_reads`], taken off `out`.

@@ -299,12 +299,12 @@ pub fn counts() -> Stmt {
     with(sql!("counts"), [])
 }
 /// Open jobs per status and type, DEAD ones per type, and each open group's oldest due job.
-pub fn metrics_jobs(now: i64) -> Stmt {
-    with(sql!("metrics_jobs"), [("now", now.into())])
+pub fn metrics_jobs(now: i64, on_dead: OnDead) -> Stmt {
+    with(sql!("metrics_jobs"), [("now", now.into()), ("on_dead", on_dead.as_str().into())])
 }
 /// Per type and limit key, the oldest due job a limit key may hold back.
-pub fn metrics_limited_due(now: i64) -> Stmt {
-    with(sql!("metrics_limited_due"), [("now", now.into())])
+pub fn metrics_limited_due(now: i64, on_dead: OnDead) -> Stmt {
+    with(sql!("metrics_limited_due"), [("now", now.into()), ("on_dead", on_dead.as_str().into())])
 }
 /// The limit keys whose flow control holds their jobs back now.
 pub fn held_limit_keys(now: i64) -> Stmt {

@@ -94,7 +94,12 @@ fn a_paused_limit_key_s_due_job_is_not_the_oldest_due_on_d1_and_across_shards() 
             .unwrap();
     };
     fn scraped<S: orderly::ledger::Sql>(ledger: &Ledger<S>, now: i64) -> Vec<orderly::ledger::TypeCount> {
-        let of = orderly::ledger::scrape::ScrapeOf { blocked: false, schedules: false, listed: 200 };
+        let of = orderly::ledger::scrape::ScrapeOf {
+            blocked: false,
+            schedules: false,
+            listed: 200,
+            on_dead: orderly::config::OnDead::Block,
+        };
         block_on(ledger.scrape(now, of)).unwrap().by_type
     }
     let oldest = |counts: Vec<orderly::ledger::TypeCount>| {
@@ -117,6 +122,74 @@ fn a_paused_limit_key_s_due_job_is_not_the_oldest_due_on_d1_and_across_shards() 
     // Resumed, its job is the consumer's again.
     dbs[2].exec("UPDATE limit_state SET paused = 0", &[]).unwrap();
     assert_eq!(oldest(scraped(&ledger, T0 + 90_000)), Some(T0));
+}
+
+/// What holds a due job back is judged as the consumer judges it. Under `ON_DEAD = "skip"` a DEAD
+/// job is in no one's way: the job after it is its key's head and, due, the consumer's lag (the
+/// gauge once left every job behind a skipped death out, for good). A limit key's line holds its
+/// jobs only while a permit is live or the throttle has booked a later start: once every permit
+/// has run out, its waiting jobs are maintenance's to wake, and a dead cron shows in the gauge.
+#[test]
+fn the_oldest_due_counts_a_job_behind_a_skipped_death_and_a_line_whose_permits_ran_out() {
+    use futures::executor::block_on;
+    use orderly::config::OnDead;
+    use orderly::ledger::{Ledger, Status};
+    let job = |db: &crate::support::Sqlite, id: &str, status: &str, key: &str, seq: &str, limit_key: &str, due: i64| {
+        let sql = format!(
+            "INSERT INTO job (id, type, status, ordering_key, seq, limit_key, max_attempts, next_run_at, created_at, updated_at, finished_at)
+             VALUES (?1, 'webhook', ?2, nullif(?3, ''), CAST(nullif(?4, '') AS INTEGER), nullif(?5, ''), 5, {due}, {due}, {due},
+                     CASE WHEN ?2 = 'DEAD' THEN {due} END)"
+        );
+        db.exec(&sql, &[id, status, key, seq, limit_key]).unwrap();
+    };
+    fn oldest<S: orderly::ledger::Sql>(ledger: &Ledger<S>, now: i64, on_dead: OnDead) -> Option<i64> {
+        let of = orderly::ledger::scrape::ScrapeOf { blocked: false, schedules: false, listed: 200, on_dead };
+        let by_type = block_on(ledger.scrape(now, of)).unwrap().by_type;
+        by_type.iter().filter(|c| c.status == Status::Pending).filter_map(|c| c.oldest_due).min()
+    }
+    // A key whose first job died: under block its follower waits for an operator; under skip it
+    // is the head, due 60 s.
+    let db = crate::support::Sqlite::memory();
+    job(&db, "died", "DEAD", "k", "1", "", T0);
+    job(&db, "next", "PENDING", "k", "2", "", T0 + 30_000);
+    assert_eq!(oldest(&Ledger::new(&db), T0 + 90_000, OnDead::Block), None);
+    assert_eq!(oldest(&Ledger::new(&db), T0 + 90_000, OnDead::Skip), Some(T0 + 30_000));
+    // The same with a limit key that holds nothing (its due jobs are judged apart).
+    let db = crate::support::Sqlite::memory();
+    job(&db, "died", "DEAD", "k", "1", "", T0);
+    job(&db, "next", "PENDING", "k", "2", "free", T0 + 30_000);
+    assert_eq!(oldest(&Ledger::new(&db), T0 + 90_000, OnDead::Block), None);
+    assert_eq!(oldest(&Ledger::new(&db), T0 + 90_000, OnDead::Skip), Some(T0 + 30_000));
+    // A line on `busy`: held while its one permit lives, the consumer's lag once it ran out. On
+    // three shards, the job in one and the limit key's line and permit in another.
+    let (dbs, sqls) = crate::support::memory_shards(3);
+    let ledger = Ledger::sharded(sqls);
+    block_on(ledger.counts()).unwrap();
+    job(&dbs[0], "lined", "PENDING", "", "", "busy", T0);
+    let line = &dbs[2];
+    line.exec(
+        &format!("INSERT INTO limit_wait (limit_key, job_id, since, route) VALUES ('busy', 'lined', {T0}, '0')"),
+        &[],
+    )
+    .unwrap();
+    let until = T0 + 60_000;
+    line.exec(&format!("INSERT INTO limit_permit (limit_key, job_id, until) VALUES ('busy', 'holder', {until})"), &[])
+        .unwrap();
+    assert_eq!(oldest(&ledger, T0 + 30_000, OnDead::Block), None, "its permit lives: the line holds it");
+    assert_eq!(
+        oldest(&ledger, T0 + 90_000, OnDead::Block),
+        Some(T0),
+        "every permit ran out: nothing but the consumer holds it"
+    );
+    // A throttle that booked a later start holds it too.
+    let booked = (T0 + 120_000) * 1000;
+    line.exec(
+        &format!("INSERT INTO limit_state (limit_key, booked_us, updated_at) VALUES ('busy', {booked}, {T0})"),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(oldest(&ledger, T0 + 90_000, OnDead::Block), None, "the throttle holds it");
+    assert_eq!(oldest(&ledger, T0 + 130_000, OnDead::Block), Some(T0));
 }
 
 /// A scrape over 16 shards, showing everything a scrape can (blocked keys, paused keys, limit

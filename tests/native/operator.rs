@@ -864,7 +864,7 @@ fn fits(doc: &Value, schema: &Value, v: &Value, at: &str, wrong: &mut Vec<String
                 match (&schema["properties"][name.as_str()], &schema["additionalProperties"]) {
                     (Value::Null, Value::Bool(true)) => {}
                     (Value::Null, Value::Object(other)) => {
-                        fits(doc, &Value::Object(other.clone()), value, &place, wrong)
+                        fits(doc, &Value::Object(other.clone()), value, &place, wrong);
                     }
                     (Value::Null, _) => wrong.push(format!("{place}: not in the document")),
                     (s, _) => fits(doc, s, value, &place, wrong),

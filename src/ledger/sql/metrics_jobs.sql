@@ -3,11 +3,12 @@
 -- whatever the history); per open status and type, the earliest
 -- next_run_at of its PENDING jobs due by ?1 that nothing but the consumer holds back (the oldest
 -- due job): not a paused key's, not one waiting on a dependency, and of a key's jobs only the
--- head (the rest wait for it, and a blocked key's for an operator), and not a limit key's (its
--- flow control may hold it: metrics_limited_due.sql, judged against every shard's limit keys).
+-- head (the rest wait for it, and a blocked key's for an operator; under ON_DEAD 'skip' a DEAD
+-- job is in no one's way, as head.sql judges), and not a limit key's (its flow control may hold
+-- it: metrics_limited_due.sql, judged against every shard's limit keys).
 -- DONE jobs are counted by
 -- counts.sql, from the same tally.
--- params: ?1 now
+-- params: ?1 now, ?2 on_dead
 WITH open AS (
   SELECT id, status, type, ordering_key, limit_key, seq, next_run_at FROM job INDEXED BY job_open
   WHERE finished_at IS NULL AND seq IS NULL
@@ -20,7 +21,7 @@ SELECT status, type, count(*) AS n,
                  AND NOT EXISTS (SELECT 1 FROM job_wait WHERE job_wait.job_id = open.id)
                  AND (open.seq IS NULL OR NOT EXISTS (
                    SELECT 1 FROM job AS e WHERE e.ordering_key = open.ordering_key AND e.seq IS NOT NULL
-                     AND e.passed_at IS NULL AND e.seq < open.seq))
+                     AND e.passed_at IS NULL AND e.seq < open.seq AND NOT (e.status = 'DEAD' AND ?2 = 'skip')))
             THEN next_run_at END) AS oldest_due
 FROM open GROUP BY status, type
 UNION ALL
