@@ -78,8 +78,42 @@ impl RunEnd {
     }
 }
 
-/// A run's transition, how it ends, its error and its HTTP status.
-type Finished = (Transition, RunEnd, Option<String>, Option<u16>);
+/// How a run that happened (its handler called) ended: the history's outcome, and, as a
+/// [`RunEnd`], what the mode does next. A refused start, a lost lease and a cancel are no such
+/// end, so none reaches the history as one.
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    Done,
+    Dead,
+    Retry { delay_seconds: u32 },
+    Snooze { delay_seconds: u32 },
+}
+
+impl Ended {
+    /// What the job's history records of it.
+    fn outcome(self) -> RunOutcome {
+        match self {
+            Ended::Done => RunOutcome::Done,
+            Ended::Dead => RunOutcome::Dead,
+            Ended::Retry { .. } => RunOutcome::Retry,
+            Ended::Snooze { .. } => RunOutcome::Snooze,
+        }
+    }
+}
+
+impl From<Ended> for RunEnd {
+    fn from(end: Ended) -> RunEnd {
+        match end {
+            Ended::Done => RunEnd::Done,
+            Ended::Dead => RunEnd::Dead,
+            Ended::Retry { delay_seconds } => RunEnd::Retry { delay_seconds },
+            Ended::Snooze { delay_seconds } => RunEnd::Snooze { delay_seconds },
+        }
+    }
+}
+
+/// A run's transition, how it ended, its error and its HTTP status.
+type Finished = (Transition, Ended, Option<String>, Option<u16>);
 
 /// Why a sealed payload cannot be opened now: its job waits for the key.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -165,11 +199,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             self.outage(format!("job {:?}: lease lost before it started (stalled in its checks); not run", job.id));
             return Ran { record: self.defer(job, now, now).into(), end: RunEnd::LeaseLost };
         }
-        let gate = self.gate(job).await;
-        if matches!(gate, Gate::Shut(_) | Gate::Down(_)) {
-            let (transition, waits) = self.refused(job, gate);
-            return Ran { record: Record { transition, run: None }, end: RunEnd::Limited(waits) };
-        }
+        let gate = match self.gate(job).await {
+            Ok(gate) => gate,
+            Err(refused) => {
+                let (transition, waits) = self.refused(job, refused);
+                return Ran { record: Record { transition, run: None }, end: RunEnd::Limited(waits) };
+            }
+        };
         let cancel = Cancellation::default();
         // The run's own start: the handler is called next, with nothing awaited before.
         let started_at = self.clock.now_ms();
@@ -307,15 +343,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 self.failed(job, owner, (started_at, now), &e, next_payload)
             }
         };
-        let outcome = match end {
-            RunEnd::Done => RunOutcome::Done,
-            RunEnd::Dead => RunOutcome::Dead,
-            RunEnd::Retry { .. } => RunOutcome::Retry,
-            RunEnd::Snooze { .. } => RunOutcome::Snooze,
-            RunEnd::Limited(_) | RunEnd::Cancelled { .. } | RunEnd::LeaseLost => {
-                unreachable!("a refused or lost start is never a run, a cancelled one is recorded by `cancelled`")
-            }
-        };
+        let outcome = end.outcome();
         // A success is described by the job's DONE row (complete.sql), not by a history row:
         // one row written less per job. (A success whose completion is refused, our lease lost,
         // is still counted in the job's attempts; the reaper records the expired lease.)
@@ -329,7 +357,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             http_status,
             actor: owner.to_string(),
         });
-        Ran { record: Record { transition, run }, end }
+        Ran { record: Record { transition, run }, end: end.into() }
     }
 
     /// A successful run's completion; a sealed job's result is sealed too (one that cannot be is
@@ -350,7 +378,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             http_status: done.http_status,
             started_at: Some(started_at),
         };
-        (complete, RunEnd::Done, None, done.http_status)
+        (complete, Ended::Done, None, done.http_status)
     }
 
     /// A failed run's transition: DEAD, a retry after the backoff, or a snooze (with the next
@@ -369,7 +397,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     trace: run.as_ref(),
                 });
                 let dead = self.fail(job, owner, ran, Status::Dead, now, &why);
-                (dead, RunEnd::Dead, Some(why), e.http_status())
+                (dead, Ended::Dead, Some(why), e.http_status())
             }
             FailureDecision::Retry { delay_ms } => {
                 let at = now + delay_ms;
@@ -378,13 +406,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 let delay_seconds = crate::limits::delay_until(now, Some(at));
                 let why = e.to_string();
                 let fail = self.fail(job, owner, ran, Status::Pending, at, &why);
-                (fail, RunEnd::Retry { delay_seconds }, Some(why), e.http_status())
+                (fail, Ended::Retry { delay_seconds }, Some(why), e.http_status())
             }
             FailureDecision::Snooze { delay_seconds } => {
                 // Handed back like a job never run: PENDING, its attempt returned.
                 let at = now + i64::from(delay_seconds) * 1000;
                 let snooze = self.snooze(job, owner, ran, at, next_payload);
-                (snooze, RunEnd::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
+                (snooze, Ended::Snooze { delay_seconds }, Some(e.to_string()), e.http_status())
             }
         }
     }

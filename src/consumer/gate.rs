@@ -43,7 +43,7 @@ pub const BATCH_WAIT_MS: i64 = 1_000;
 /// invocation is delivered while the one before it still waits for its own last start.
 pub const PACE_MS: i64 = BATCH_WAIT_MS + 1_000;
 
-/// What a job's limit key said before its run.
+/// What a job's limit key said before its run, when the run may start.
 pub(super) enum Gate {
     /// No limit key: nothing asked, nothing to free.
     Free,
@@ -52,9 +52,13 @@ pub(super) enum Gate {
         /// The permit's end, as the ask set it.
         until: i64,
     },
-    /// Not now: hand the job back.
+}
+
+/// What a job's limit key said before its run, when the run may not start: the job is handed back.
+pub(super) enum Refused {
+    /// Not now.
     Shut(Refusal),
-    /// The limit key's shard failed: hand the job back for the outage.
+    /// The limit key's shard failed: handed back for the outage.
     Down(InfraError),
 }
 
@@ -68,8 +72,8 @@ pub(super) struct Waits {
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
     /// Asks `job`'s limit key, if it has one, for a permit to start now.
-    pub(super) async fn gate(&self, job: &JobRow) -> Gate {
-        let Some(limit_key) = job.limit_key.as_deref() else { return Gate::Free };
+    pub(super) async fn gate(&self, job: &JobRow) -> Result<Gate, Refused> {
+        let Some(limit_key) = job.limit_key.as_deref() else { return Ok(Gate::Free) };
         self.slots_dealt.borrow_mut().insert(job.id.clone());
         let mut now = self.clock.now_ms();
         let mut ask = Ask {
@@ -82,7 +86,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         };
         let mut answer = match self.ledger.ask(&ask, now).await {
             Ok(a) => a,
-            Err(e) => return Gate::Down(e),
+            Err(e) => return Err(Refused::Down(e)),
         };
         // A breaker's cool-down ending within the pace is waited for here and asked again, as a
         // throttle's start is: the job came back that early (see `refused`), so the probe starts
@@ -94,12 +98,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 ask.until = now + i64::from(self.cfg.lease_seconds) * 1000;
                 answer = match self.ledger.ask(&ask, now).await {
                     Ok(a) => a,
-                    Err(e) => return Gate::Down(e),
+                    Err(e) => return Err(Refused::Down(e)),
                 };
             }
         }
         if let Permit::Refused(why) = answer.permit {
-            return Gate::Shut(why);
+            return Err(Refused::Shut(why));
         }
         // A start granted ahead is waited for here.
         if let Some(sleep) = self.sleep.filter(|_| answer.start_at > self.clock.now_ms()) {
@@ -125,18 +129,18 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             };
             let woken = self.ledger.release(&release, self.clock.now_ms()).await.unwrap_or_default();
             self.wake(woken).await;
-            return Gate::Shut(Refusal::Throttled { at: self.clock.now_ms() });
+            return Err(Refused::Shut(Refusal::Throttled { at: self.clock.now_ms() }));
         }
-        Gate::Held { until: ask.until }
+        Ok(Gate::Held { until: ask.until })
     }
 
     /// A claimed job its limit key refused: handed back (its attempt returned, counted as a
     /// deferral), due when it should be tried again; a parked one is due now (see the module).
     /// The transition to record, and how the job waits.
-    pub(super) fn refused(&self, job: &JobRow, gate: Gate) -> (Transition, Waits) {
+    pub(super) fn refused(&self, job: &JobRow, refused: Refused) -> (Transition, Waits) {
         let now = self.clock.now_ms();
-        let (waits, next_run_at) = match gate {
-            Gate::Shut(why) if why.parks() => {
+        let (waits, next_run_at) = match refused {
+            Refused::Shut(why) if why.parks() => {
                 let waits = Waits { delay_seconds: crate::flow::PARKED_RECHECK_SECONDS, parked: true };
                 // Strict mode: a key's head is not due until its wake-up makes it due (or the
                 // recheck), so the deliveries of its key's other jobs claim nothing and ask nothing
@@ -147,7 +151,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 let not_due = strict && job.ordering_key.is_some();
                 (waits, if not_due { now + i64::from(waits.delay_seconds) * 1000 } else { now })
             }
-            Gate::Shut(why) => {
+            Refused::Shut(why) => {
                 let at = why.retry_at(now);
                 // A throttled job comes back a batch wait and up to one second more before its
                 // booked start (PACE_MS) and waits the rest here, and so does one held by an open
@@ -164,12 +168,11 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 let next_run_at = if paced { now + i64::from(delay_seconds) * 1000 } else { at };
                 (Waits { delay_seconds, parked: false }, next_run_at)
             }
-            Gate::Down(e) => {
+            Refused::Down(e) => {
                 self.outage(format!("job {:?}: its limit key could not be asked, deferred: {e}", job.id));
                 let at = now + i64::from(DOWN_DELAY_SECONDS) * 1000;
                 (Waits { delay_seconds: DOWN_DELAY_SECONDS, parked: false }, at)
             }
-            Gate::Free | Gate::Held { .. } => unreachable!("only a refusal hands a job back"),
         };
         let mut defer = self.defer(job, now, next_run_at);
         if let Transition::Defer { parked, .. } = &mut defer {
