@@ -1,508 +1,409 @@
-//! What a request asks for, read and checked before anything is recorded: a submitted job
-//! (`POST /jobs`, `App::enqueue`) and a bulk redrive's filter. A refusal names its kind
-//! ([`BadInput`]); the HTTP layer turns the kind into a status.
+//! `POST /jobs` (and `App::enqueue`, the same path): a submission checked whole, then recorded and
+//! sent: its jobs' dependencies found (design §24), a batch's callback made (design §25), jobs
+//! bound for a busy limit key lined up in the ledger rather than the queue (design §20.12). What
+//! the request asks for is read by `input.rs`; what a submission did is [`Submission`].
 
-use serde_json::{Map, Value};
+use serde_json::{json, Value};
 
-use crate::app::JobTypes;
-use crate::config::{Config, MAX_DELAY_SECONDS};
-use crate::envelope::{
-    checked_id, checked_key, checked_max_attempts, checked_priority, checked_timeout, Envelope, JobMeta,
-};
-use crate::ledger::{AfterDead, CancelFilter, DeadFilter, JobSpec, OnDuplicate, DEFAULT_PRIORITY};
-use crate::limits::MAX_DEADLINE_SECONDS;
-use crate::producer::{self, OutMessage, MAX_MESSAGE_BYTES, MAX_PAYLOAD_BYTES};
-use crate::seal::FEDIFY_TYPE;
-use crate::trace::TraceContext;
+use super::input::{parse_job, Parsed};
+use super::http::ApiResponse;
+use super::ports::Api;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::ledger::deps::Wait;
+use crate::ledger::{Enqueued, JobRow, Sql, Status, Submit};
+// A job's place among the ledger's shards (`api::Route` is a request's route).
+use crate::ledger::Route as Place;
+use crate::producer::{self, QueueSender};
 
-/// Why input is refused, nothing recorded.
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Most jobs in one `POST /jobs`: one D1 statement each (plus one more for each duplicate), within
+/// Workers' 1,000 D1 queries per invocation on paid plans. (The free plan allows 50: submit at
+/// most 20 jobs per request there.)
+pub const MAX_JOBS_PER_REQUEST: usize = 500;
+
+/// One submitted job as recorded: its id, its status, and whether it duplicates a job the
+/// ledger already had (same id, or the active holder of its dedupe key: then that job's).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Submitted {
+    /// The job's id.
+    pub id: String,
+    /// Its status now.
+    pub status: Status,
+    /// Whether it was already there.
+    pub duplicate: bool,
+    /// `on_duplicate: "replace"` (or a debounce): the PENDING job holding the dedupe key took this
+    /// submission's payload and options (it is `id`, and `duplicate`; design §22.3).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replaced: bool,
+    /// The job holding the dedupe key that this new job superseded: cancelled, or left to finish
+    /// its run (design §22.3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded: Option<String>,
+}
+
+/// Why a submission was refused, nothing recorded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BadInput {
-    /// It does not say what it must (HTTP 400).
-    #[error("{0}")]
-    Invalid(String),
-    /// It is over a limit (HTTP 413).
-    #[error("{0}")]
-    TooLarge(String),
+#[error("{error} (HTTP {status}{})", index.map(|i| format!(", job {i}")).unwrap_or_default())]
+pub struct Refusal {
+    /// 400 (invalid) or 413 (over a limit).
+    pub status: u16,
+    /// Which job, when one job is at fault.
+    pub index: Option<usize>,
+    /// What is wrong.
+    pub error: String,
 }
 
-impl BadInput {
-    /// The HTTP status it is answered with.
-    pub fn status(&self) -> u16 {
-        match self {
-            BadInput::Invalid(_) => 400,
-            BadInput::TooLarge(_) => 413,
-        }
-    }
-
-    fn invalid(why: impl Into<String>) -> Self {
-        BadInput::Invalid(why.into())
-    }
+/// What a submission did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submission {
+    /// Recorded PENDING and sent to the queue; one per job, in order.
+    Accepted(Vec<Submitted>),
+    /// Recorded PENDING, but the queue refused them: maintenance sends them.
+    Unsent {
+        /// The jobs.
+        jobs: Vec<Submitted>,
+        /// The queue's error.
+        error: String,
+    },
+    /// Nothing recorded.
+    Refused(Refusal),
 }
 
-/// A job read from a submission.
-pub(super) struct Parsed {
-    pub(super) spec: JobSpec,
-    pub(super) msg: OutMessage,
-    pub(super) delay: u32,
-    /// Its payload (and result) are sealed at rest; its message carries no payload.
-    pub(super) sensitive: bool,
-    /// What it does to an open job holding its dedupe key (design §22.3).
-    pub(super) on_duplicate: OnDuplicate,
-    /// Debounced (design §22.4): the latest newer submissions may put its start off to, ms.
-    pub(super) debounce_until: Option<i64>,
-    /// The ids of the jobs it runs after (design §24), unique, not its own.
-    pub(super) after: Vec<String>,
-    /// What it does when one of them ends DEAD.
-    pub(super) after_dead: AfterDead,
-    /// A batch's callback, `after` its members (design §25).
-    pub(super) batch: bool,
-    /// A batch's member: the batch's id (its callback's).
-    pub(super) in_batch: Option<String>,
-    /// The trace context it belongs to (design §27).
-    pub(super) trace: Option<TraceContext>,
-}
-
-/// The most jobs one job may run after (design §24): each is a row and a wake-up.
-pub const MAX_AFTER: usize = 100;
-
-/// The longest a debounce may hold a job from its first submission: Queues' longest delay.
-pub const MAX_DEBOUNCE_SECONDS: u32 = MAX_DELAY_SECONDS;
-/// A debounce's cap when none is given: this many quiet periods from the first submission.
-pub const DEFAULT_DEBOUNCE_CAP_PERIODS: u32 = 10;
-
-/// A job object's fields besides its payload, each checked.
-struct Fields {
-    id: String,
-    ordering_key: Option<String>,
-    dedupe_key: Option<String>,
-    limit_key: Option<String>,
-    sensitive: bool,
-    delay: u32,
-    max_attempts: Option<u32>,
-    priority: Option<u8>,
-    deadline_seconds: Option<u32>,
-    timeout_seconds: Option<u32>,
-    on_duplicate: OnDuplicate,
-    /// (quiet period, cap), seconds.
-    debounce: Option<(u32, u32)>,
-    after: Vec<String>,
-    after_dead: AfterDead,
-    trace: Option<TraceContext>,
-}
-
-/// Reads `traceparent` and `tracestate` (design §27): the W3C trace context the job belongs to,
-/// when its producer gives its own (Fedify's messages carry one); else the request's headers'.
-fn trace_fields(o: &mut Map<String, Value>) -> Result<Option<TraceContext>, BadInput> {
-    let text = |v: Option<Value>, f: &str| match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(BadInput::invalid(format!("\"{f}\" must be a string"))),
-    };
-    let parent = text(o.remove("traceparent"), "traceparent")?;
-    let state = text(o.remove("tracestate"), "tracestate")?;
-    match parent {
-        Some(p) => TraceContext::parse(&p, state.as_deref()).map(Some).map_err(|e| BadInput::invalid(e.to_string())),
-        None if state.is_some() => Err(BadInput::invalid("\"tracestate\" needs a \"traceparent\"")),
-        None => Ok(None),
+impl Submission {
+    fn refused(status: u16, index: Option<usize>, error: impl Into<String>) -> Self {
+        Submission::Refused(Refusal { status, index, error: error.into() })
     }
 }
 
-fn key_field(o: &mut Map<String, Value>, f: &str) -> Result<Option<String>, BadInput> {
-    match o.remove(f) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => checked_key(f, s).map(Some).map_err(|e| BadInput::invalid(e.to_string())),
-        Some(_) => Err(BadInput::invalid(format!("\"{f}\" must be a string"))),
+/// The refusal of a request of no jobs, or of more than [`MAX_JOBS_PER_REQUEST`] jobs, a batch's
+/// callback counting as one of them (499 jobs with a `then`), before anything is recorded.
+fn over_the_most(jobs: usize, then: bool) -> Option<Submission> {
+    if jobs == 0 {
+        return Some(Submission::refused(400, None, "no jobs given"));
     }
+    if jobs + usize::from(then) <= MAX_JOBS_PER_REQUEST {
+        return None;
+    }
+    let most = MAX_JOBS_PER_REQUEST - usize::from(then);
+    let with = if then { " with a callback (\"then\" counts as one)" } else { "" };
+    Some(Submission::refused(413, None, format!("more than {most} jobs in one request{with}")))
 }
 
-/// A whole number of seconds in `low..=high`, if given.
-fn seconds_field(o: &mut Map<String, Value>, f: &str, low: u32, high: u32) -> Result<Option<u32>, BadInput> {
-    match o.remove(f) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-            Some(n) if (low..=high).contains(&n) => Ok(Some(n)),
-            _ => Err(BadInput::invalid(format!("{f} must be a whole number from {low} to {high}"))),
-        },
-    }
-}
 
-/// Reads the fields of a job object (its payload already taken out); any other field is refused.
-fn fields(mut o: Map<String, Value>, new_id: String) -> Result<Fields, BadInput> {
-    let ordering_key = key_field(&mut o, "ordering_key")?;
-    let dedupe_key = key_field(&mut o, "dedupe_key")?;
-    let limit_key = key_field(&mut o, "limit_key")?;
-    // A caller's own id makes a submission idempotent: the same id again is a duplicate.
-    let id = match key_field(&mut o, "id")? {
-        Some(id) if crate::envelope::RESERVED_IDS.contains(&id.as_str()) => {
-            return Err(BadInput::invalid(format!("id {id:?} is reserved")))
-        }
-        Some(id) => checked_id("id", id).map_err(|e| BadInput::invalid(e.to_string()))?,
-        None => new_id,
-    };
-    let sensitive = match o.remove("sensitive") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => b,
-        Some(_) => return Err(BadInput::invalid("\"sensitive\" must be true or false")),
-    };
-    let delay = seconds_field(&mut o, "delay_seconds", 0, MAX_DELAY_SECONDS)?.unwrap_or(0);
-    let (on_duplicate, debounce) = superseding(&mut o, dedupe_key.is_some(), delay)?;
-    // A debounced job first waits out its quiet period.
-    let delay = debounce.map_or(delay, |(quiet, _)| quiet);
-    let invalid = |e: crate::envelope::OutOfRange| BadInput::invalid(e.to_string());
-    let max_attempts = match o.remove("max_attempts") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(checked_max_attempts(&v).map_err(invalid)?),
-    };
-    let priority = match o.remove("priority") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(checked_priority(&v).map_err(invalid)?),
-    };
-    let deadline_seconds = seconds_field(&mut o, "deadline_seconds", 1, MAX_DEADLINE_SECONDS)?;
-    if deadline_seconds.is_some_and(|d| d <= delay) {
-        return Err(BadInput::invalid(
-            "deadline_seconds must be later than delay_seconds: the job would expire before it is due",
-        ));
-    }
-    let timeout_seconds = match o.remove("timeout_seconds") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(checked_timeout(&v).map_err(invalid)?),
-    };
-    let (after, after_dead) = dependencies(&mut o, &id)?;
-    let trace = trace_fields(&mut o)?;
-    if !after.is_empty() && on_duplicate == OnDuplicate::Replace {
-        // A replacement lands in the job it replaces, whose waits were fixed when it was recorded.
-        return Err(BadInput::invalid("\"after\" cannot be combined with a replacement or a debounce"));
-    }
-    if let Some(k) = o.keys().next() {
-        return Err(BadInput::invalid(format!("unknown field {k:?}")));
-    }
-    Ok(Fields {
-        id,
-        ordering_key,
-        dedupe_key,
-        limit_key,
-        sensitive,
-        delay,
-        max_attempts,
-        priority,
-        deadline_seconds,
-        timeout_seconds,
-        on_duplicate,
-        debounce,
+/// How a parsed job is recorded: due after its delay; in strict mode, a job due now under a
+/// limit key with a concurrency is recorded parked when it is its ordering key's next, to wait in
+/// the limit key's line rather than in the queue (design §20.12).
+/// A job that runs after others (design §24) is never recorded parked: it waits for them first,
+/// and asks for its start when their finish sends it.
+fn submit_of<'a>(cfg: &Config, job: &'a Parsed, after: &'a [(String, Place)], now: i64) -> Submit<'a> {
+    let limited = job.spec.limit_key.as_deref().is_some_and(|k| cfg.limits.for_key(k).concurrency.is_some());
+    let parks =
+        cfg.ordering_mode == crate::config::OrderingMode::Strict && job.delay == 0 && limited && after.is_empty();
+    Submit {
+        spec: &job.spec,
+        due_at: now + i64::from(job.delay) * 1000,
+        parks_until: parks.then(|| now + i64::from(crate::flow::PARKED_RECHECK_SECONDS) * 1000),
+        on_duplicate: job.on_duplicate,
+        debounce_until: job.debounce_until,
         after,
-        after_dead,
-        trace,
-    })
+        after_dead: job.after_dead,
+        batch: job.batch,
+        in_batch: job.in_batch.as_deref(),
+        trace: job.trace.as_ref(),
+    }
 }
 
-/// Reads `after` and `after_dead` (design §24): the ids of the jobs this one runs after, at most
-/// [`MAX_AFTER`], none twice and not its own; whether they exist is the submission's to check.
-fn dependencies(o: &mut Map<String, Value>, id: &str) -> Result<(Vec<String>, AfterDead), BadInput> {
-    let after = match o.remove("after") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(ids)) => {
-            if ids.len() > MAX_AFTER {
-                return Err(BadInput::TooLarge(format!("\"after\" names more than {MAX_AFTER} jobs")));
-            }
-            let mut after: Vec<String> = Vec::with_capacity(ids.len());
-            for v in ids {
-                let Value::String(dep) = v else { return Err(BadInput::invalid("\"after\" must be an array of job ids")) };
-                let dep = checked_id("after", dep).map_err(|e| BadInput::invalid(e.to_string()))?;
-                if dep == id {
-                    return Err(BadInput::invalid(format!("\"after\" names the job itself ({id:?})")));
+impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
+    pub(super) async fn submit(
+        &self,
+        cfg: &Config,
+        body: &[u8],
+        trace: Option<&crate::trace::TraceContext>,
+    ) -> Result<ApiResponse, crate::error::InfraError> {
+        if body.len() > MAX_BODY_BYTES {
+            return Ok(ApiResponse::error(413, format!("body is larger than {MAX_BODY_BYTES} bytes")));
+        }
+        let parsed: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => return Ok(ApiResponse::error(400, format!("body is not JSON: {e}"))),
+        };
+        let (items, then): (Vec<Value>, Option<Value>) = match parsed {
+            Value::Object(mut o) if o.contains_key("jobs") => {
+                let then = o.remove("then");
+                match o.remove("jobs") {
+                    Some(Value::Array(a)) if o.is_empty() => (a, then),
+                    Some(Value::Array(_)) => {
+                        return Ok(ApiResponse::error(400, "a {\"jobs\": [...]} body takes no other fields but \"then\""))
+                    }
+                    _ => return Ok(ApiResponse::error(400, "\"jobs\" must be an array")),
                 }
-                if after.contains(&dep) {
-                    return Err(BadInput::invalid(format!("\"after\" names {dep:?} twice")));
-                }
-                after.push(dep);
             }
-            after
-        }
-        Some(_) => return Err(BadInput::invalid("\"after\" must be an array of job ids")),
-    };
-    let after_dead = match o.remove("after_dead") {
-        None | Some(Value::Null) => AfterDead::Dead,
-        Some(Value::String(s)) => AfterDead::parse(&s)
-            .ok_or_else(|| BadInput::invalid(format!("\"after_dead\" must be \"dead\" or \"run\", not {s:?}")))?,
-        Some(_) => return Err(BadInput::invalid("\"after_dead\" must be \"dead\" or \"run\"")),
-    };
-    if after.is_empty() && after_dead == AfterDead::Run {
-        return Err(BadInput::invalid("\"after_dead\" needs \"after\""));
-    }
-    Ok((after, after_dead))
-}
-
-/// Reads `on_duplicate`, `debounce_seconds` and `debounce_max_seconds` (design §22.3, §22.4):
-/// both need a dedupe key (the key names what is superseded), a debounce replaces (it is the
-/// point of one) and takes no `delay_seconds` of its own (its quiet period is its delay).
-fn superseding(
-    o: &mut Map<String, Value>,
-    deduped: bool,
-    delay: u32,
-) -> Result<(OnDuplicate, Option<(u32, u32)>), BadInput> {
-    let on_duplicate = match o.remove("on_duplicate") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(OnDuplicate::parse(&s).ok_or_else(|| {
-            BadInput::invalid(format!("on_duplicate must be \"keep\", \"replace\" or \"cancel\", got {s:?}"))
-        })?),
-        Some(_) => return Err(BadInput::invalid("on_duplicate must be a string")),
-    };
-    let quiet = seconds_field(o, "debounce_seconds", 1, MAX_DEBOUNCE_SECONDS)?;
-    let cap = seconds_field(o, "debounce_max_seconds", 1, MAX_DEBOUNCE_SECONDS)?;
-    let needs_key = |what: &str| BadInput::invalid(format!("{what} needs a dedupe_key: it names the job superseded"));
-    if on_duplicate.is_some_and(|d| d != OnDuplicate::Keep) && !deduped {
-        return Err(needs_key("on_duplicate"));
-    }
-    let Some(quiet) = quiet else {
-        if cap.is_some() {
-            return Err(BadInput::invalid("debounce_max_seconds is only for a debounced job (debounce_seconds)"));
-        }
-        return Ok((on_duplicate.unwrap_or_default(), None));
-    };
-    if !deduped {
-        return Err(needs_key("debounce_seconds"));
-    }
-    if on_duplicate.is_some_and(|d| d != OnDuplicate::Replace) {
-        return Err(BadInput::invalid("a debounced job replaces its pending duplicate: on_duplicate must be \"replace\" or absent"));
-    }
-    if delay > 0 {
-        return Err(BadInput::invalid("a debounced job waits its debounce_seconds; give it no delay_seconds"));
-    }
-    let cap = cap.unwrap_or_else(|| quiet.saturating_mul(DEFAULT_DEBOUNCE_CAP_PERIODS).min(MAX_DEBOUNCE_SECONDS));
-    if cap < quiet {
-        return Err(BadInput::invalid("debounce_max_seconds must be at least debounce_seconds"));
-    }
-    Ok((OnDuplicate::Replace, Some((quiet, cap))))
-}
-
-/// The payload as JSON text, if it is within the one size limit every job has, sealed or not: a
-/// sensitive job's message is a stub, but its row is read whole by claims, lists and redrives, so
-/// it may be no larger than a plain job's.
-fn within_size(payload: &Value) -> Result<String, BadInput> {
-    let plain = payload.to_string();
-    if plain.len() > MAX_PAYLOAD_BYTES {
-        return Err(BadInput::TooLarge(format!(
-            "payload is {} bytes as JSON; a job's payload is at most {MAX_PAYLOAD_BYTES} (what one Cloudflare \
-             Queues message of 128,000 bytes carries), sealed or not",
-            plain.len()
-        )));
-    }
-    Ok(plain)
-}
-
-/// Reads one submitted job at `now`: its ledger spec, its message and its delay. `sealing`:
-/// whether `PAYLOAD_KEY` is set (sensitive jobs need it); `new_id`: its id unless it names its own.
-pub(super) fn parse_job(
-    item: Value,
-    cfg: &Config,
-    types: &dyn JobTypes,
-    sealing: bool,
-    new_id: String,
-    now: i64,
-) -> Result<Parsed, BadInput> {
-    let Value::Object(mut o) = item else { return Err(BadInput::invalid("a job must be an object")) };
-    let payload = o.remove("payload").ok_or_else(|| BadInput::invalid("\"payload\" is required"))?;
-    let f = fields(o, new_id)?;
-    types.check(&payload, cfg).map_err(|e| BadInput::invalid(e.to_string()))?;
-    let job_type = crate::handlers::job_type(&payload).ok().map(str::to_string);
-    let sensitive = f.sensitive || job_type.as_deref() == Some(FEDIFY_TYPE);
-    if sensitive && !sealing {
-        return Err(BadInput::invalid(
-            "PAYLOAD_KEY is not set: sensitive jobs (and every fedify job) are sealed at rest with it; \
-             set it with `wrangler secret put PAYLOAD_KEY` (docs/operations.md: Secrets at rest)",
-        ));
-    }
-    let plain = within_size(&payload)?;
-    let deadline_at = f.deadline_seconds.map(|s| now + i64::from(s) * 1000);
-    let meta = JobMeta {
-        id: Some(f.id.clone()),
-        dedupe_key: f.dedupe_key.clone(),
-        limit_key: f.limit_key.clone(),
-        max_attempts: f.max_attempts,
-        priority: f.priority,
-        deadline_at,
-        timeout_seconds: f.timeout_seconds,
-        queued_at: None,
-        woken: false,
-    };
-    let env = Envelope {
-        ordering_key: f.ordering_key.clone(),
-        // A sensitive job's message names its type only: the ledger row is what runs.
-        payload: if sensitive { producer::sealed_stub(job_type.as_deref()) } else { payload },
-        meta,
-    };
-    let msg = OutMessage::of(&env, f.delay);
-    if !msg.fits() {
-        return Err(BadInput::TooLarge(format!(
-            "job is {} bytes as a queue message; Cloudflare Queues takes at most {MAX_MESSAGE_BYTES} \
-             (128,000 with its metadata)",
-            msg.size()
-        )));
-    }
-    let spec = JobSpec {
-        id: f.id,
-        job_type,
-        ordering_key: f.ordering_key,
-        dedupe_key: f.dedupe_key,
-        limit_key: f.limit_key,
-        deadline_at,
-        timeout_seconds: f.timeout_seconds,
-        payload: Some(plain),
-        max_attempts: f.max_attempts.unwrap_or(cfg.max_attempts),
-        priority: f.priority.unwrap_or(DEFAULT_PRIORITY),
-    };
-    let debounce_until = f.debounce.map(|(_, cap)| now + i64::from(cap) * 1000);
-    let (delay, on_duplicate, after, after_dead, trace) = (f.delay, f.on_duplicate, f.after, f.after_dead, f.trace);
-    Ok(Parsed { spec, msg, delay, sensitive, on_duplicate, debounce_until, after, after_dead, batch: false, in_batch: None, trace })
-}
-
-/// A bulk operation's body, `{"filter": {...}, "dry_run"?: bool}`: its filter's fields and
-/// whether it is a dry run. Any other field is refused.
-fn bulk_body(body: &[u8]) -> Result<(Map<String, Value>, bool), BadInput> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| BadInput::invalid(format!("body is not JSON: {e}")))?;
-    let Value::Object(mut o) = v else { return Err(BadInput::invalid("body must be an object")) };
-    let dry_run = match o.remove("dry_run") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => b,
-        Some(_) => return Err(BadInput::invalid("\"dry_run\" must be true or false")),
-    };
-    let f = match o.remove("filter") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(f)) => f,
-        Some(_) => return Err(BadInput::invalid("\"filter\" must be an object")),
-    };
-    if let Some(k) = o.keys().next() {
-        return Err(BadInput::invalid(format!("unknown field {k:?}")));
-    }
-    Ok((f, dry_run))
-}
-
-/// A filter's text field (empty is none).
-fn filter_text(f: &mut Map<String, Value>, k: &str) -> Result<Option<String>, BadInput> {
-    match f.remove(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.is_empty() => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(BadInput::invalid(format!("filter.{k} must be a string"))),
-    }
-}
-
-/// A filter's time field, ms since the epoch.
-fn filter_time(f: &mut Map<String, Value>, k: &str) -> Result<Option<i64>, BadInput> {
-    match f.remove(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => {
-            v.as_i64().map(Some).ok_or_else(|| BadInput::invalid(format!("filter.{k} must be milliseconds since the epoch")))
-        }
-    }
-}
-
-fn no_more(f: &Map<String, Value>) -> Result<(), BadInput> {
-    match f.keys().next() {
-        Some(k) => Err(BadInput::invalid(format!("unknown filter field {k:?}"))),
-        None => Ok(()),
-    }
-}
-
-/// Reads a bulk redrive's body: `{"filter": {"type"?, "ordering_key"?, "error"?, "from"?, "to"?},
-/// "dry_run"?: bool}` (times in ms since the epoch; `error` is text the job's error contains).
-pub(super) fn parse_dead_filter(body: &[u8]) -> Result<(DeadFilter, bool), BadInput> {
-    let (mut f, dry_run) = bulk_body(body)?;
-    let (job_type, ordering_key, error) =
-        (filter_text(&mut f, "type")?, filter_text(&mut f, "ordering_key")?, filter_text(&mut f, "error")?);
-    let (from, to) = (filter_time(&mut f, "from")?, filter_time(&mut f, "to")?);
-    no_more(&f)?;
-    Ok((DeadFilter { job_type, ordering_key, error, from, to }, dry_run))
-}
-
-/// Reads a bulk cancel's body (design §22.2): `{"filter": {"type"?, "ordering_key"?,
-/// "limit_key"?, "error"?, "from"?, "to"?}, "dry_run"?: bool}`, times bounding when the jobs were
-/// submitted. An empty filter is refused: cancelling every PENDING job is never a default.
-pub(super) fn parse_cancel_filter(body: &[u8]) -> Result<(CancelFilter, bool), BadInput> {
-    let (mut f, dry_run) = bulk_body(body)?;
-    let filter = CancelFilter {
-        job_type: filter_text(&mut f, "type")?,
-        ordering_key: filter_text(&mut f, "ordering_key")?,
-        limit_key: filter_text(&mut f, "limit_key")?,
-        error: filter_text(&mut f, "error")?,
-        from: filter_time(&mut f, "from")?,
-        to: filter_time(&mut f, "to")?,
-    };
-    no_more(&f)?;
-    if filter == CancelFilter::default() {
-        return Err(BadInput::invalid(
-            "a cancel's filter must name at least one of type, ordering_key, limit_key, error, from, to",
-        ));
-    }
-    Ok((filter, dry_run))
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn a_job_is_validated_field_by_field() {
-        let cfg = Config::default();
-        let ok = parse_job(
-            json!({"payload": {"type": "webhook", "url": "https://h.test/"}, "ordering_key": "k", "delay_seconds": 5, "max_attempts": 2}),
-            &cfg,
-            &crate::app::BuiltIn,
-            false,
-            "id1".into(),
-            0,
-        )
-        .unwrap();
-        assert_eq!(ok.spec.max_attempts, 2);
-        assert_eq!(ok.delay, 5);
-        assert_eq!(
-            Envelope::decode(serde_json::from_str(ok.msg.json()).unwrap()).unwrap().meta.id.as_deref(),
-            Some("id1")
-        );
-        for (job, want) in [
-            (json!({}), "payload"),
-            (json!({"payload": 1, "delay_seconds": 86401}), "delay_seconds"),
-            (json!({"payload": 1, "delay_seconds": -1}), "delay_seconds"),
-            (json!({"payload": 1, "max_attempts": 0}), "max_attempts"),
-            (json!({"payload": 1, "ordering_key": 3}), "ordering_key"),
-            (json!({"payload": 1, "dedupe_key": ""}), "dedupe_key"),
-            (json!({"payload": 1, "priority": 10}), "priority must be"),
-            (json!({"payload": 1, "priorty": 1}), "unknown field"),
-            (json!({"payload": 1, "deadline_seconds": 0}), "deadline_seconds must be a whole number from 1"),
-            (json!({"payload": 1, "deadline_seconds": 60, "delay_seconds": 60}), "would expire before it is due"),
-            (json!({"payload": 1, "timeout_seconds": 301}), "timeout_seconds must be a whole number from 1 to 300"),
-            (json!([1]), "object"),
-            (json!({"payload": {"type": "fax"}}), "unknown job type \"fax\" (known: webhook)"),
-            (json!({"payload": [1]}), "no \"type\""),
-            (json!({"payload": {"type": "webhook", "url": "ftp://x"}}), "not http"),
-            (json!({"payload": 1, "id": "line\nbreak"}), "id has a character an HTTP header cannot carry"),
-            (json!({"payload": 1, "id": "\u{2603}"}), "id has a character an HTTP header cannot carry"),
-            (
-                json!({"payload": {"type": "webhook", "url": "https://h.test/", "headers": {"x-a": "\u{2603}"}}}),
-                "not a valid HTTP header",
+            one @ Value::Object(_) => (vec![one], None),
+            _ => return Ok(ApiResponse::error(400, "body must be a job object or {\"jobs\": [...]}")),
+        };
+        let batch = then.is_some();
+        Ok(match self.submit_traced(cfg, items, then, trace).await? {
+            // A batch's callback is answered apart from its jobs, as "then".
+            Submission::Accepted(mut jobs) if batch => {
+                let then = jobs.pop();
+                ApiResponse::json(202, json!({ "jobs": jobs, "then": then }))
+            }
+            Submission::Accepted(jobs) => ApiResponse::json(202, json!({ "jobs": jobs })),
+            Submission::Unsent { jobs, error } => ApiResponse::json(
+                503,
+                json!({"error": format!("{error}; the jobs are recorded PENDING and maintenance will send them"), "jobs": jobs}),
             ),
-        ] {
-            let Err(e) = parse_job(job.clone(), &cfg, &crate::app::BuiltIn, false, "x".into(), 0) else {
-                panic!("{job} was accepted")
-            };
-            let (status, msg) = (e.status(), e.to_string());
-            assert_eq!(status, 400, "{job}");
-            assert!(msg.contains(want), "{job}: {msg}");
+            Submission::Refused(r) => {
+                let mut body = json!({ "error": r.error });
+                if let Some(i) = r.index {
+                    body["index"] = json!(i);
+                }
+                ApiResponse::json(r.status, body)
+            }
+        })
+    }
+
+    /// Submits jobs, each a `POST /jobs` job object (`{"payload", "ordering_key"?, ...}`), with
+    /// every check and limit of `POST /jobs`: all are recorded PENDING in one D1 round trip and
+    /// sent, or none is recorded and the first bad one says why. What the API and
+    /// [`crate::enqueue::Producer`] both do.
+    pub async fn submit_items(&self, cfg: &Config, items: Vec<Value>) -> Result<Submission, crate::error::InfraError> {
+        self.submit_with(cfg, items, None).await
+    }
+
+    /// [`Self::submit_items`], and with `then` a batch (design §25): `then` is a job that runs
+    /// once every job of `items` has finished, given their ids, statuses and results; it is
+    /// answered last.
+    pub async fn submit_with(
+        &self,
+        cfg: &Config,
+        items: Vec<Value>,
+        then: Option<Value>,
+    ) -> Result<Submission, crate::error::InfraError> {
+        self.submit_traced(cfg, items, then, None).await
+    }
+
+    /// [`Self::submit_with`], each job without a trace context of its own given `trace` (the
+    /// submitting request's, design §27).
+    async fn submit_traced(
+        &self,
+        cfg: &Config,
+        items: Vec<Value>,
+        then: Option<Value>,
+        trace: Option<&crate::trace::TraceContext>,
+    ) -> Result<Submission, crate::error::InfraError> {
+        if let Some(refused) = over_the_most(items.len(), then.is_some()) {
+            return Ok(refused);
         }
-        let big =
-            json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(MAX_MESSAGE_BYTES)}});
-        assert!(matches!(parse_job(big, &cfg, &crate::app::BuiltIn, false, "x".into(), 0), Err(BadInput::TooLarge(_))));
-        // A sensitive job's message is a stub, but its payload is held to the same limit.
-        let big = json!({"payload": {"type": "webhook", "url": "https://h.test/", "body": "x".repeat(900_000)},
-                         "sensitive": true});
-        let refused = parse_job(big, &cfg, &crate::app::BuiltIn, true, "x".into(), 0);
-        assert!(
-            matches!(&refused, Err(BadInput::TooLarge(m)) if m.contains("a job's payload is at most")),
-            "{:?}",
-            refused.err()
-        );
+        let now = self.clock.now_ms();
+        let jobs = match self.parse_all(cfg, items, then, trace, now).await? {
+            Ok(jobs) => jobs,
+            Err(refused) => return Ok(refused),
+        };
+        let after = match self.dependencies(&jobs).await? {
+            Ok(after) => after,
+            Err(refused) => return Ok(Submission::Refused(refused)),
+        };
+        let due: Vec<Submit<'_>> = jobs.iter().zip(&after).map(|(j, a)| submit_of(cfg, j, a, now)).collect();
+        let recorded = self.ledger.submit_all(&due, now).await?;
+        let parks: Vec<bool> = due.iter().map(|d| d.parks_until.is_some()).collect();
+        let mut answer = Vec::with_capacity(jobs.len());
+        let (mut to_send, mut lined, mut cancelled, mut waits) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Where this request's jobs were recorded: a job named again by its id is the job the
+        // ledger had, wherever its keys put it.
+        let mut routes: std::collections::HashMap<String, Place> = std::collections::HashMap::new();
+        for (((recorded, Parsed { msg, .. }), parks), after) in recorded.into_iter().zip(jobs).zip(parks).zip(&after) {
+            let Enqueued { job, inserted, superseded } = recorded;
+            routes.insert(job.id.clone(), job.route());
+            let replaced = !inserted && superseded.as_ref().is_some_and(|held| held.id == job.id);
+            answer.push(Submitted {
+                id: job.id.clone(),
+                status: job.status,
+                duplicate: !inserted,
+                replaced,
+                superseded: superseded.as_ref().filter(|_| inserted).map(|held| held.id.clone()),
+            });
+            // A PENDING holder cancelled: its keys move on as after an operator's cancel.
+            cancelled.extend(superseded.filter(|held| held.status == Status::Dead));
+            match (inserted, job.parked, parks) {
+                (false, ..) => {}
+                // It waits for the jobs it runs after; the last of them to finish sends it.
+                (true, ..) if !after.is_empty() => waits.extend(after.iter().map(|(on_id, on_route)| Wait {
+                    job_id: job.id.clone(),
+                    job_route: job.route(),
+                    on_id: on_id.clone(),
+                    on_route: routes.get(on_id).copied().unwrap_or(*on_route),
+                    since: now,
+                })),
+                // The head of its key's jobs: it waits in its limit key's line (design §20.12).
+                (true, true, _) => lined.push(job),
+                // Behind an open job of its key under a limited policy: the key's chain reaches it,
+                // and asks for its start then; a message would only queue ahead of other keys.
+                (true, false, true) => {}
+                (true, false, false) => to_send.push(msg),
+            }
+        }
+        let sent = producer::send_all(self.queue, to_send).await;
+        let woken = self.line_up(cfg, &lined, now).await;
+        let moved_on = self.operations(cfg).moved_on(&cancelled, now).await.map(drop);
+        // Should registering fail, the waits stay unregistered and maintenance registers them.
+        let registered = self.operations(cfg).register(waits).await.map(drop);
+        if let Err(e) = sent.and(woken).and(moved_on).and(registered) {
+            return Ok(Submission::Unsent { jobs: answer, error: e.to_string() });
+        }
+        Ok(Submission::Accepted(answer))
+    }
+
+    /// Reads and checks each job, and a batch's callback last, each payload sealed if sensitive:
+    /// all of them, or the refusal of the first bad one.
+    async fn parse_all(
+        &self,
+        cfg: &Config,
+        items: Vec<Value>,
+        then: Option<Value>,
+        trace: Option<&crate::trace::TraceContext>,
+        now: i64,
+    ) -> Result<Result<Vec<Parsed>, Submission>, crate::error::InfraError> {
+        let mut jobs = Vec::with_capacity(items.len() + 1);
+        for (i, item) in items.into_iter().enumerate() {
+            match parse_job(item, cfg, self.types, self.sealer.is_some(), (self.new_id)(), now) {
+                // A job without a trace context of its own carries the request's.
+                Ok(j) => jobs.push(Parsed { trace: j.trace.clone().or_else(|| trace.cloned()), ..j }),
+                Err(e) => return Ok(Err(Submission::refused(e.status(), Some(i), e.to_string()))),
+            }
+        }
+        if let Some(then) = then {
+            match self.callback(cfg, then, &jobs, now) {
+                Ok(callback) => {
+                    for member in &mut jobs {
+                        member.in_batch = Some(callback.spec.id.clone());
+                    }
+                    jobs.push(callback);
+                }
+                Err(refused) => return Ok(Err(Submission::Refused(refused))),
+            }
+        }
+        // Sensitive payloads reach D1 sealed, never as plain text.
+        for job in jobs.iter_mut().filter(|j| j.sensitive) {
+            if let (Some(sealer), Some(plain)) = (self.sealer, job.spec.payload.as_deref()) {
+                job.spec.payload = Some(sealer.seal(&job.spec.id, plain).await?);
+            }
+        }
+        Ok(Ok(jobs))
+    }
+
+    /// A batch's callback (design §25): `then`, read as any job, to run after every job of the
+    /// batch whatever became of it (`"after_dead": "run"`), its payload given theirs. Refused: a
+    /// `then` that names its own `after`, has a dedupe key (it could be recorded as a duplicate,
+    /// and the batch would have no callback), is sensitive (its payload is sealed, and the batch
+    /// could not be added to it), takes the id of one of the batch's jobs; a batch job with a
+    /// dedupe key (it could be recorded as a duplicate of another job).
+    fn callback(&self, cfg: &Config, then: Value, jobs: &[Parsed], now: i64) -> Result<Parsed, Refusal> {
+        // It joins the trace of the batch's first job unless it names its own (design §27).
+        let trace = jobs.first().and_then(|j| j.trace.clone());
+        let refused = |index: Option<usize>, e: String| Refusal { status: 400, index, error: e };
+        let mut cb = parse_job(then, cfg, self.types, self.sealer.is_some(), (self.new_id)(), now)
+            .map_err(|e| Refusal { status: e.status(), index: None, error: format!("then: {e}") })?;
+        cb.trace = cb.trace.or(trace);
+        if !cb.after.is_empty() {
+            return Err(refused(None, "then: a batch's callback runs after its jobs; it takes no \"after\"".into()));
+        }
+        if cb.spec.dedupe_key.is_some() || cb.sensitive || cb.debounce_until.is_some() {
+            return Err(refused(None, "then: a batch's callback takes no dedupe_key, debounce or sensitive payload".into()));
+        }
+        if let Some(i) = jobs.iter().position(|j| j.spec.dedupe_key.is_some()) {
+            return Err(refused(Some(i), "a batch's jobs take no dedupe_key: one recorded as a duplicate would leave its callback nothing to wait on".into()));
+        }
+        if jobs.iter().any(|j| j.spec.id == cb.spec.id) {
+            return Err(refused(None, format!("then: its id {:?} is a job of the batch", cb.spec.id)));
+        }
+        cb.after = jobs.iter().map(|j| j.spec.id.clone()).collect();
+        cb.after_dead = crate::ledger::AfterDead::Run;
+        cb.batch = true;
+        Ok(cb)
+    }
+
+    /// The jobs each job runs after (design §24), with where each lives; or why the submission is
+    /// refused: a job named that is not in the ledger nor earlier in this request (so no cycle
+    /// can be built), or one earlier in this request with a dedupe key (it may be recorded as a
+    /// duplicate of another job, and then there would be nothing to wait on).
+    async fn dependencies(&self, jobs: &[Parsed]) -> Result<Result<Vec<Vec<(String, Place)>>, Refusal>, crate::error::InfraError> {
+        let refused = |i: usize, e: String| Ok(Err(Refusal { status: 400, index: Some(i), error: e }));
+        let mut outside: Vec<&str> = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            for dep in &job.after {
+                match jobs.iter().position(|j| &j.spec.id == dep) {
+                    Some(j) if j > i => {
+                        return refused(i, format!("\"after\" names {dep:?}, which this request submits later: a job must come after the jobs it runs after"))
+                    }
+                    Some(j) if jobs[j].spec.dedupe_key.is_some() => {
+                        return refused(i, format!("\"after\" names {dep:?}, submitted in this request with a dedupe key: it may be recorded as a duplicate of another job; submit it first"))
+                    }
+                    Some(_) => {}
+                    None => outside.push(dep),
+                }
+            }
+        }
+        outside.sort_unstable();
+        outside.dedup();
+        let found = if outside.is_empty() { Vec::new() } else { self.ledger.get_all(&outside).await? };
+        let mut after = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.iter().enumerate() {
+            let mut deps = Vec::with_capacity(job.after.len());
+            for dep in &job.after {
+                let route = match jobs.iter().find(|j| &j.spec.id == dep) {
+                    Some(j) => j.spec.route(),
+                    None => match outside.iter().position(|o| *o == dep).and_then(|p| found.get(p)).cloned().flatten() {
+                        Some(row) => row.route(),
+                        None => return refused(i, format!("\"after\" names {dep:?}: no such job")),
+                    },
+                };
+                deps.push((dep.clone(), route));
+            }
+            after.push(deps);
+        }
+        Ok(Ok(after))
+    }
+
+    /// Puts jobs recorded parked in their limit keys' lines, every key's in one batch per shard
+    /// (design "The ledger's life": each job may be its own key), and sends the jobs handed a
+    /// slot (design §20.12). Should a batch not answer, its jobs are sent as wake-ups, to ask for
+    /// their start on delivery as any job does: nothing waits unsent.
+    async fn line_up(&self, cfg: &Config, lined: &[JobRow], now: i64) -> Result<(), crate::error::InfraError> {
+        let mut keys: Vec<&str> = lined.iter().filter_map(|j| j.limit_key.as_deref()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let lines: Vec<crate::ledger::limit::Lined<'_>> = keys
+            .into_iter()
+            .map(|key| {
+                let ids = lined.iter().filter(|j| j.limit_key.as_deref() == Some(key)).map(|j| (j.id.as_str(), j.route()));
+                (key, ids.collect(), cfg.limits.for_key(key))
+            })
+            .collect();
+        let (mut msgs, mut older) = (Vec::new(), Vec::new());
+        for (keys, answer) in self.ledger.line_all(&lines, now).await {
+            let jobs: Vec<&JobRow> = lined.iter().filter(|j| j.limit_key.as_deref().is_some_and(|k| keys.contains(&k))).collect();
+            match answer {
+                Ok(woken) => {
+                    // The jobs this request just lined are at hand; only older ones handed a slot
+                    // are read again (by `producer::wake`).
+                    for w in woken {
+                        match jobs.iter().find(|j| j.id == w.job_id) {
+                            Some(j) => msgs.extend(producer::woken_message(j, 0)),
+                            None => older.push(w),
+                        }
+                    }
+                }
+                Err(_) => msgs.extend(jobs.iter().filter_map(|j| producer::woken_message(j, 0))),
+            }
+        }
+        producer::send_all(self.queue, msgs).await?;
+        // Older jobs handed a slot are not this request's to answer for: should reading or
+        // sending them fail, theirs are lost wake-ups, which maintenance sends once their recheck
+        // is due (and their hand-offs lapse, §20.3), so this request is not refused for them.
+        let _ = producer::wake(self.ledger, self.queue, &older, 1, None).await;
+        Ok(())
     }
 }

@@ -574,7 +574,7 @@ fn the_openapi_job_input_is_what_post_jobs_takes() {
     let input = &doc["components"]["schemas"]["JobInput"];
     assert_eq!(input["additionalProperties"], json!(false));
     let documented: BTreeSet<String> = input["properties"].as_object().unwrap().keys().cloned().collect();
-    let code = include_str!("../../src/api/submission.rs");
+    let code = include_str!("../../src/api/input.rs");
     let taken = regex_lite_fields(code);
     // `filter` and `dry_run` are the bulk routes' (POST /jobs/cancel, /jobs/redrive), read there too.
     let taken: BTreeSet<String> = taken.into_iter().filter(|f| f != "filter" && f != "dry_run").collect();
