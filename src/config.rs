@@ -10,7 +10,7 @@ use thiserror::Error;
 /// The most `BULK_REDRIVE_LIMIT` may be. A call is a few D1 queries however many jobs it takes (a
 /// batch counts one, design §26); the most keeps one call's transaction a few thousand statements.
 pub const MAX_BULK_REDRIVE: u32 = 333;
-pub use crate::limits::MAX_DELAY_SECONDS;
+pub use crate::bounds::MAX_DELAY_SECONDS;
 /// The job types orderly itself handles (`handlers::TYPES` says the same, checked by a test):
 /// named here so that configuration is read without the handlers.
 pub const BUILT_IN_TYPES: &[&str] = &["webhook"];
@@ -278,11 +278,11 @@ impl Config {
 }
 
 /// Reads `LEDGER` ("d1", the default, or "do") and, for "do", `LEDGER_SHARDS` (1 to
-/// [`MAX_SHARDS`](crate::limits::MAX_SHARDS), 16 by default). The count can never change once a
+/// [`MAX_SHARDS`](crate::bounds::MAX_SHARDS), 16 by default). The count can never change once a
 /// ledger exists: every shard stores it and refuses another (design §19).
 fn ledger_backend(lookup: &impl Fn(&str) -> Option<String>) -> Result<LedgerBackend, ConfigError> {
     let objects = choice(lookup, "LEDGER", &[("d1", false), ("do", true)], "not d1 or do")?;
-    let max = crate::limits::MAX_SHARDS as u32;
+    let max = crate::bounds::MAX_SHARDS as u32;
     let shards = number(lookup, "LEDGER_SHARDS", DEFAULT_SHARDS, (1, max))?;
     if !objects && lookup("LEDGER_SHARDS").is_some_and(|v| v.trim() != "1") {
         return Err(ConfigError {

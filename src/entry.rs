@@ -488,7 +488,7 @@ async fn move_ledger(s: &Started, env: &Env, req: &ApiRequest, copy: bool) -> Ap
             None => return ApiResponse::error(400, "give ?shards=N"),
         }
     };
-    if !(1..=crate::limits::MAX_SHARDS as u32).contains(&page.shards) {
+    if !(1..=crate::bounds::MAX_SHARDS as u32).contains(&page.shards) {
         return ApiResponse::error(400, "shards must be 1..32, the LEDGER_SHARDS you will set");
     }
     let shards = match edge_shards(env, Some(page.shards)) {

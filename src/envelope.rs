@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::limits::{MAX_PRIORITY, MAX_TIMEOUT_SECONDS};
+use crate::bounds::{MAX_PRIORITY, MAX_TIMEOUT_SECONDS};
 
 /// Fedify's ordering key field.
 pub const ORDERING_KEY_FIELD: &str = "__fedify_ordering_key__";

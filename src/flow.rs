@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Longest a breaker's cool-down grows to: Queues' longest delay (24 hours).
-pub const MAX_COOLDOWN_MS: i64 = crate::limits::MAX_DELAY_SECONDS as i64 * 1000;
+pub const MAX_COOLDOWN_MS: i64 = crate::bounds::MAX_DELAY_SECONDS as i64 * 1000;
 /// A breaker's first cool-down when its policy names none.
 pub const DEFAULT_COOLDOWN_SECONDS: u32 = 30;
 /// Longest the jobs of an ordering key behind a job parked for its limit key's slot wait between
@@ -136,7 +136,7 @@ impl PolicyText {
         let burst = within("burst", self.burst, 1, 100_000)?;
         let concurrency = within("concurrency", self.concurrency, 1, 10_000)?;
         let trip_after = within("trip_after", self.trip_after, 1, 10_000)?;
-        let cooldown_seconds = within("cooldown_seconds", self.cooldown_seconds, 1, crate::limits::MAX_DELAY_SECONDS)?;
+        let cooldown_seconds = within("cooldown_seconds", self.cooldown_seconds, 1, crate::bounds::MAX_DELAY_SECONDS)?;
         let throttle = match (rate, per_seconds, burst) {
             (Some(rate), per, burst) => {
                 Some(Throttle { rate, per_seconds: per.unwrap_or(1), burst: burst.unwrap_or(1) })

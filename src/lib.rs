@@ -45,7 +45,7 @@
 //! # Layout
 //! Imports go one way (checked by `tests/native/house.rs`): the entry points over the API, the consumer
 //! and maintenance, over the ledger, the lock and the handlers, over the envelope, the
-//! configuration and `limits.rs`. Inside a folder too, files call down only: a `mod.rs` over the
+//! configuration and `bounds.rs`. Inside a folder too, files call down only: a `mod.rs` over the
 //! files it declares, which never name their parent; what several of them share is a leaf file.
 //! - `app.rs`: your job types, typed handlers by name ([`Handlers`], [`Job`], [`Cx`]);
 //!   `entry.rs`: `App`, the Workers entry points, one start-up for all (wasm only).
@@ -66,7 +66,7 @@
 //!   `maintain.rs`, lease renewal and the cron's scans; `history.rs`, each job's events;
 //!   `stmt.rs`, the statements, each bound by the names its SQL file declares; the D1 backend;
 //!   the conformance suite every backend passes. Past one database (design §19): `shards.rs`,
-//!   the `Ledger` over its shards (each job's work routed by `route.rs`, lists and counts
+//!   the `Ledger` over its shards (each job's work routed by `placement.rs`, lists and counts
 //!   merged); `object.rs`, a SQLite Durable Object shard's logic; `durable.rs`, its Workers edge
 //!   and `ledger_object!`; `moving.rs`, a D1 ledger moved to shards.
 //! - `handlers/`: the handler contract (`contract.rs`), the built-in `webhook` job type and
@@ -78,7 +78,7 @@
 //!   are the leaves. Below it, `operations.rs`: cancel, redrive and skip as typed outcomes.
 //!   `producer.rs`: sending to the queue.
 //! - `maintenance.rs`: the cron's reaper, re-sender, stalled-key wake-ups and purge.
-//!   `config.rs`, `clock.rs`, `limits.rs` (shared limits and grace periods). `log.rs`: the
+//!   `config.rs`, `clock.rs`, `bounds.rs` (shared limits and grace periods). `log.rs`: the
 //!   structured log lines; `observe.rs`: each run as a span and a data point. `seal.rs`:
 //!   secrets at rest. `panics.rs`: a Rust handler's panic.
 //! - `edge.rs`: `worker` adapters for the ports above (wasm only).
@@ -109,6 +109,7 @@ internal!(
     api,
     app,
     batch,
+    bounds,
     clock,
     config,
     consumer,
@@ -118,16 +119,15 @@ internal!(
     flow,
     handlers,
     ledger,
-    limits,
     lock,
     log,
     maintenance,
-    metrics,
     observe,
     operations,
     panics,
     periodic,
     producer,
+    prometheus,
     retry,
     schedule,
     seal,

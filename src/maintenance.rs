@@ -17,7 +17,7 @@ use crate::ledger::{JobRow, Ledger, PurgeBudget, Record, Sql, Status, Transition
 use crate::operations::{Operations, RELEASE_PAGE};
 use crate::producer::{self, QueueSender};
 
-pub use crate::limits::RESEND_GRACE_MS;
+pub use crate::bounds::RESEND_GRACE_MS;
 /// Strict mode: how long a key's head may be due with nothing running it before the cron wakes it.
 /// Well under the cron's one-minute period, so a stalled key is woken by the next run.
 pub const WAKE_GRACE_MS: i64 = 30 * 1000;

@@ -159,7 +159,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
         let (mut msgs, mut woken) = (Vec::new(), Vec::new());
         // Every key in one batch per shard, however many keys (each job may be its own).
         for next in self.ledger.keys_to_wake(&keys, self.cfg.ordering_mode, self.cfg.on_dead, now).await? {
-            let delay = next.as_ref().map_or(0, |n| crate::limits::seconds_until(now, n.next_run_at));
+            let delay = next.as_ref().map_or(0, |n| crate::bounds::seconds_until(now, n.next_run_at));
             if let Some((n, msg)) = next.as_ref().and_then(|n| Some((n, producer::message_for(n, delay)?))) {
                 woken.push(n.id.clone());
                 msgs.push(msg);
@@ -252,7 +252,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Operations<'_, S, Q, C> {
                 match r {
                     Released { job: Some(job), died: true, .. } => round.push(job),
                     Released { job: Some(job), waits: false, .. } if job.status == Status::Pending => {
-                        let delay = crate::limits::seconds_until(now, job.next_run_at);
+                        let delay = crate::bounds::seconds_until(now, job.next_run_at);
                         msgs.extend(producer::message_for(&job, delay));
                     }
                     _ => {}

@@ -10,7 +10,7 @@ use crate::envelope::{
     checked_id, checked_key, checked_max_attempts, checked_priority, checked_timeout, Envelope, JobMeta,
 };
 use crate::ledger::{AfterDead, CancelFilter, DeadFilter, JobSpec, OnDuplicate, DEFAULT_PRIORITY};
-use crate::limits::MAX_DEADLINE_SECONDS;
+use crate::bounds::MAX_DEADLINE_SECONDS;
 use crate::producer::{self, OutMessage, MAX_MESSAGE_BYTES, MAX_PAYLOAD_BYTES};
 use crate::seal::FEDIFY_TYPE;
 use crate::trace::TraceContext;

@@ -19,7 +19,7 @@ use crate::clock::Clock;
 use crate::config::{Config, OnDead, OrderingMode};
 use crate::error::InfraError;
 use crate::ledger::Sql;
-use crate::limits::seconds_until;
+use crate::bounds::seconds_until;
 use crate::operations::Skipped;
 use crate::producer::{self, QueueSender};
 

@@ -15,7 +15,7 @@ use crate::ledger::schedule::ScheduleState;
 use crate::ledger::scrape::ScrapeOf;
 use crate::ledger::strict::BlockedKey;
 use crate::ledger::{Counts, Sql, Status, TypeCount};
-use crate::metrics::{render, Family};
+use crate::prometheus::{render, Family};
 use crate::observe::KeyNames;
 use crate::producer::QueueSender;
 

@@ -403,7 +403,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 let at = now + delay_ms;
                 // Queues' delays are whole seconds: rounded up, so the message never comes
                 // before its job is due.
-                let delay_seconds = crate::limits::delay_until(now, Some(at));
+                let delay_seconds = crate::bounds::delay_until(now, Some(at));
                 let why = e.to_string();
                 let fail = self.fail(job, owner, ran, Status::Pending, at, &why);
                 (fail, Ended::Retry { delay_seconds }, Some(why), e.http_status())

@@ -19,7 +19,7 @@ use crate::flow::{Refusal, RunVerdict};
 use crate::handlers::{Done, JobError, Runner};
 use crate::ledger::limit::{Ask, Permit, Release};
 use crate::ledger::{JobRow, Sql, Transition};
-use crate::limits::delay_until;
+use crate::bounds::delay_until;
 use crate::lock::Kv;
 use crate::producer::{self, QueueSender};
 

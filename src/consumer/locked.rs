@@ -14,7 +14,7 @@ use super::executor::RunEnd;
 use super::leases::Leases;
 use super::message::{resent, undecodable_spec, Decoded, Incoming, Outcome, Read, INFRA_RETRY_DELAY_SECONDS};
 use super::ports::Consumer;
-use crate::limits::{delay_until as until, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INVOCATION_WALL_MS};
+use crate::bounds::{delay_until as until, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INVOCATION_WALL_MS};
 use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::error::InfraError;
@@ -25,7 +25,7 @@ use crate::producer::{self, OutMessage, QueueSender};
 
 /// How far a job polling a held key lets its `next_run_at` fall behind before it is written
 /// again: half the grace after which maintenance re-sends a PENDING job as lost.
-const DUE_SLACK_MS: i64 = crate::limits::RESEND_GRACE_MS / 2;
+const DUE_SLACK_MS: i64 = crate::bounds::RESEND_GRACE_MS / 2;
 
 /// How old a waiting message must be (since it was sent) before its wait is a new message rather
 /// than a `retry()`. A message is retried for at most this long, so with waits of a second or

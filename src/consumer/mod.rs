@@ -41,7 +41,7 @@ use crate::clock::Clock;
 use crate::config::OrderingMode;
 use crate::handlers::{JobError, Runner};
 use crate::ledger::{Sql, Status};
-use crate::limits::delay_until;
+use crate::bounds::delay_until;
 use crate::lock::Kv;
 use crate::log::Event;
 use crate::panics::Panicked;

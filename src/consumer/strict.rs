@@ -25,7 +25,7 @@ use super::executor::RunEnd;
 use super::leases::Leases;
 use super::message::{Decoded, Outcome, INFRA_RETRY_DELAY_SECONDS};
 use super::ports::Consumer;
-use crate::limits::{delay_until as until, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INVOCATION_WALL_MS};
+use crate::bounds::{delay_until as until, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INVOCATION_WALL_MS};
 use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::config::OnDead;

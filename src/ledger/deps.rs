@@ -5,7 +5,7 @@
 //! with the dependent or send anything (`operations.rs` does).
 
 use super::job::{int_of, JobRow, Status};
-use super::route::Route;
+use super::placement::Route;
 use super::shard::Shard;
 use super::shards::Ledger;
 use super::stmt;

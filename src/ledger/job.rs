@@ -5,10 +5,10 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::route::Route;
+use super::placement::Route;
 use super::store::Row;
 use crate::error::InfraError;
-use crate::limits::DEFAULT_PRIORITY;
+use crate::bounds::DEFAULT_PRIORITY;
 
 /// A job's state, held in the table by a CHECK constraint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

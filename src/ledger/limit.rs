@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::store::{Param, Row, Sql, Stmt};
 use super::job::int_of;
-use super::route::Route;
+use super::placement::Route;
 use super::shard::Shard;
 use crate::error::InfraError;
 use crate::flow::{Policy, Refusal, RunVerdict, MAX_COOLDOWN_MS, WAKE_AT_ONCE, WOKEN_HOLD_SECONDS};

@@ -42,7 +42,7 @@ mod shard;
 mod shards;
 // The statement builders are the ledger's own; the project's SQL tests reach them through the
 // `testing` feature.
-pub mod route;
+pub mod placement;
 pub mod schedule;
 pub mod scrape;
 pub mod schema;
@@ -54,13 +54,13 @@ pub mod store;
 pub mod strict;
 pub mod transition;
 
-pub use crate::limits::{DEFAULT_PRIORITY, MAX_PRIORITY};
+pub use crate::bounds::{DEFAULT_PRIORITY, MAX_PRIORITY};
 #[cfg(any(test, feature = "testing"))]
 pub use job::DeadMatches;
 pub use job::{Counts, TypeCount};
 pub use job::{AfterDead, Cancel, CancelFilter, Claimed, DeadFilter, Enqueued, JobRow, JobSpec, Lease, ListFilter, OnDuplicate, Redrive, Sent, Status, Submit};
 pub use maintain::PurgeBudget;
-pub use route::Route;
+pub use placement::Route;
 pub use shards::Ledger;
 #[cfg(any(test, feature = "testing"))]
 pub use shards::MAX_SHARDS;

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::job::{Counts, JobRow};
-use super::route::Route;
+use super::placement::Route;
 use super::shards::Ledger;
 use super::stmt;
 use super::store::{Row, Sql, Stmt};

@@ -19,7 +19,7 @@ use super::schedule::ScheduleState;
 use super::strict::{BlockedKey, ClaimSpec, Intake, KeyIntake, Parked, Skip, Step};
 use super::job::{Cancel, CancelFilter, Cancellable, Claimed, Enqueued, Counts, DeadFilter, DeadMatches, JobRow, JobSpec, Lease, ListFilter, Redrive, Sent, Status, Submit};
 use super::transition::{Record, RecordedDead};
-use super::route::Route;
+use super::placement::Route;
 use super::maintain::PurgeBudget;
 use super::shard::Shard;
 use super::store::{Port, Sql};
@@ -28,7 +28,7 @@ use crate::error::InfraError;
 use crate::flow::Policy;
 
 #[cfg(any(test, feature = "testing"))]
-pub use crate::limits::MAX_SHARDS;
+pub use crate::bounds::MAX_SHARDS;
 
 /// Keys whose statements go in one batch at most, on a path that takes a list (a bulk cancel's
 /// keys moved on): D1 runs a batch in one transaction within 30 s, and a list of any length costs

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::history::{Kind, Run, API_ACTOR, HISTORY_KEEP};
 use super::job::{DeadFilter, JobSpec, Lease, ListFilter, Status};
 use super::store::{Param, Row, Stmt};
-use crate::limits::MAX_PRIORITY;
+use crate::bounds::MAX_PRIORITY;
 use crate::config::{OnDead, OrderingMode};
 
 macro_rules! sql {
@@ -577,12 +577,12 @@ pub fn schedule_pause(name: &str, paused_at: Option<i64>) -> Stmt {
     with(sql!("schedule_pause"), [("name", name.into()), ("paused_at", paused_at.into())])
 }
 /// A submitted job's dependencies, `(id, route)` each, recorded only if its insert made it (§24).
-pub fn wait_add(job_id: &str, on_dead: super::job::AfterDead, now: i64, deps: &[(String, super::route::Route)]) -> Stmt {
+pub fn wait_add(job_id: &str, on_dead: super::job::AfterDead, now: i64, deps: &[(String, super::placement::Route)]) -> Stmt {
     let deps = Value::Array(deps.iter().map(|(id, r)| serde_json::json!([id, r.to_text()])).collect()).to_string();
     with(sql!("wait_add"), [("id", job_id.into()), ("on_dead", on_dead.as_str().into()), ("now", now.into()), ("deps", deps.into())])
 }
 /// In the dependency's shard: `job_id` (living at `job_route`) waits on `on_id`, if unfinished.
-pub fn wait_register(on_id: &str, job_id: &str, job_route: super::route::Route) -> Stmt {
+pub fn wait_register(on_id: &str, job_id: &str, job_route: super::placement::Route) -> Stmt {
     with(sql!("wait_register"), [("on_id", on_id.into()), ("job_id", job_id.into()), ("job_route", job_route.to_text().into())])
 }
 /// In the dependent's shard: its wait on `on_id` is registered.
@@ -618,7 +618,7 @@ pub fn waits_unregistered(before: i64, limit: u32) -> Stmt {
     with(sql!("waits_unregistered"), [("before", before.into()), ("limit", limit.into())])
 }
 /// A batch's members, after its callback's waits (design §25).
-pub fn batch_add(id: &str, members: &[(String, super::route::Route)]) -> Stmt {
+pub fn batch_add(id: &str, members: &[(String, super::placement::Route)]) -> Stmt {
     let members = Value::Array(members.iter().map(|(m, _)| Value::String(m.clone())).collect()).to_string();
     with(sql!("batch_add"), [("id", id.into()), ("members", members.into())])
 }

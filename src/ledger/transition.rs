@@ -12,7 +12,7 @@
 use super::history::{Run, RunOutcome};
 use super::stmt;
 use super::job::{JobRow, JobSpec, Status};
-use super::route::Route;
+use super::placement::Route;
 use super::shard::Shard;
 use super::store::{Sql, Stmt};
 use crate::error::InfraError;

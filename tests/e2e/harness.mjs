@@ -402,7 +402,7 @@ function shardedDb(shardQuery, shards) {
 /**
  * The shard of a job routed by `text` (its ordering key, else its dedupe key, else its id) among
  * `shards`: 64-bit FNV-1a of the UTF-8 bytes, mod the count, written here apart from
- * src/ledger/route.rs so that a test placing a row by it checks the worker's routing.
+ * src/ledger/placement.rs so that a test placing a row by it checks the worker's routing.
  */
 export function shardOf(text, shards) {
   let h = 0xcbf29ce484222325n;
