@@ -36,7 +36,7 @@ SELECT 'open-' || i, 'webhook', 'PENDING', CASE WHEN i % 2 = 0 THEN 'open-key-' 
 function polled(now) {
   return {
     counts: [sql("counts")],
-    metrics: [sql("metrics_jobs"), now],
+    metrics: [sql("metrics_jobs"), now, "block"],
     "blocked keys": [sql("blocked_keys"), 200],
     "activity (jobs)": [sql("activity_jobs"), now - HOUR],
     "activity (runs)": [sql("activity_runs"), now - HOUR],
