@@ -103,6 +103,18 @@ test("`new --fedify`: a Fedify server on orderly in one Worker, under `npm start
   writeFileSync(join(app, ".dev.vars"), vars.replace(/^ALLOW_PRIVATE_ADDRESS=false$/m, "ALLOW_PRIVATE_ADDRESS=true"));
 
   const follower = await bob();
+  try {
+    await deliver(app, token, follower);
+  } finally {
+    // A failure anywhere must not leave bob's server holding the test file open.
+    follower.close();
+    rmSync(scratch, { recursive: true, force: true });
+  }
+});
+
+/** The starter's two halves under `npm start`: bob's follow and a note's life, then a note to
+ * 10,000 followers. */
+async function deliver(app, token, follower) {
   const dev = npmStart(app, ["--ip", HOST, "--port", String(PORT)]);
   const base = `http://${HOST}:${PORT}`;
   const actor = `${base}/users/social`;
@@ -185,7 +197,5 @@ test("`new --fedify`: a Fedify server on orderly in one Worker, under `npm start
   } finally {
     await again.stop();
     inboxes.close();
-    follower.close();
-    rmSync(scratch, { recursive: true, force: true });
   }
-});
+}
