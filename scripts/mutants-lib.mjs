@@ -130,17 +130,29 @@ export function spansOf(m, text) {
   return spans;
 }
 
-/** The span of function `name` in `text`, from `fn name` (or `function name`) to the brace that
- * closes its body, or undefined. */
-function bodyOf(name, text) {
-  const head = new RegExp(`\\b(?:fn|function)\\s+${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\\b`).exec(text);
-  if (!head) return undefined;
-  let depth = 0;
-  for (let i = text.indexOf("{", head.index); i >= 0 && i < text.length; i++) {
-    if (text[i] === "{") depth++;
-    if (text[i] === "}" && --depth === 0) return [head.index, i + 1];
+/** The span of each function `name` in `text`, from `fn name` (or `function name`) to the brace
+ * that closes its body. */
+export function bodiesOf(name, text) {
+  const spans = [];
+  const head = new RegExp(`\\b(?:fn|function)\\s+${name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\\b`, "g");
+  for (const m of text.matchAll(head)) {
+    let depth = 0;
+    let end = text.length;
+    for (let i = text.indexOf("{", m.index); i >= 0 && i < text.length; i++) {
+      if (text[i] === "{") depth++;
+      if (text[i] === "}" && --depth === 0) {
+        end = i + 1;
+        break;
+      }
+    }
+    spans.push([m.index, end]);
   }
-  return [head.index, text.length];
+  return spans;
+}
+
+/** The span of the first function `name` in `text` (see [`bodiesOf`]), or undefined. */
+function bodyOf(name, text) {
+  return bodiesOf(name, text)[0];
 }
 
 /** `text` with mutant `m` applied at its one place (see [`spansOf`]). */

@@ -7,6 +7,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { bodiesOf } from "../../scripts/mutants-lib.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -26,18 +27,7 @@ export function walks(doc) {
 
 /** Each body of a function named `name` in `text`: from `fn name` to the brace closing it. */
 export function bodies(text, name) {
-  const out = [];
-  for (const m of text.matchAll(new RegExp(`\\bfn ${name}\\b`, "g"))) {
-    let depth = 0;
-    for (let i = text.indexOf("{", m.index); i >= 0 && i < text.length; i++) {
-      if (text[i] === "{") depth++;
-      if (text[i] === "}" && --depth === 0) {
-        out.push(text.slice(m.index, i + 1));
-        break;
-      }
-    }
-  }
-  return out;
+  return bodiesOf(name, text).map(([from, to]) => text.slice(from, to));
 }
 
 /** Whether `body` has `call` as a whole name (`leaf` is not in `renamed_leaf()`). */
