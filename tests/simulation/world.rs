@@ -1039,6 +1039,8 @@ pub struct Tally {
     pub lost: u64,
     pub stuck: u64,
     pub order_violations: u64,
+    /// Lock mode's allowed overtakes across a key's resume (order.rs's exemption).
+    pub resume_overtakes: u64,
     pub overlaps: u64,
     pub crash_repeats: u64,
     pub other_violations: u64,
