@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use super::gate::{Gate, Waits};
+use super::leftovers::Leftovers;
 use super::ports::Consumer;
 use crate::clock::Clock;
 use crate::error::InfraError;
@@ -148,15 +149,16 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// Runs a job this invocation claimed and says what to record. The ledger row is the truth:
     /// what runs is the row's payload, never the message's. `start_by`: the latest time a run may
     /// start and still be covered by the job's lease (the caller checked it before calling; the
-    /// checks here await the ledger, and an invocation may stall in them).
-    pub(super) async fn run_claimed(&self, job: &JobRow, start_by: i64) -> Ran {
-        let Some(observer) = self.observer else { return self.attempt(job, start_by, None).await };
+    /// checks here await the ledger, and an invocation may stall in them). What the run leaves
+    /// for the batch's end goes to `left`.
+    pub(super) async fn run_claimed(&self, job: &JobRow, start_by: i64, left: &mut Leftovers) -> Ran {
+        let Some(observer) = self.observer else { return self.attempt(job, start_by, None, left).await };
         // Observed (design §27.5): a span around the attempt, a data point when it ends.
         let started_at = self.clock.now_ms();
         let trace = job.trace().map(|t| t.run(&job.id, u32::try_from(job.attempts).unwrap_or(u32::MAX), &self.owner));
         let attempt = Attempt::of(job, started_at, trace.as_ref());
         let span = observer.open(&attempt.span_name(), &attempt.start_attributes(crate::observe::KeyNames::of_config(self.cfg)));
-        let ran = self.attempt(job, start_by, span.as_deref()).await;
+        let ran = self.attempt(job, start_by, span.as_deref(), left).await;
         let outcome = match ran.end {
             RunEnd::Done => Observed::Done,
             RunEnd::Dead => Observed::Dead,
@@ -175,7 +177,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// [`Self::run_claimed`]'s attempt itself; the handler runs inside `span` (the run's, when it
     /// is traced), the ledger's calls beside it.
-    async fn attempt(&self, job: &JobRow, start_by: i64, span: Option<&dyn Span>) -> Ran {
+    async fn attempt(&self, job: &JobRow, start_by: i64, span: Option<&dyn Span>, left: &mut Leftovers) -> Ran {
         let checked_at = self.clock.now_ms();
         let attempt = u32::try_from(job.attempts).unwrap_or(u32::MAX);
         let sealed = job.payload.as_deref().is_some_and(is_sealed);
@@ -186,7 +188,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         }
         if self.cancelled_while_waiting(job, checked_at).await {
             let now = self.clock.now_ms();
-            return self.cancelled(job, (now, now), Err(JobError::permanent(CANCELLED)), sealed).await;
+            return self.cancelled(job, (now, now), Err(JobError::permanent(CANCELLED)), sealed, left).await;
         }
         let payload = match self.payload_of(job).await {
             Ok(p) => p,
@@ -199,7 +201,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             self.outage(format!("job {:?}: lease lost before it started (stalled in its checks); not run", job.id));
             return Ran { record: self.defer(job, now, now).into(), end: RunEnd::LeaseLost };
         }
-        let gate = match self.gate(job).await {
+        let gate = match self.gate(job, left).await {
             Ok(gate) => gate,
             Err(refused) => {
                 let (transition, waits) = self.refused(job, refused);
@@ -230,10 +232,10 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         // The run's end, before the limit key's release awaits the ledger.
         let ended_at = self.clock.now_ms();
         if let Gate::Held { until } = gate {
-            self.release(job, until, &result, cancel.is_cancelled()).await;
+            self.release(job, (until, cancel.is_cancelled()), &result, left).await;
         }
         if cancel.is_cancelled() {
-            return self.cancelled(job, (started_at, ended_at), result, sealed).await;
+            return self.cancelled(job, (started_at, ended_at), result, sealed, left).await;
         }
         self.ran(job, &self.owner, (started_at, ended_at), result, sealed).await
     }
@@ -286,7 +288,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// `settle_cancelled.sql`), and its line in the job's history. Recorded at once, so its lease
     /// is given up within the cancel's bound, not when the batch's other runs end; should that
     /// fail, the mode records it with the batch.
-    async fn cancelled(&self, job: &JobRow, (started_at, now): (i64, i64), result: Result<Done, JobError>, sealed: bool) -> Ran {
+    async fn cancelled(
+        &self,
+        job: &JobRow,
+        (started_at, now): (i64, i64),
+        result: Result<Done, JobError>,
+        sealed: bool,
+        left: &mut Leftovers,
+    ) -> Ran {
         let (transition, http_status) = match result {
             Ok(done) => {
                 let status = done.http_status;
@@ -305,7 +314,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             actor: self.owner.clone(),
         };
         let record = Record { transition, run: Some(run) };
-        let recorded = matches!(self.record_all(std::slice::from_ref(&record)).await.as_deref(), Ok([true]));
+        let recorded = matches!(self.record_all(std::slice::from_ref(&record), left).await.as_deref(), Ok([true]));
         Ran { record, end: RunEnd::Cancelled { recorded } }
     }
 

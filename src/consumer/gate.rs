@@ -11,6 +11,7 @@
 //! park. In lock mode it is due at once, so any delivery may try it again. Should its wake-up be
 //! lost, the ledger's maintenance sends it again as it does any overdue job or stalled head.
 
+use super::leftovers::Leftovers;
 use super::message::INFRA_RETRY_DELAY_SECONDS;
 use super::ports::Consumer;
 use crate::clock::Clock;
@@ -71,10 +72,11 @@ pub(super) struct Waits {
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
-    /// Asks `job`'s limit key, if it has one, for a permit to start now.
-    pub(super) async fn gate(&self, job: &JobRow) -> Result<Gate, Refused> {
+    /// Asks `job`'s limit key, if it has one, for a permit to start now. The ask deals with a
+    /// slot handed to the job, if one was; jobs it wakes are left in `left`.
+    pub(super) async fn gate(&self, job: &JobRow, left: &mut Leftovers) -> Result<Gate, Refused> {
         let Some(limit_key) = job.limit_key.as_deref() else { return Ok(Gate::Free) };
-        self.slots_dealt.borrow_mut().insert(job.id.clone());
+        left.dealt.insert(job.id.clone());
         let mut now = self.clock.now_ms();
         let mut ask = Ask {
             limit_key,
@@ -128,7 +130,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 policy: ask.policy,
             };
             let woken = self.ledger.release(&release, self.clock.now_ms()).await.unwrap_or_default();
-            self.wake(woken).await;
+            self.wake(woken, left).await;
             return Err(Refused::Shut(Refusal::Throttled { at: self.clock.now_ms() }));
         }
         Ok(Gate::Held { until: ask.until })
@@ -185,7 +187,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// run stopped by a cancel), and sends again
     /// the job woken to take the slot. Best effort: a permit not freed lapses with the job's lease,
     /// a wake-up not sent leaves its job to maintenance.
-    pub(super) async fn release(&self, job: &JobRow, until: i64, result: &Result<Done, JobError>, cancelled: bool) {
+    pub(super) async fn release(
+        &self,
+        job: &JobRow,
+        (until, cancelled): (i64, bool),
+        result: &Result<Done, JobError>,
+        left: &mut Leftovers,
+    ) {
         let Some(limit_key) = job.limit_key.as_deref() else { return };
         let verdict = match result {
             // A run stopped by an operator's cancel says nothing of what it called (design §22.1).
@@ -203,7 +211,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             Ok(woken) => woken,
             Err(e) => return self.outage(format!("limit key {limit_key:?}: permit not freed, it lapses: {e}")),
         };
-        self.wake(woken).await;
+        self.wake(woken, left).await;
     }
 
     /// Gives back the slot handed to each woken job of `woken` (job, limit key) not dealt with
@@ -214,14 +222,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// the hand-off lapsed (30 s) while the line waited, for maintenance when the job ahead was
     /// the one waiting for it (the simulation's line check found both). Asking when its turn
     /// comes, it starts or joins the line as any job. Best effort: a slot not given back lapses.
-    pub(super) async fn give_back(&self, woken: &[(String, String)]) {
+    /// `left`: the slots dealt with so far, and where the jobs woken are left.
+    pub(super) async fn give_back(&self, woken: &[(String, String)], left: &mut Leftovers) {
         for (job_id, limit_key) in woken {
-            if !self.slots_dealt.borrow_mut().insert(job_id.clone()) {
+            if !left.dealt.insert(job_id.clone()) {
                 continue;
             }
             let policy = self.cfg.limits.for_key(limit_key);
             match self.ledger.give_back(limit_key, job_id, &policy, self.clock.now_ms()).await {
-                Ok(next) => self.wake(next).await,
+                Ok(next) => self.wake(next, left).await,
                 Err(e) => self.outage(format!(
                     "limit key {limit_key:?}: the slot handed to {job_id:?} not given back, it lapses: {e}"
                 )),
@@ -231,19 +240,19 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// Sends again the jobs taken out of a limit key's line, at once (a wake-up held back until the
     /// batch ends would be lost with the invocation, the job out of the line); those this very
-    /// invocation parked and has not yet recorded handing back wait for [`Self::send_woken`].
-    pub(super) async fn wake(&self, woken: Vec<crate::ledger::limit::Woken>) {
+    /// invocation parked and has not yet recorded handing back are left in `left`, for
+    /// [`Self::send_woken`] at the batch's end.
+    pub(super) async fn wake(&self, woken: Vec<crate::ledger::limit::Woken>, left: &mut Leftovers) {
         let delay = self.cfg.lock_retry_delay_seconds;
         match producer::wake(&self.ledger, self.queue, &woken, delay, Some(&self.owner)).await {
-            Ok(mine) => self.woken.borrow_mut().extend(mine),
+            Ok(mine) => left.woken.extend(mine),
             Err(e) => self.outage(format!("parked jobs not woken (maintenance will): {e}")),
         }
     }
 
-    /// Sends again the jobs of this invocation woken during its batch, now that the batch is
-    /// recorded (see [`Self::wake`]).
-    pub(super) async fn send_woken(&self) {
-        let woken = std::mem::take(&mut *self.woken.borrow_mut());
+    /// Sends again `woken`, the jobs of this invocation woken during its batch, now that the batch
+    /// is recorded (see [`Self::wake`]).
+    pub(super) async fn send_woken(&self, woken: Vec<crate::ledger::limit::Woken>) {
         if let Err(e) = producer::wake(&self.ledger, self.queue, &woken, self.cfg.lock_retry_delay_seconds, None).await
         {
             self.outage(format!("parked jobs not woken (maintenance will): {e}"));

@@ -12,6 +12,7 @@ use futures::stream::{self, StreamExt};
 
 use super::executor::RunEnd;
 use super::leases::Leases;
+use super::leftovers::Leftovers;
 use super::message::{resent, undecodable_spec, Decoded, Incoming, Outcome, Read, INFRA_RETRY_DELAY_SECONDS};
 use super::ports::Consumer;
 use crate::bounds::{delay_until as until, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INVOCATION_WALL_MS};
@@ -106,6 +107,8 @@ struct GroupRun {
     /// It has an ordering key (and its lock).
     keyed: bool,
     settled: Vec<Settle>,
+    /// What its runs leave for the batch's end.
+    left: Leftovers,
     /// The key is held for a job that waits: the rest wait this long.
     stopped: Option<u32>,
     /// The job the key is held in the name of, and for how long.
@@ -116,6 +119,7 @@ struct GroupRun {
 struct GroupResult {
     settled: Vec<Settle>,
     lock_end: Option<LockEnd>,
+    left: Leftovers,
 }
 
 /// A batch's plan: what is settled already (unreadable bodies, repeats within the batch), the
@@ -151,8 +155,9 @@ impl Plan<'_> {
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
     /// Lock mode's batch (design §3), in four phases: lock each key group, claim every runnable
     /// message (one D1 round trip), run the groups, settle (one D1 round trip records every
-    /// result, then locks are released or held for a failed job).
-    pub(super) async fn run_locked(&self, msgs: &[Incoming], decoded: &[Read]) -> Vec<Outcome> {
+    /// result, then locks are released or held for a failed job). Returns an outcome per message,
+    /// and what the runs left for the batch's end.
+    pub(super) async fn run_locked(&self, msgs: &[Incoming], decoded: &[Read]) -> (Vec<Outcome>, Leftovers) {
         let now = self.clock.now_ms();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
         let mut plan = self.plan(msgs, decoded, now);
@@ -164,11 +169,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 let taken =
                     locks.iter().filter_map(|l| if let GroupLock::Taken(h) = l { Some(h.clone()) } else { None });
                 self.release_all(taken.map(|lock| LockEnd { lock, hold_for: None }).collect()).await;
-                return vec![infra; msgs.len()];
+                return (vec![infra; msgs.len()], Leftovers::default());
             }
         };
-        let lock_ends = self.run_groups(&mut plan, &locks, claims, decoded, now).await;
-        self.settle(plan.settled, lock_ends, msgs, decoded).await
+        let (lock_ends, mut left) = self.run_groups(&mut plan, &locks, claims, decoded, now).await;
+        let outcomes = self.settle(plan.settled, lock_ends, (msgs, decoded), &mut left).await;
+        (outcomes, left)
     }
 
     /// Plans a batch: unreadable bodies are recorded DEAD; a job delivered twice in one batch runs
@@ -304,7 +310,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     }
 
     /// Phase 3: runs the claimed groups, a key's members in order, groups concurrently; each
-    /// message's settlement joins the plan. Returns how each taken lock ends.
+    /// message's settlement joins the plan. Returns how each taken lock ends, and what the runs
+    /// left for the batch's end.
     async fn run_groups(
         &self,
         plan: &mut Plan<'_>,
@@ -312,7 +319,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         mut claims: HashMap<usize, Claim>,
         decoded: &[Read],
         now: i64,
-    ) -> Vec<LockEnd> {
+    ) -> (Vec<LockEnd>, Leftovers) {
         let leases =
             Leases::new(now, claims.values().filter_map(|c| if let Claim::Won(job) = c { Some(&**job) } else { None }));
         // No job starts unless it can finish, and its result be recorded, within the invocation's
@@ -353,7 +360,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             work.push((members, lock));
         }
-        self.give_back(&waiting).await;
+        let mut left = Leftovers::default();
+        self.give_back(&waiting, &mut left).await;
         let runs: Vec<GroupResult> = stream::iter(work)
             .map(|(members, lock)| self.run_group(members, decoded, lock, &leases, &held, deadline))
             .buffer_unordered(GROUP_CONCURRENCY)
@@ -363,8 +371,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         for run in runs {
             plan.settled.extend(run.settled);
             lock_ends.extend(run.lock_end);
+            left.gather(run.left);
         }
-        lock_ends
+        (lock_ends, left)
     }
 
     /// Phase 4: one D1 round trip records every result; only recorded results are acked.
@@ -377,8 +386,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         &self,
         settled: Vec<Settle>,
         mut lock_ends: Vec<LockEnd>,
-        msgs: &[Incoming],
-        decoded: &[Read],
+        (msgs, decoded): (&[Incoming], &[Read]),
+        left: &mut Leftovers,
     ) -> Vec<Outcome> {
         let n = msgs.len();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
@@ -394,7 +403,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             decided.push((s.index, s.outcome, at, guarded));
             records.extend(s.record);
         }
-        let applied = match self.record_all(&records).await {
+        let applied = match self.record_all(&records, left).await {
             Ok(applied) => Some(applied),
             Err(e) => {
                 self.outage(format!("results not recorded, their messages are deferred: {e}"));
@@ -535,6 +544,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let mut g = GroupRun {
             keyed: lock.is_some(),
             settled: Vec::with_capacity(members.len()),
+            left: Leftovers::default(),
             stopped: None,
             hold_for: None,
         };
@@ -566,7 +576,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         // A held key outlives the retry, so the failed job finds it still held when it returns.
         let ttl = |delay: u32| delay.saturating_add(self.cfg.lock_ttl_seconds);
         let lock_end = lock.map(|lock| LockEnd { lock, hold_for: g.hold_for.map(|(job, delay)| (job, ttl(delay))) });
-        GroupResult { settled: g.settled, lock_end }
+        GroupResult { settled: g.settled, lock_end, left: g.left }
     }
 
     /// A job of the group this invocation claimed: run, unless the key is held for a job before it
@@ -606,7 +616,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             g.settled.push(Settle::plain(i, Outcome::Defer { delay_seconds }));
             return;
         }
-        let ran = self.run_claimed(job, leases.start_by(fresh_ms)).await;
+        let ran = self.run_claimed(job, leases.start_by(fresh_ms), &mut g.left).await;
         if let RunEnd::LeaseLost = ran.end {
             // As above: the message comes back and the ledger decides (the hand-back applies only
             // while the lease is still ours).

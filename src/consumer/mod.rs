@@ -15,11 +15,14 @@
 //! - `executor.rs`: run one claimed job and say what to record (the decision is `crate::retry`'s).
 //! - `gate.rs`: a job's limit key, asked before its run and freed after (design §20).
 //! - `leases.rs`: the invocation's leases; `message.rs`: messages in and outcomes out;
+//!   `leftovers.rs`: what a batch's runs leave for its end (woken jobs, dealt slots, finished
+//!   jobs others wait on), returned by each run and acted on here once the batch is recorded;
 //!   `ports.rs`: the [`Consumer`] value every layer works with.
 
 mod executor;
 mod gate;
 mod leases;
+mod leftovers;
 mod locked;
 mod message;
 mod ports;
@@ -35,6 +38,7 @@ pub use ports::Consumer;
 #[cfg(any(test, feature = "testing"))]
 pub use strict::{CHAIN_CHUNK, FIRST_CHUNK};
 
+use leftovers::Leftovers;
 use message::{decode, placed, undecodable_spec, Read};
 
 use crate::clock::Clock;
@@ -83,14 +87,15 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         // Wake-ups whose job did not start give back the slot handed to it when the batch ends.
         let woken: Vec<(String, String)> =
             decoded.iter().flatten().filter(|_| role == Role::Main).filter_map(message::Decoded::handed_slot).collect();
-        let out = match (role, self.cfg.ordering_mode) {
-            (Role::DeadLetter, _) => self.dead_letters(msgs, &decoded).await,
+        let (out, mut left) = match (role, self.cfg.ordering_mode) {
+            (Role::DeadLetter, _) => (self.dead_letters(msgs, &decoded).await, Leftovers::default()),
             (Role::Main, OrderingMode::Lock) => self.run_locked(msgs, &decoded).await,
             (Role::Main, OrderingMode::Strict) => self.run_strict_batch(msgs, decoded).await,
         };
-        self.give_back(&woken).await;
-        self.send_woken().await;
-        self.release_dependents().await;
+        // The batch is recorded: what its runs left is acted on.
+        self.give_back(&woken, &mut left).await;
+        self.send_woken(left.woken).await;
+        self.release_dependents(left.finished).await;
         out
     }
 
@@ -119,7 +124,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
 
     /// Strict mode: keyed jobs are sequenced by the ledger; everything else (unkeyed jobs,
     /// unreadable bodies) takes the lock-mode path, which needs no lock for them. Both at once.
-    async fn run_strict_batch(&self, msgs: &[Incoming], decoded: Vec<Read>) -> Vec<Outcome> {
+    async fn run_strict_batch(&self, msgs: &[Incoming], decoded: Vec<Read>) -> (Vec<Outcome>, Leftovers) {
         let mut keyed = Vec::new();
         let (mut rest_at, mut rest_msgs, mut rest_decoded) = (Vec::new(), Vec::new(), Vec::new());
         for (i, (m, d)) in msgs.iter().zip(decoded).enumerate() {
@@ -134,17 +139,18 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 }
             }
         }
-        let (rest, strict) = futures::join!(
+        let ((rest, mut left), (strict, strict_left)) = futures::join!(
             async {
                 if rest_msgs.is_empty() {
-                    Vec::new()
+                    (Vec::new(), Leftovers::default())
                 } else {
                     self.run_locked(&rest_msgs, &rest_decoded).await
                 }
             },
             self.run_strict(keyed),
         );
-        placed(msgs.len(), rest_at.into_iter().zip(rest).chain(strict))
+        left.gather(strict_left);
+        (placed(msgs.len(), rest_at.into_iter().zip(rest).chain(strict)), left)
     }
 
     async fn dead_letters(&self, msgs: &[Incoming], decoded: &[Read]) -> Vec<Outcome> {
@@ -221,7 +227,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         owners.sort();
         owners.dedup();
         let ledger = &self.ledger;
-        if let Err(e) = self.record_all(&records).await {
+        let mut left = Leftovers::default();
+        if let Err(e) = self.record_all(&records, &mut left).await {
             return self.outage(format!("panics not recorded, left to their leases: {e}"));
         }
         // The other jobs those invocations were running died with them: their runs end now.
@@ -235,5 +242,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         if let Err(e) = crate::producer::send_all(self.queue, wakes).await {
             self.outage(format!("a job whose handler panicked was not sent again (maintenance will): {e}"));
         }
+        // A panicked job that ended DEAD may be waited on (design §24).
+        self.release_dependents(left.finished).await;
     }
 }

@@ -3,8 +3,7 @@
 //! of the consumer does with them: report an outage, and build the transitions of a run that
 //! ended without completing (a failure, a snooze, a job handed back).
 
-use std::cell::RefCell;
-
+use super::leftovers::Leftovers;
 use crate::config::Config;
 use crate::ledger::{JobRow, Ledger, Record, Route, Sql, Status, Transition};
 use crate::error::InfraError;
@@ -36,14 +35,6 @@ pub struct Consumer<'a, K, S, R, C, Q> {
     pub sealer: Option<&'a dyn Sealer>,
     /// Sees each attempt: its span and its data point (design §27.5); none: nothing is observed.
     pub observer: Option<&'a dyn crate::observe::Observer>,
-    /// Jobs taken out of a limit key's line during this batch, sent again once it is recorded.
-    pub(super) woken: RefCell<Vec<crate::ledger::limit::Woken>>,
-    /// Woken jobs whose handed slot this batch has dealt with: taken over by their ask, or given
-    /// back; the batch gives back the rest when it ends (see `Consumer::give_back`).
-    pub(super) slots_dealt: RefCell<std::collections::HashSet<String>>,
-    /// Jobs this batch finished that other jobs wait on (design §24), `(id, route)`: their
-    /// dependents are released when the batch ends.
-    pub(super) finished: RefCell<Vec<(String, Route)>>,
     /// Waits that many ms (the worker's timer), so a throttled start due within
     /// [`PACE_MS`](super::gate::PACE_MS) is waited for here instead of sent back; none: never waited for.
     pub(super) sleep: Option<&'a Sleep<'a>>,
@@ -85,9 +76,6 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
             log: &no_log,
             sealer: None,
             observer: None,
-            woken: RefCell::default(),
-            slots_dealt: RefCell::default(),
-            finished: RefCell::default(),
             sleep: None,
         }
     }
@@ -123,11 +111,6 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
         Consumer { sleep: Some(sleep), ..self }
     }
 
-    /// Notes jobs this batch finished that other jobs wait on.
-    pub(super) fn finished_waited(&self, jobs: impl IntoIterator<Item = (String, Route)>) {
-        self.finished.borrow_mut().extend(jobs);
-    }
-
     pub(super) fn outage(&self, message: String) {
         (self.log)(&Event::Outage { message });
     }
@@ -153,20 +136,19 @@ impl<'a, K, S, R, C, Q> Consumer<'a, K, S, R, C, Q> {
 }
 
 impl<K, S: Sql, R, C, Q> Consumer<'_, K, S, R, C, Q> {
-    /// Applies records ([`Ledger::record_all`]), noting the jobs they finished that other jobs
-    /// wait on, whose release the batch's end sends (design §24).
-    pub(super) async fn record_all(&self, records: &[Record]) -> Result<Vec<bool>, InfraError> {
+    /// Applies records ([`Ledger::record_all`]), leaving in `left` the jobs they finished that
+    /// other jobs wait on, whose release the batch's end sends (design §24).
+    pub(super) async fn record_all(&self, records: &[Record], left: &mut Leftovers) -> Result<Vec<bool>, InfraError> {
         let (applied, waited) = self.ledger.record_all_waking(records).await?;
-        self.finished_waited(waited);
+        left.finished.extend(waited);
         Ok(applied)
     }
 }
 
 impl<K, S: Sql, R, C: crate::clock::Clock, Q: crate::producer::QueueSender> Consumer<'_, K, S, R, C, Q> {
-    /// Releases the jobs waiting on the jobs this batch finished (design §24), once the batch is
-    /// recorded. Best effort: a release not made is maintenance's (`waiters_finished.sql`).
-    pub(super) async fn release_dependents(&self) {
-        let finished = std::mem::take(&mut *self.finished.borrow_mut());
+    /// Releases the jobs waiting on `finished`, jobs this batch finished (design §24), once the
+    /// batch is recorded. Best effort: a release not made is maintenance's (`waiters_finished.sql`).
+    pub(super) async fn release_dependents(&self, finished: Vec<(String, Route)>) {
         if finished.is_empty() {
             return;
         }

@@ -23,6 +23,7 @@ use futures::stream::{self, StreamExt};
 
 use super::executor::RunEnd;
 use super::leases::Leases;
+use super::leftovers::Leftovers;
 use super::message::{Decoded, Outcome, INFRA_RETRY_DELAY_SECONDS};
 use super::ports::Consumer;
 use crate::bounds::{delay_until as until, EARLY_DELIVERY_ALLOWANCE_MS, GROUP_CONCURRENCY, INVOCATION_WALL_MS};
@@ -133,10 +134,11 @@ impl Budget {
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
-    /// Strict mode for a batch's keyed messages: an outcome per member's batch position.
-    pub(super) async fn run_strict(&self, members: Vec<Member>) -> Vec<(usize, Outcome)> {
+    /// Strict mode for a batch's keyed messages: an outcome per member's batch position, and what
+    /// the runs left for the batch's end.
+    pub(super) async fn run_strict(&self, members: Vec<Member>) -> (Vec<(usize, Outcome)>, Leftovers) {
         if members.is_empty() {
-            return Vec::new();
+            return (Vec::new(), Leftovers::default());
         }
         let now = self.clock.now_ms();
         let infra = Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS };
@@ -186,7 +188,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             Ok(p) => p,
             Err(e) => {
                 self.outage(format!("keyed messages deferred, not parked: {e}"));
-                return members.iter().map(|m| (m.index, infra)).collect();
+                return (members.iter().map(|m| (m.index, infra)).collect(), Leftovers::default());
             }
         };
         let mut intook = self.intook(&groups, &intake, parked, &members, now);
@@ -194,13 +196,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             self.outage(format!("{} keyed messages of an unavailable ledger shard deferred", intook.unavailable));
         }
         budget.settle(took, intook.claimed_first);
-        self.run_chains(intook.chains, order, &budget, now).await;
+        let mut left = self.run_chains(intook.chains, order, &budget, now).await;
         if !intook.clashes.is_empty() {
             let (at, records): (Vec<usize>, Vec<Record>) = intook.clashes.into_iter().unzip();
-            let recorded = self.record_all(&records).await.is_ok();
+            let recorded = self.record_all(&records, &mut left).await.is_ok();
             intook.outcomes.extend(at.into_iter().map(|i| (i, if recorded { Outcome::Ack } else { infra })));
         }
-        intook.outcomes
+        (intook.outcomes, left)
     }
 
     /// The order a batch's keys are started in, and which start at once (claimed while parking).
@@ -272,8 +274,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     }
 
     /// Runs the keys' chains, `order` first, as many at once as groups run; sends the wake-ups
-    /// of the keys left with work.
-    async fn run_chains(&self, mut chains: Vec<Option<(&str, Start)>>, order: Vec<usize>, budget: &Budget, now: i64) {
+    /// of the keys left with work. Returns what the chains left for the batch's end.
+    async fn run_chains(
+        &self,
+        mut chains: Vec<Option<(&str, Start)>>,
+        order: Vec<usize>,
+        budget: &Budget,
+        now: i64,
+    ) -> Leftovers {
         let leases = Leases::new(
             now,
             chains.iter().flatten().flat_map(|(_, start)| match start {
@@ -281,15 +289,24 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 Start::Later(_) => Vec::new(),
             }),
         );
-        let wakes: Vec<OutMessage> = stream::iter(order.into_iter().filter_map(|g| chains[g].take()))
-            .map(|(key, start)| self.chain(key, start, budget, &leases))
+        let ends: Vec<(Option<OutMessage>, Leftovers)> = stream::iter(order.into_iter().filter_map(|g| chains[g].take()))
+            .map(|(key, start)| async {
+                let mut left = Leftovers::default();
+                let wake = self.chain(key, start, (budget, &leases), &mut left).await;
+                (wake, left)
+            })
             .buffer_unordered(GROUP_CONCURRENCY)
-            .filter_map(|w| async move { w })
             .collect()
             .await;
+        let (mut wakes, mut left) = (Vec::new(), Leftovers::default());
+        for (wake, chain_left) in ends {
+            wakes.extend(wake);
+            left.gather(chain_left);
+        }
         if let Err(e) = producer::send_all(self.queue, wakes).await {
             self.outage(format!("wake-up messages not sent, the cron wakes their keys: {e}"));
         }
+        left
     }
 
     /// A parked message is done with, unless its job is the key's head and not yet due: then it
@@ -321,8 +338,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     }
 
     /// Runs a key's claimed jobs in order, recording each chunk and claiming the next in one round
-    /// trip. Returns the key's wake-up message when work is left for later.
-    async fn chain(&self, key: &str, start: Start, budget: &Budget, leases: &Leases) -> Option<OutMessage> {
+    /// trip. Returns the key's wake-up message when work is left for later; what its runs leave
+    /// for the batch's end goes to `left`.
+    async fn chain(&self, key: &str, start: Start, (budget, leases): (&Budget, &Leases), left: &mut Leftovers) -> Option<OutMessage> {
         // This chain's next claim size: doubling from FIRST_CHUNK.
         let mut chunk = FIRST_CHUNK;
         let mut claimed = match start {
@@ -334,7 +352,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         };
         loop {
             let limited = claimed.iter().any(|j| j.limit_key.is_some());
-            let (records, prev, mut stop) = self.run_chunk(key, claimed, budget, leases).await;
+            let (records, prev, mut stop) = self.run_chunk(key, claimed, (budget, leases), left).await;
             chunk = next_chunk(chunk, limited);
             let took = if stop.is_none() { budget.take(chunk) } else { 0 };
             if stop.is_none() && took == 0 {
@@ -353,7 +371,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     return None;
                 }
             };
-            self.finished_waited(step.waited.into_iter().map(|id| (id, Route::key(key))));
+            left.finished.extend(step.waited.into_iter().map(|id| (id, Route::key(key))));
             if step.recorded.iter().any(|ok| !ok) {
                 self.outage(format!("key {key:?}: a lease was lost before its result was recorded"));
             }
@@ -419,8 +437,8 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         &self,
         key: &str,
         claimed: Vec<JobRow>,
-        budget: &Budget,
-        leases: &Leases,
+        (budget, leases): (&Budget, &Leases),
+        left: &mut Leftovers,
     ) -> (Vec<Record>, Option<String>, Option<Stop>) {
         let mut records: Vec<Record> = Vec::with_capacity(claimed.len());
         let mut prev: Option<String> = None;
@@ -445,7 +463,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 continue;
             }
             budget.runs.set(budget.runs.get() - 1);
-            let ran = self.run_claimed(&job, leases.start_by(self.cfg.refresh_after_ms(self.cfg.lease_seconds))).await;
+            let ran = self.run_claimed(&job, leases.start_by(self.cfg.refresh_after_ms(self.cfg.lease_seconds)), left).await;
             let end = ran.end;
             // A cancelled run recorded at once (design §22.1) is not recorded again.
             if !matches!(end, RunEnd::Cancelled { recorded: true }) {
