@@ -30,8 +30,8 @@ echo "== end-to-end tests (miniflare), on D1 and on four Durable Object shards, 
 # miniflare's queues). A test whose workers choose their own ledger runs in the D1 pass only
 # (`ONCE` in tests/e2e/harness.mjs), or, a long one, in the shards' pass only
 # (`ONCE_IN_SHARDS_PASS`), so the passes take about as long. A test file may take up to 20 minutes
-# (the starter's note to 10,000 followers takes 6 alone, 10 or more on a loaded machine); a test
-# that hangs still fails.
+# (the starter's file takes about 1.5 alone, more on a loaded machine); a test that hangs still
+# fails.
 mkdir -p target/e2e
 e2e() { node scripts/node-tests.mjs --timeout 1200000 --exclude install.test.mjs "tests/e2e/*.test.mjs"; }
 ORDERLY_E2E_PASS=d1 e2e > target/e2e/d1.log 2>&1 &

@@ -15,10 +15,12 @@ interface D1Statement {
   run(): Promise<unknown>;
 }
 
-/** A follower: who, and where to deliver. */
+/** A follower: who, and where to deliver: its own inbox, or its server's shared inbox, which
+ * takes one delivery for all of that server's followers. */
 export interface Follower {
   id: string;
   inbox: string;
+  sharedInbox: string | null;
 }
 
 /** A key pair as JSON Web Keys. */
@@ -29,8 +31,17 @@ export interface KeyPairJwk {
 
 const TABLES = [
   "CREATE TABLE IF NOT EXISTS fedify_actor_key (identifier TEXT PRIMARY KEY, private_key TEXT NOT NULL, public_key TEXT NOT NULL)",
-  "CREATE TABLE IF NOT EXISTS fedify_follower (id TEXT PRIMARY KEY, inbox TEXT NOT NULL)",
+  "CREATE TABLE IF NOT EXISTS fedify_follower (id TEXT PRIMARY KEY, inbox TEXT NOT NULL, shared_inbox TEXT)",
 ];
+
+/** A follower table made before shared inboxes were recorded gains their column. */
+async function sharedInboxColumn(db: D1Database): Promise<void> {
+  try {
+    await db.prepare("ALTER TABLE fedify_follower ADD COLUMN shared_inbox TEXT").run();
+  } catch (e) {
+    if (!/duplicate column/i.test(String(e))) throw e;
+  }
+}
 
 const made = new WeakMap<D1Database, Promise<unknown>>();
 
@@ -38,7 +49,7 @@ const made = new WeakMap<D1Database, Promise<unknown>>();
 function tables(db: D1Database): Promise<unknown> {
   let done = made.get(db);
   if (!done) {
-    done = Promise.all(TABLES.map((sql) => db.prepare(sql).run())).catch((e) => {
+    done = Promise.all(TABLES.map((sql) => db.prepare(sql).run())).then(() => sharedInboxColumn(db)).catch((e) => {
       made.delete(db);
       throw e;
     });
@@ -65,10 +76,13 @@ export async function actorKeys(db: D1Database, identifier: string, make: () => 
   return (await read()) ?? pair;
 }
 
-/** Records a follower (again: its inbox may have moved). */
+/** Records a follower (again: its inboxes may have moved). */
 export async function recordFollower(db: D1Database, f: Follower): Promise<void> {
   await tables(db);
-  await db.prepare("INSERT INTO fedify_follower (id, inbox) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET inbox = excluded.inbox").bind(f.id, f.inbox).run();
+  await db
+    .prepare("INSERT INTO fedify_follower (id, inbox, shared_inbox) VALUES (?1, ?2, ?3) ON CONFLICT (id) DO UPDATE SET inbox = excluded.inbox, shared_inbox = excluded.shared_inbox")
+    .bind(f.id, f.inbox, f.sharedInbox)
+    .run();
 }
 
 /** Forgets a follower. */
@@ -81,7 +95,10 @@ export async function forgetFollower(db: D1Database, id: string): Promise<void> 
 export async function* followers(db: D1Database, size = 500): AsyncIterable<Follower[]> {
   await tables(db);
   for (let after = ""; ; ) {
-    const { results } = await db.prepare("SELECT id, inbox FROM fedify_follower WHERE id > ?1 ORDER BY id LIMIT ?2").bind(after, size).all<Follower>();
+    const { results } = await db
+      .prepare("SELECT id, inbox, shared_inbox AS sharedInbox FROM fedify_follower WHERE id > ?1 ORDER BY id LIMIT ?2")
+      .bind(after, size)
+      .all<Follower>();
     if (results.length > 0) yield results;
     if (results.length < size) return;
     after = results[results.length - 1].id;

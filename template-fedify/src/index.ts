@@ -93,7 +93,9 @@ function setup(env: Env): App {
       // Deliveries go to https inboxes only (plain http to servers on this machine while developing).
       const schemes = env.ALLOW_PRIVATE_ADDRESS === "true" ? ["https:", "http:"] : ["https:"];
       if (!schemes.includes(follower.inboxId.protocol)) return;
-      await recordFollower(env.DB, { id: follower.id.href, inbox: follower.inboxId.href });
+      const shared = follower.endpoints?.sharedInbox;
+      const sharedInbox = shared && schemes.includes(shared.protocol) ? shared.href : null;
+      await recordFollower(env.DB, { id: follower.id.href, inbox: follower.inboxId.href, sharedInbox });
       await ctx.sendActivity({ identifier: env.ACTOR }, follower, new Accept({ actor: ctx.getActorUri(env.ACTOR), object: follow }));
     })
     .on(Undo, async (_ctx, undo) => {
@@ -107,12 +109,19 @@ function setup(env: Env): App {
 
 /** Sends `activity` about the note `id` to every follower, in order per inbox and note: the
  * followers read from D1 a page at a time, each page one send (Fedify fans it out through
- * orderly), so a note reaches 10,000 followers within the platform's per-invocation limits. */
+ * orderly), so a note reaches 10,000 followers within the platform's per-invocation limits. A
+ * server with a shared inbox gets one delivery for all its followers, not one per follower: a
+ * shared inbox one page sent to is left out of the pages after it. */
 async function toFollowers(ctx: Context<void>, env: Env, id: string, activity: Create | Update | Delete) {
+  const sent = new Set<string>();
   for await (const page of followers(env.DB)) {
-    const recipients = page.map((f) => ({ id: new URL(f.id), inboxId: new URL(f.inbox) }));
+    const recipients = page
+      .filter((f) => !f.sharedInbox || !sent.has(f.sharedInbox))
+      .map((f) => ({ id: new URL(f.id), inboxId: new URL(f.inbox), endpoints: { sharedInbox: f.sharedInbox ? new URL(f.sharedInbox) : null } }));
+    if (recipients.length === 0) continue;
     // orderly keeps each inbox's activities about one note in order (Fedify adds the inbox's origin).
-    await ctx.sendActivity({ identifier: env.ACTOR }, recipients, activity, { orderingKey: ctx.getObjectUri(Note, { id }).href });
+    await ctx.sendActivity({ identifier: env.ACTOR }, recipients, activity, { orderingKey: ctx.getObjectUri(Note, { id }).href, preferSharedInbox: true });
+    for (const f of page) if (f.sharedInbox) sent.add(f.sharedInbox);
   }
 }
 

@@ -45,7 +45,7 @@ test("the actor's first key pair is recorded once, however many first requests r
 test("followers are read a page at a time: 10,000 in 21 queries, each once, in order", ONCE, async () => {
   const { mf, db } = await d1();
   try {
-    await recordFollower(db, { id: "https://a.example/users/0", inbox: "https://a.example/inbox" });
+    await recordFollower(db, { id: "https://a.example/users/0", inbox: "https://a.example/inbox", sharedInbox: null });
     const values = Array.from({ length: 10_000 }, (_, i) => `('https://f.example/users/${String(i).padStart(5, "0")}', 'https://f.example/inbox/${i}')`);
     for (let i = 0; i < values.length; i += 500) {
       await db.prepare(`INSERT INTO fedify_follower (id, inbox) VALUES ${values.slice(i, i + 500).join(", ")}`).run();
@@ -64,6 +64,27 @@ test("followers are read a page at a time: 10,000 in 21 queries, each once, in o
     assert.deepEqual(seen, [...seen].sort(), "in id order");
     assert.equal(pages, 20);
     assert.ok(db.statements <= 21, `queries: ${db.statements}`);
+  } finally {
+    await mf.dispose();
+  }
+});
+
+test("a follower table made before shared inboxes were recorded gains their column, and a follow records one", ONCE, async () => {
+  const { mf, db } = await d1();
+  try {
+    await db.prepare("CREATE TABLE fedify_follower (id TEXT PRIMARY KEY, inbox TEXT NOT NULL)").run();
+    await db.prepare("INSERT INTO fedify_follower (id, inbox) VALUES ('https://old.example/users/a', 'https://old.example/users/a/inbox')").run();
+    await recordFollower(db, { id: "https://new.example/users/b", inbox: "https://new.example/users/b/inbox", sharedInbox: "https://new.example/inbox" });
+    // Followed again, from a server that no longer names a shared inbox.
+    await recordFollower(db, { id: "https://b.example/users/c", inbox: "https://b.example/users/c/inbox", sharedInbox: "https://b.example/inbox" });
+    await recordFollower(db, { id: "https://b.example/users/c", inbox: "https://b.example/users/c/inbox2", sharedInbox: null });
+    const all = [];
+    for await (const page of followers(db, 500)) all.push(...page);
+    assert.deepEqual(all, [
+      { id: "https://b.example/users/c", inbox: "https://b.example/users/c/inbox2", sharedInbox: null },
+      { id: "https://new.example/users/b", inbox: "https://new.example/users/b/inbox", sharedInbox: "https://new.example/inbox" },
+      { id: "https://old.example/users/a", inbox: "https://old.example/users/a/inbox", sharedInbox: null },
+    ]);
   } finally {
     await mf.dispose();
   }
