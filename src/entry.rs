@@ -387,11 +387,11 @@ impl App {
         }
         // The ledger's administration needs the worker's bindings: answered here, routed and
         // authorized by the API like every route (the gate lets only ADMIN_TOKEN through).
-        match crate::api::Route::parse(&api_req.method, &api_req.path) {
-            Ok((crate::api::Route::Migrate { apply }, _)) if cfg_error.is_none() => {
+        match crate::api::Endpoint::parse(&api_req.method, &api_req.path) {
+            Ok((crate::api::Endpoint::Migrate { apply }, _)) if cfg_error.is_none() => {
                 respond(migrate_ledger(&s, apply).await)
             }
-            Ok((crate::api::Route::MoveLedger { copy }, _)) if cfg_error.is_none() => {
+            Ok((crate::api::Endpoint::MoveLedger { copy }, _)) if cfg_error.is_none() => {
                 respond(move_ledger(&s, &env, &api_req, copy).await)
             }
             _ => respond(api.route(&api_req).await),

@@ -72,7 +72,7 @@
 //! - `handlers/`: the handler contract (`contract.rs`), the built-in `webhook` job type and
 //!   service handlers (design §13b).
 //! - `api/` (+ `dashboard.html`), a request's path, top down: `mod.rs` authorizes and answers
-//!   each [`api::Route`] (`route.rs`, one table), `input.rs` reads what a request asks for,
+//!   each [`api::Endpoint`] (`endpoint.rs`, one table), `input.rs` reads what a request asks for,
 //!   `submission.rs` records and sends a submission, `jobs.rs` serves the other job routes,
 //!   `keys.rs` and `limits.rs` serve paused keys and limit keys; `http.rs` and `ports.rs`
 //!   are the leaves. Below it, `operations.rs`: cancel, redrive and skip as typed outcomes.

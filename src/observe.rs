@@ -14,7 +14,7 @@ use crate::trace::TraceContext;
 
 /// How an attempt ended, as spans and data points name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ran {
+pub enum AttemptEnd {
     /// DONE.
     Done,
     /// Failed; tried again after its backoff.
@@ -29,16 +29,16 @@ pub enum Ran {
     Waited,
 }
 
-impl Ran {
+impl AttemptEnd {
     /// Its name: `done`, `retry`, `snooze`, `dead`, `cancelled` or `waited`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Ran::Done => "done",
-            Ran::Retry => "retry",
-            Ran::Snooze => "snooze",
-            Ran::Dead => "dead",
-            Ran::Cancelled => "cancelled",
-            Ran::Waited => "waited",
+            AttemptEnd::Done => "done",
+            AttemptEnd::Retry => "retry",
+            AttemptEnd::Snooze => "snooze",
+            AttemptEnd::Dead => "dead",
+            AttemptEnd::Cancelled => "cancelled",
+            AttemptEnd::Waited => "waited",
         }
     }
 }
@@ -118,7 +118,7 @@ impl<'a> Attempt<'a> {
     }
 
     /// What the span says at its end: how the attempt ended and how long it ran.
-    pub fn end_attributes(&self, outcome: Ran, run_ms: i64) -> Vec<Attribute> {
+    pub fn end_attributes(&self, outcome: AttemptEnd, run_ms: i64) -> Vec<Attribute> {
         vec![("orderly.job.outcome", Attr::Text(outcome.as_str().into())), ("orderly.job.run_ms", Attr::Number(run_ms as f64))]
     }
 
@@ -126,7 +126,7 @@ impl<'a> Attempt<'a> {
     /// outcome; double1 the queue wait (ms), double2 the run time (ms), double3 the attempt,
     /// double4 the priority; index1 the type (the sampling key: Analytics Engine allows one, up to
     /// 96 bytes, and a type is at most 64).
-    pub fn data_point(&self, outcome: Ran, run_ms: i64) -> DataPoint {
+    pub fn data_point(&self, outcome: AttemptEnd, run_ms: i64) -> DataPoint {
         DataPoint {
             blobs: vec![self.job_type.to_string(), outcome.as_str().to_string()],
             doubles: vec![self.queue_wait_ms as f64, run_ms as f64, self.attempt as f64, f64::from(self.priority)],
@@ -334,12 +334,12 @@ mod tests {
     fn a_data_point_is_type_outcome_wait_run_attempt() {
         let j = job();
         let a = Attempt { queue_wait_ms: 40, ..Attempt::of(&j, 0, None) };
-        let p = a.data_point(Ran::Retry, 1_200);
+        let p = a.data_point(AttemptEnd::Retry, 1_200);
         assert_eq!(p.blobs, ["email", "retry"]);
         assert_eq!(p.doubles, [40.0, 1_200.0, 2.0, 3.0]);
         assert_eq!(p.index, "email");
         assert_eq!(
-            a.end_attributes(Ran::Cancelled, 7),
+            a.end_attributes(AttemptEnd::Cancelled, 7),
             [("orderly.job.outcome", Attr::Text("cancelled".into())), ("orderly.job.run_ms", Attr::Number(7.0))]
         );
     }

@@ -2,7 +2,7 @@
 //! in bulk by filter), per-minute activity, ordering keys (`keys.rs`: strict mode's blocked keys
 //! and skip, an operator's pause), flow control's limit keys (`limits.rs`); the dashboard and
 //! the API's OpenAPI document, and the ledger's administration (migrate, move; answered by the
-//! worker's edge). [`Route`] (`route.rs`) is the one list of routes, parsed from method and path
+//! worker's edge). [`Endpoint`] (`endpoint.rs`) is the one list of routes, parsed from method and path
 //! (by the gate before the body is read, by the router after): the router matches only these,
 //! and a test checks `openapi.json` against it. What a route does to
 //! a job or key is an operation (`crate::operations`); this layer reads, authorizes and answers.
@@ -10,7 +10,7 @@
 //! Plain requests in, plain responses out, over the ledger and queue ports, so every route is
 //! tested natively. Every route but the dashboard shell needs `Authorization: Bearer <ADMIN_TOKEN>`
 //! (compared in constant time), or, for a producer, `PRODUCER_TOKEN`, which may only submit jobs
-//! and read a job's state and the counts ([`Route::producer_may`]); the shell carries no data and
+//! and read a job's state and the counts ([`Endpoint::producer_may`]); the shell carries no data and
 //! asks for the token itself, because a browser cannot attach a bearer token to a page load.
 //! Errors are `{"error": ...}` JSON.
 
@@ -21,15 +21,15 @@ mod keys;
 mod limits;
 mod metrics;
 mod ports;
-mod route;
+mod endpoint;
 mod schedules;
 mod submission;
 
 pub use http::{ApiRequest, ApiResponse};
 pub use ports::Api;
 #[cfg(any(test, feature = "testing"))]
-pub use route::routes;
-pub use route::{NotRouted, Route};
+pub use endpoint::routes;
+pub use endpoint::{NotRouted, Endpoint};
 
 use base64::Engine;
 use serde_json::json;
@@ -73,7 +73,7 @@ pub const OPENAPI: &str = include_str!("../openapi.json");
 pub enum Caller {
     /// `ADMIN_TOKEN`: every route.
     Admin,
-    /// `PRODUCER_TOKEN`: the routes [`Route::producer_may`] names.
+    /// `PRODUCER_TOKEN`: the routes [`Endpoint::producer_may`] names.
     Producer,
     /// `METRICS_TOKEN`: `GET /metrics` only, so a scraper holds no power to act.
     Metrics,
@@ -86,8 +86,8 @@ pub fn constant_time_eq(a: &str, b: &str) -> bool {
 }
 
 /// The answer to a route anyone may ask for: the dashboard page, or the OpenAPI document.
-fn public_answer(route: &Route) -> ApiResponse {
-    if *route == Route::OpenApi {
+fn public_answer(route: &Endpoint) -> ApiResponse {
+    if *route == Endpoint::OpenApi {
         return ApiResponse {
             status: 200,
             content_type: "application/json",
@@ -108,10 +108,10 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
     /// configured, a token too short, a missing or wrong bearer token). `None`: read the body and
     /// call [`Api::handle`].
     pub fn gate(&self, method: &str, path: &str, authorization: Option<&str>) -> Option<ApiResponse> {
-        let parsed = Route::parse(method, path);
+        let parsed = Endpoint::parse(method, path);
         let public = match &parsed {
-            Ok((route @ (Route::Dashboard | Route::OpenApi), _)) => Some(route.clone()),
-            _ if (method, path) == ("GET", "/index.html") => Some(Route::Dashboard),
+            Ok((route @ (Endpoint::Dashboard | Endpoint::OpenApi), _)) => Some(route.clone()),
+            _ if (method, path) == ("GET", "/index.html") => Some(Endpoint::Dashboard),
             _ => None,
         };
         if let Some(route) = public {
@@ -162,7 +162,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
                 _ => None,
             },
             Some(Caller::Metrics) => match parsed {
-                Ok((Route::Metrics, _)) => None,
+                Ok((Endpoint::Metrics, _)) => None,
                 _ => Some(ApiResponse::error(403, "METRICS_TOKEN may only read GET /metrics; this needs ADMIN_TOKEN")),
             },
         }
@@ -204,7 +204,7 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             Ok(c) => c,
             Err(e) => return ApiResponse::error(500, format!("configuration error: {e}")),
         };
-        let route = match Route::parse(&req.method, &req.path) {
+        let route = match Endpoint::parse(&req.method, &req.path) {
             Ok((route, _)) => route,
             Err(NotRouted::WrongMethod) => return ApiResponse::error(405, "method not allowed"),
             Err(NotRouted::NotFound) => return ApiResponse::error(404, format!("no route {} {}", req.method, req.path)),
@@ -214,45 +214,45 @@ impl<S: Sql, Q: QueueSender, C: Clock> Api<'_, S, Q, C> {
             return ApiResponse { headers: vec![("retry-after", "60".into())], ..ApiResponse::error(503, MOVING) };
         }
         let result = match route {
-            Route::Dashboard | Route::OpenApi => Ok(public_answer(&route)),
-            Route::Submit => self.submit(cfg, &req.body, req.trace.as_ref()).await,
-            Route::List => self.list(&req.query).await,
-            Route::Counts => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
-            Route::Activity => self
+            Endpoint::Dashboard | Endpoint::OpenApi => Ok(public_answer(&route)),
+            Endpoint::Submit => self.submit(cfg, &req.body, req.trace.as_ref()).await,
+            Endpoint::List => self.list(&req.query).await,
+            Endpoint::Counts => self.ledger.counts().await.map(|c| ApiResponse::json(200, json!(c))),
+            Endpoint::Activity => self
                 .ledger
                 .activity(self.clock.now_ms())
                 .await
                 .map(|(minutes, times)| ApiResponse::json(200, json!({ "minutes": minutes, "times": times }))),
-            Route::RedriveMatching => self.redrive_matching(cfg, &req.body).await,
-            Route::Job(id) if self.caller(req.authorization.as_deref()) == Some(Caller::Producer) => {
+            Endpoint::RedriveMatching => self.redrive_matching(cfg, &req.body).await,
+            Endpoint::Job(id) if self.caller(req.authorization.as_deref()) == Some(Caller::Producer) => {
                 self.state(&id).await
             }
-            Route::Job(id) => self.get(&id).await,
-            Route::Batch(id) => {
+            Endpoint::Job(id) => self.get(&id).await,
+            Endpoint::Batch(id) => {
                 let admin = self.caller(req.authorization.as_deref()) == Some(Caller::Admin);
                 self.batch(&id, admin).await
             }
-            Route::Redrive(id) => self.redrive(cfg, &id).await,
-            Route::Cancel(id) => self.cancel(cfg, &id).await,
-            Route::CancelMatching => match parse_cancel_filter(&req.body) {
+            Endpoint::Redrive(id) => self.redrive(cfg, &id).await,
+            Endpoint::Cancel(id) => self.cancel(cfg, &id).await,
+            Endpoint::CancelMatching => match parse_cancel_filter(&req.body) {
                 Ok((filter, dry_run)) => self.cancel_matching(cfg, filter, dry_run).await,
                 Err(e) => Ok(ApiResponse::error(e.status(), e.to_string())),
             },
-            Route::CancelKey(key) => {
+            Endpoint::CancelKey(key) => {
                 let filter = CancelFilter { ordering_key: Some(key), ..CancelFilter::default() };
                 self.cancel_matching(cfg, filter, false).await
             }
-            Route::Keys => self.keys(cfg, &req.query).await,
-            Route::ChangeKey(key) => self.change_key(cfg, &key, &req.body).await,
-            Route::SkipKey(key) => self.skip(cfg, &key).await,
-            Route::Limits => self.limits(cfg, &req.query).await,
-            Route::Limit(key) => self.limit(cfg, &key).await,
-            Route::ChangeLimit(key) => self.change_limit(cfg, &key, &req.body).await,
-            Route::Schedules => self.schedules(cfg).await,
-            Route::Metrics => self.metrics(cfg).await,
-            Route::ChangeSchedule(name) => self.change_schedule(cfg, &name, &req.body).await,
+            Endpoint::Keys => self.keys(cfg, &req.query).await,
+            Endpoint::ChangeKey(key) => self.change_key(cfg, &key, &req.body).await,
+            Endpoint::SkipKey(key) => self.skip(cfg, &key).await,
+            Endpoint::Limits => self.limits(cfg, &req.query).await,
+            Endpoint::Limit(key) => self.limit(cfg, &key).await,
+            Endpoint::ChangeLimit(key) => self.change_limit(cfg, &key, &req.body).await,
+            Endpoint::Schedules => self.schedules(cfg).await,
+            Endpoint::Metrics => self.metrics(cfg).await,
+            Endpoint::ChangeSchedule(name) => self.change_schedule(cfg, &name, &req.body).await,
             // The worker's edge answers these before it calls the API: they need its bindings.
-            Route::Migrate { .. } | Route::MoveLedger { .. } => {
+            Endpoint::Migrate { .. } | Endpoint::MoveLedger { .. } => {
                 Ok(ApiResponse::error(501, "the ledger's administration is answered by the worker, not the API"))
             }
         };

@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::ledger::deps::Wait;
 use crate::ledger::{Enqueued, JobRow, Sql, Status, Submit};
-// A job's place among the ledger's shards (`api::Route` is a request's route).
+// A job's place among the ledger's shards (`api::Endpoint` is what a request asks for).
 use crate::ledger::Route as Place;
 use crate::producer::{self, QueueSender};
 

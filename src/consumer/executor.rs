@@ -15,7 +15,7 @@ use crate::ledger::history::{Run, RunOutcome};
 use crate::ledger::{JobRow, Record, Sql, Status, Transition};
 use crate::lock::Kv;
 use crate::log::Event;
-use crate::observe::{within, Attempt, Ran as Observed, Span};
+use crate::observe::{within, Attempt, AttemptEnd, Span};
 use crate::producer::{QueueSender, MAX_PAYLOAD_BYTES};
 use crate::retry::{decide_failure, FailureDecision};
 use crate::seal::is_sealed;
@@ -160,12 +160,12 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let span = observer.open(&attempt.span_name(), &attempt.start_attributes(crate::observe::KeyNames::of_config(self.cfg)));
         let ran = self.attempt(job, start_by, span.as_deref(), left).await;
         let outcome = match ran.end {
-            RunEnd::Done => Observed::Done,
-            RunEnd::Dead => Observed::Dead,
-            RunEnd::Retry { .. } => Observed::Retry,
-            RunEnd::Snooze { .. } => Observed::Snooze,
-            RunEnd::Cancelled { .. } => Observed::Cancelled,
-            RunEnd::Limited(_) | RunEnd::LeaseLost => Observed::Waited,
+            RunEnd::Done => AttemptEnd::Done,
+            RunEnd::Dead => AttemptEnd::Dead,
+            RunEnd::Retry { .. } => AttemptEnd::Retry,
+            RunEnd::Snooze { .. } => AttemptEnd::Snooze,
+            RunEnd::Cancelled { .. } => AttemptEnd::Cancelled,
+            RunEnd::Limited(_) | RunEnd::LeaseLost => AttemptEnd::Waited,
         };
         let run_ms = self.clock.now_ms() - started_at;
         if let Some(span) = span {

@@ -1,7 +1,7 @@
 // What a query of orderly's Analytics Engine dataset may say, checked without Cloudflare's SQL API
 // (nothing local answers it): the columns are the ones docs/operations.md's table says each
 // finished attempt writes (observe.test.mjs holds the worker's points to that table), the outcomes
-// are the ones the worker names (src/observe.rs, `Ran::as_str`), and the functions are the ones
+// are the ones the worker names (src/observe.rs, `AttemptEnd::as_str`), and the functions are the ones
 // Analytics Engine's SQL reference lists. Grafana's `$__from`/`$__to` and the dashboard's
 // `$dataset` are expanded first, as Grafana does before the data source sends the query.
 import { readFileSync } from "node:fs";
@@ -43,7 +43,7 @@ export function documentedColumns(text = read("docs/operations.md")) {
 
 /** The outcomes the worker writes as blob2 (src/observe.rs). */
 export function outcomes(text = read("src/observe.rs")) {
-  return [...text.matchAll(/Ran::\w+ => "(\w+)"/g)].map((m) => m[1]);
+  return [...text.matchAll(/AttemptEnd::\w+ => "(\w+)"/g)].map((m) => m[1]);
 }
 
 /** Grafana's expansion of the variables a dashboard query uses: its time range (`$__from`,

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use crate::support::api::{ApiWorld, T0};
 use futures::executor::block_on;
-use orderly::api::{routes, NotRouted, Route, OPENAPI};
+use orderly::api::{routes, Endpoint, NotRouted, OPENAPI};
 use orderly::clock::Clock;
 use orderly::ledger::history::{Run, RunOutcome};
 use orderly::ledger::{stmt, Lease, Record, Sql, Status, Transition};
@@ -533,9 +533,9 @@ fn the_openapi_document_describes_exactly_the_routes_the_api_answers() {
         // Each route answers as itself: the router matches it, and the API does not 404 it as
         // an unknown route (a missing job is a 404 with its own message).
         let path = pattern.replace("{id}", "some-job").replace("{key}", "some-key");
-        assert_eq!(Route::parse(method, &path).map(|(_, p)| p), Ok(pattern), "{method} {path}");
-        let (route, _) = Route::parse(method, &path).unwrap();
-        if matches!(route, Route::Migrate { .. } | Route::MoveLedger { .. }) {
+        assert_eq!(Endpoint::parse(method, &path).map(|(_, p)| p), Ok(pattern), "{method} {path}");
+        let (route, _) = Endpoint::parse(method, &path).unwrap();
+        if matches!(route, Endpoint::Migrate { .. } | Endpoint::MoveLedger { .. }) {
             // The worker's edge answers these (it holds the D1 and shard bindings), after the
             // API's gate: e2e, schema.test.mjs and move.test.mjs.
             continue;
@@ -554,9 +554,9 @@ fn the_openapi_document_describes_exactly_the_routes_the_api_answers() {
     }
     // And nothing else is served.
     for (method, path) in [("GET", "/nope"), ("DELETE", "/jobs/x"), ("GET", "/jobs/x/history"), ("PUT", "/keys")] {
-        assert!(Route::parse(method, path).is_err(), "{method} {path}");
+        assert!(Endpoint::parse(method, path).is_err(), "{method} {path}");
     }
-    assert_eq!(Route::parse("GET", "/nope"), Err(NotRouted::NotFound));
+    assert_eq!(Endpoint::parse("GET", "/nope"), Err(NotRouted::NotFound));
     // The document is served to anyone (no token), as JSON that describes the routes.
     let served = w.call_with(None, Ok(&w.cfg), "GET", "/openapi.json", None);
     assert_eq!((served.status, served.content_type), (200, "application/json"));
@@ -738,9 +738,12 @@ fn every_answer_in_the_openapi_document_is_what_its_route_answers() {
         // The DEAD job's key is blocked (strict, ON_DEAD=block): the one a skip is for.
         let key = if pattern.ends_with("/skip") { "b" } else { "k" };
         let path = pattern.replace("{id}", id).replace("{key}", key).replace("{name}", "beat");
-        let (route, _) = Route::parse(method, &path).unwrap();
+        let (route, _) = Endpoint::parse(method, &path).unwrap();
         let path = if pattern == "/keys" { format!("{path}?state=blocked") } else { path };
-        if matches!(route, Route::Migrate { .. } | Route::MoveLedger { .. } | Route::Metrics | Route::Dashboard) {
+        if matches!(
+            route,
+            Endpoint::Migrate { .. } | Endpoint::MoveLedger { .. } | Endpoint::Metrics | Endpoint::Dashboard
+        ) {
             continue;
         }
         let body = match (method, pattern) {

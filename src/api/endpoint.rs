@@ -7,7 +7,7 @@ use super::http::percent_decode;
 
 /// What a request asks for. A variant's `String` is its path's `{name}` segment, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
+pub enum Endpoint {
     /// `GET /`: the dashboard page (no token).
     Dashboard,
     /// `GET /openapi.json` (no token).
@@ -68,36 +68,36 @@ pub enum Route {
 
 /// A route of the table: its method, its path pattern, and the route a match makes (given the
 /// `{name}` segment, or "" for a path without one).
-type Entry = (&'static str, &'static str, fn(String) -> Route);
+type Entry = (&'static str, &'static str, fn(String) -> Endpoint);
 
 /// Every route.
 const TABLE: &[Entry] = &[
-    ("GET", "/", |_| Route::Dashboard),
-    ("GET", "/openapi.json", |_| Route::OpenApi),
-    ("POST", "/jobs", |_| Route::Submit),
-    ("GET", "/jobs", |_| Route::List),
-    ("GET", "/jobs/counts", |_| Route::Counts),
-    ("GET", "/jobs/activity", |_| Route::Activity),
-    ("POST", "/jobs/redrive", |_| Route::RedriveMatching),
-    ("POST", "/jobs/cancel", |_| Route::CancelMatching),
-    ("GET", "/jobs/{id}", Route::Job),
-    ("POST", "/jobs/{id}/redrive", Route::Redrive),
-    ("POST", "/jobs/{id}/cancel", Route::Cancel),
-    ("GET", "/batches/{id}", Route::Batch),
-    ("GET", "/keys", |_| Route::Keys),
-    ("PUT", "/keys/{key}", Route::ChangeKey),
-    ("POST", "/keys/{key}/skip", Route::SkipKey),
-    ("POST", "/keys/{key}/cancel", Route::CancelKey),
-    ("GET", "/limits", |_| Route::Limits),
-    ("GET", "/limits/{key}", Route::Limit),
-    ("PUT", "/limits/{key}", Route::ChangeLimit),
-    ("GET", "/schedules", |_| Route::Schedules),
-    ("PUT", "/schedules/{name}", Route::ChangeSchedule),
-    ("GET", "/metrics", |_| Route::Metrics),
-    ("GET", "/admin/migrate", |_| Route::Migrate { apply: false }),
-    ("POST", "/admin/migrate", |_| Route::Migrate { apply: true }),
-    ("GET", "/ledger/move", |_| Route::MoveLedger { copy: false }),
-    ("POST", "/ledger/move", |_| Route::MoveLedger { copy: true }),
+    ("GET", "/", |_| Endpoint::Dashboard),
+    ("GET", "/openapi.json", |_| Endpoint::OpenApi),
+    ("POST", "/jobs", |_| Endpoint::Submit),
+    ("GET", "/jobs", |_| Endpoint::List),
+    ("GET", "/jobs/counts", |_| Endpoint::Counts),
+    ("GET", "/jobs/activity", |_| Endpoint::Activity),
+    ("POST", "/jobs/redrive", |_| Endpoint::RedriveMatching),
+    ("POST", "/jobs/cancel", |_| Endpoint::CancelMatching),
+    ("GET", "/jobs/{id}", Endpoint::Job),
+    ("POST", "/jobs/{id}/redrive", Endpoint::Redrive),
+    ("POST", "/jobs/{id}/cancel", Endpoint::Cancel),
+    ("GET", "/batches/{id}", Endpoint::Batch),
+    ("GET", "/keys", |_| Endpoint::Keys),
+    ("PUT", "/keys/{key}", Endpoint::ChangeKey),
+    ("POST", "/keys/{key}/skip", Endpoint::SkipKey),
+    ("POST", "/keys/{key}/cancel", Endpoint::CancelKey),
+    ("GET", "/limits", |_| Endpoint::Limits),
+    ("GET", "/limits/{key}", Endpoint::Limit),
+    ("PUT", "/limits/{key}", Endpoint::ChangeLimit),
+    ("GET", "/schedules", |_| Endpoint::Schedules),
+    ("PUT", "/schedules/{name}", Endpoint::ChangeSchedule),
+    ("GET", "/metrics", |_| Endpoint::Metrics),
+    ("GET", "/admin/migrate", |_| Endpoint::Migrate { apply: false }),
+    ("POST", "/admin/migrate", |_| Endpoint::Migrate { apply: true }),
+    ("GET", "/ledger/move", |_| Endpoint::MoveLedger { copy: false }),
+    ("POST", "/ledger/move", |_| Endpoint::MoveLedger { copy: true }),
 ];
 
 /// Why a request matched no route.
@@ -115,9 +115,9 @@ pub fn routes() -> impl Iterator<Item = (&'static str, &'static str)> {
     TABLE.iter().map(|(method, pattern, _)| (*method, *pattern))
 }
 
-impl Route {
+impl Endpoint {
     /// The route `method` and `path` ask for, with its pattern (`/jobs/{id}`).
-    pub fn parse(method: &str, path: &str) -> Result<(Route, &'static str), NotRouted> {
+    pub fn parse(method: &str, path: &str) -> Result<(Endpoint, &'static str), NotRouted> {
         // Empty segments inside a path stay (`/jobs//redrive` names the job "", never the bulk route).
         let split = |p: &str| -> Vec<String> {
             let p = p.trim_matches('/');
@@ -159,27 +159,27 @@ impl Route {
     /// skip, lists, the charts and the ledger's administration need `ADMIN_TOKEN`.
     pub fn producer_may(&self) -> bool {
         match self {
-            Route::Submit | Route::Job(_) | Route::Batch(_) | Route::Counts => true,
-            Route::Dashboard
-            | Route::OpenApi
-            | Route::List
-            | Route::Activity
-            | Route::RedriveMatching
-            | Route::Redrive(_)
-            | Route::Cancel(_)
-            | Route::CancelMatching
-            | Route::CancelKey(_)
-            | Route::Keys
-            | Route::ChangeKey(_)
-            | Route::SkipKey(_)
-            | Route::Limits
-            | Route::Limit(_)
-            | Route::ChangeLimit(_)
-            | Route::Schedules
-            | Route::ChangeSchedule(_)
-            | Route::Metrics
-            | Route::Migrate { .. }
-            | Route::MoveLedger { .. } => false,
+            Endpoint::Submit | Endpoint::Job(_) | Endpoint::Batch(_) | Endpoint::Counts => true,
+            Endpoint::Dashboard
+            | Endpoint::OpenApi
+            | Endpoint::List
+            | Endpoint::Activity
+            | Endpoint::RedriveMatching
+            | Endpoint::Redrive(_)
+            | Endpoint::Cancel(_)
+            | Endpoint::CancelMatching
+            | Endpoint::CancelKey(_)
+            | Endpoint::Keys
+            | Endpoint::ChangeKey(_)
+            | Endpoint::SkipKey(_)
+            | Endpoint::Limits
+            | Endpoint::Limit(_)
+            | Endpoint::ChangeLimit(_)
+            | Endpoint::Schedules
+            | Endpoint::ChangeSchedule(_)
+            | Endpoint::Metrics
+            | Endpoint::Migrate { .. }
+            | Endpoint::MoveLedger { .. } => false,
         }
     }
 }
@@ -190,23 +190,23 @@ mod tests {
 
     #[test]
     fn a_path_parses_to_its_route_with_its_segment_decoded() {
-        assert_eq!(Route::parse("GET", "/jobs/a%2Fb"), Ok((Route::Job("a/b".into()), "/jobs/{id}")));
-        assert_eq!(Route::parse("POST", "/jobs//redrive"), Ok((Route::Redrive(String::new()), "/jobs/{id}/redrive")));
-        assert_eq!(Route::parse("POST", "/jobs/redrive"), Ok((Route::RedriveMatching, "/jobs/redrive")));
-        assert_eq!(Route::parse("POST", "/jobs/cancel"), Ok((Route::CancelMatching, "/jobs/cancel")));
-        assert_eq!(Route::parse("POST", "/jobs/cancel/cancel"), Ok((Route::Cancel("cancel".into()), "/jobs/{id}/cancel")));
-        assert_eq!(Route::parse("GET", "/jobs/"), Ok((Route::List, "/jobs")));
-        assert_eq!(Route::parse("POST", "/admin/migrate"), Ok((Route::Migrate { apply: true }, "/admin/migrate")));
-        assert_eq!(Route::parse("DELETE", "/jobs/x"), Err(NotRouted::WrongMethod));
-        assert_eq!(Route::parse("GET", "/jobs/x/history"), Err(NotRouted::NotFound));
-        assert_eq!(Route::parse("PUT", "/keys"), Err(NotRouted::WrongMethod));
+        assert_eq!(Endpoint::parse("GET", "/jobs/a%2Fb"), Ok((Endpoint::Job("a/b".into()), "/jobs/{id}")));
+        assert_eq!(Endpoint::parse("POST", "/jobs//redrive"), Ok((Endpoint::Redrive(String::new()), "/jobs/{id}/redrive")));
+        assert_eq!(Endpoint::parse("POST", "/jobs/redrive"), Ok((Endpoint::RedriveMatching, "/jobs/redrive")));
+        assert_eq!(Endpoint::parse("POST", "/jobs/cancel"), Ok((Endpoint::CancelMatching, "/jobs/cancel")));
+        assert_eq!(Endpoint::parse("POST", "/jobs/cancel/cancel"), Ok((Endpoint::Cancel("cancel".into()), "/jobs/{id}/cancel")));
+        assert_eq!(Endpoint::parse("GET", "/jobs/"), Ok((Endpoint::List, "/jobs")));
+        assert_eq!(Endpoint::parse("POST", "/admin/migrate"), Ok((Endpoint::Migrate { apply: true }, "/admin/migrate")));
+        assert_eq!(Endpoint::parse("DELETE", "/jobs/x"), Err(NotRouted::WrongMethod));
+        assert_eq!(Endpoint::parse("GET", "/jobs/x/history"), Err(NotRouted::NotFound));
+        assert_eq!(Endpoint::parse("PUT", "/keys"), Err(NotRouted::WrongMethod));
     }
 
     #[test]
     fn every_route_in_the_table_parses_to_itself() {
         for (method, pattern) in routes() {
             let path = pattern.replace("{id}", "j").replace("{key}", "k");
-            assert_eq!(Route::parse(method, &path).map(|(_, p)| p), Ok(pattern), "{method} {path}");
+            assert_eq!(Endpoint::parse(method, &path).map(|(_, p)| p), Ok(pattern), "{method} {path}");
         }
     }
 
@@ -215,7 +215,7 @@ mod tests {
         let open: Vec<(&str, &str)> = routes()
             .filter(|(m, p)| {
                 let path = p.replace("{id}", "j").replace("{key}", "k");
-                Route::parse(m, &path).is_ok_and(|(r, _)| r.producer_may())
+                Endpoint::parse(m, &path).is_ok_and(|(r, _)| r.producer_may())
             })
             .collect();
         assert_eq!(open, vec![("POST", "/jobs"), ("GET", "/jobs/counts"), ("GET", "/jobs/{id}"), ("GET", "/batches/{id}")]);
