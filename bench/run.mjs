@@ -38,13 +38,26 @@
 //   §27.5): `-bare` hides the tracing API and has no metrics binding, `-metrics` has miniflare's
 //   Analytics Engine dataset; the "workerd CPU ms/job" column is the consumer's workerd processes'
 //   CPU time (/proc) from submission to the drain's end, over the jobs
+//   BENCH_BEFORE=<another checkout, built> BENCH_CONSUMERS=strict-api,strict-api-before: this
+//   build against an earlier one, side by side in one run (a consumer named `-before` runs that
+//   checkout's build/); each cell's runs alternate between them
 import { Miniflare } from "miniflare";
 import { readdirSync, readFileSync } from "node:fs";
 import { join, dirname } from "node:path";
+import { gzipSync } from "node:zlib";
 import { fileURLToPath } from "node:url";
 import { migrate, MODULES_RULES, WORKER_GZIP_BUDGET, workerSize, writeAtomically } from "../tests/e2e/harness.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+/** Another checkout, built, whose worker the `-before` consumers run (BENCH_BEFORE). */
+const BEFORE = process.env.BENCH_BEFORE;
+
+/** The checkout whose build a consumer runs: this one, or BENCH_BEFORE's for a `-before` one. */
+function checkoutOf(parts) {
+  if (!parts.includes("before")) return root;
+  if (!BEFORE) throw new Error("a -before consumer needs BENCH_BEFORE, the checkout whose build it runs");
+  return BEFORE;
+}
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
 const RUNS = Number(process.env.BENCH_RUNS ?? 1);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? "1,4,16").split(",").map(Number);
@@ -221,7 +234,7 @@ export function workerdCpuMs() {
 /** Linux's USER_HZ, the unit of /proc's CPU times: 100 on every architecture Linux runs here. */
 const CLOCK_TICKS = 100;
 
-export async function startConsumer(kind, t, lane, limits, observe = "spans") {
+export async function startConsumer(kind, t, lane, limits, observe = "spans", checkout = root) {
   const common = {
     modules: true,
     modulesRules: MODULES_RULES,
@@ -229,7 +242,7 @@ export async function startConsumer(kind, t, lane, limits, observe = "spans") {
     cf: false,
     kvNamespaces: ["ORDERING_KV"],
     outboundService: (req) => t.handle(req),
-    modulesRoot: join(root, "build"),
+    modulesRoot: join(checkout, "build"),
     // The workers' log lines: per-batch info is noise here; warnings and errors go to stderr.
     handleStructuredLogs: ({ level, message }) => { if (level !== "info" && level !== "log") console.error(message); },
   };
@@ -238,7 +251,7 @@ export async function startConsumer(kind, t, lane, limits, observe = "spans") {
   // miniflare runs in process: it measures the shards' overhead against D1, not their scale.
   const orderly = (mode, shards) => new Miniflare({
     ...common,
-    scriptPath: join(root, "build/bench-orderly.mjs"),
+    scriptPath: join(checkout, "build/bench-orderly.mjs"),
     d1Databases: ["DB"],
     queueProducers: { JOBS: { queueName: "orderly-jobs" } },
     ...(observe === "metrics" ? { analyticsEngineDatasets: { ORDERLY_METRICS: { dataset: "orderly" } } } : {}),
@@ -399,7 +412,7 @@ export async function measure(consumer, name, concurrency) {
   const results = [];
   for (let r = 0; r < RUNS; r++) {
     const t = target();
-    const { mf, worker } = await startConsumer(kind, t, rest.includes("lane"), FLOW[name]?.limits, observation(rest));
+    const { mf, worker } = await startConsumer(kind, t, rest.includes("lane"), FLOW[name]?.limits, observation(rest), checkoutOf(rest));
     // The consumer's workerd alone runs from here to the drain's end (one Miniflare at a time).
     const cpu0 = workerdCpuMs();
     try {
@@ -487,7 +500,9 @@ const fmt = (x, d = 2) => (Number.isInteger(x) ? String(x) : x.toFixed(d));
 export function install() {
   for (const f of ["orderly-entry.mjs:bench-orderly.mjs", "fedify-consumer.mjs:bench-fedify.mjs", "floor-consumer.mjs:bench-floor.mjs", "counting.mjs:counting.mjs"]) {
     const [from, to] = f.split(":");
-    writeAtomically(join(root, "build", to), readFileSync(join(root, "bench", from)));
+    for (const checkout of BEFORE ? [root, BEFORE] : [root]) {
+      writeAtomically(join(checkout, "build", to), readFileSync(join(root, "bench", from)));
+    }
   }
 }
 
@@ -509,6 +524,11 @@ async function main() {
   const w = startUp();
   console.log(`the worker: ${w.raw} bytes raw, ${w.gzip} bytes gzip (budget ${WORKER_GZIP_BUDGET}, ` +
     `${((100 * w.gzip) / WORKER_GZIP_BUDGET).toFixed(0)}% of it); its module compiles in ${w.compileMs.toFixed(1)} ms (median of 5)\n`);
+  if (BEFORE) {
+    const before = readFileSync(join(BEFORE, "build/index_bg.wasm"));
+    const gzip = gzipSync(before, { level: 9 }).length;
+    console.log(`the -before worker (${BEFORE}): ${before.length} bytes raw, ${gzip} bytes gzip; this one is ${w.gzip - gzip >= 0 ? "+" : ""}${w.gzip - gzip} bytes gzip\n`);
+  }
   console.log(`${MESSAGES} jobs per workload, median of ${RUNS} run(s), batches of ${MAX_BATCH}, max_retries ${MAX_RETRIES}, ` +
     `handler latency ${HANDLER_LATENCY_MS} ms; api = submitted through POST /jobs, direct = sent straight to the queue\n`);
   const header = ["workload", "C", "consumer", "drain ms", "workerd CPU ms/job", "deliveries/job", "inversions", "never run", "dead-lettered", "KV ops/job", "D1 trips/job", "handler runs/job", "backlog before urgent"];

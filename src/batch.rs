@@ -7,11 +7,12 @@
 
 use std::collections::BTreeMap;
 
-/// What planning needs of a message.
+/// What planning needs of a message. Items are given in batch order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Item<'a> {
-    /// Position in the delivered batch.
-    pub position: usize,
+pub struct Item<'a, M = usize> {
+    /// What its group lists for it: its position in the delivered batch, or that and what was
+    /// read from it.
+    pub member: M,
     /// The queue's send timestamp, milliseconds.
     pub timestamp_ms: i64,
     /// The ordering key, if any.
@@ -22,32 +23,33 @@ pub struct Item<'a> {
 
 /// One unit of work: a key's messages in order, or a single unkeyed message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Group<'a> {
+pub struct Group<'a, M = usize> {
     /// The ordering key; `None` for an unkeyed message.
     pub key: Option<&'a str>,
-    /// Batch positions, in the order they must run.
-    pub members: Vec<usize>,
+    /// Its items' members, in the order they must run.
+    pub members: Vec<M>,
     /// The most urgent member's priority.
     pub priority: u8,
 }
 
 /// Groups items by key and orders each group. Groups come most urgent first; among equals keyed
 /// groups come first, in key order, so the plan is deterministic, then unkeyed ones in batch order.
-pub fn plan<'a>(items: &[Item<'a>]) -> Vec<Group<'a>> {
-    let mut keyed: BTreeMap<&'a str, Vec<&Item<'a>>> = BTreeMap::new();
+/// A key's items run by send timestamp, then batch order.
+pub fn plan<'a, M: Clone>(items: &[Item<'a, M>]) -> Vec<Group<'a, M>> {
+    let mut keyed: BTreeMap<&'a str, Vec<(usize, &Item<'a, M>)>> = BTreeMap::new();
     let mut unkeyed = Vec::new();
-    for item in items {
+    for (position, item) in items.iter().enumerate() {
         match item.key {
-            Some(k) => keyed.entry(k).or_default().push(item),
-            None => unkeyed.push(Group { key: None, members: vec![item.position], priority: item.priority }),
+            Some(k) => keyed.entry(k).or_default().push((position, item)),
+            None => unkeyed.push(Group { key: None, members: vec![item.member.clone()], priority: item.priority }),
         }
     }
-    let mut groups: Vec<Group<'a>> = keyed
+    let mut groups: Vec<Group<'a, M>> = keyed
         .into_iter()
         .map(|(k, mut members)| {
-            members.sort_by_key(|m| (m.timestamp_ms, m.position));
-            let priority = members.iter().map(|m| m.priority).min().unwrap_or(u8::MAX);
-            Group { key: Some(k), members: members.iter().map(|m| m.position).collect(), priority }
+            members.sort_by_key(|(position, m)| (m.timestamp_ms, *position));
+            let priority = members.iter().map(|(_, m)| m.priority).min().unwrap_or(u8::MAX);
+            Group { key: Some(k), members: members.iter().map(|(_, m)| m.member.clone()).collect(), priority }
         })
         .collect();
     groups.extend(unkeyed);
@@ -60,18 +62,18 @@ pub fn plan<'a>(items: &[Item<'a>]) -> Vec<Group<'a>> {
 mod tests {
     use super::*;
 
-    fn item(position: usize, timestamp_ms: i64, key: Option<&str>) -> Item<'_> {
-        Item { position, timestamp_ms, key, priority: 5 }
+    fn item(member: usize, timestamp_ms: i64, key: Option<&str>) -> Item<'_> {
+        Item { member, timestamp_ms, key, priority: 5 }
     }
 
     #[test]
     fn the_most_urgent_groups_come_first_and_a_key_keeps_its_order() {
         let items = [
-            Item { position: 0, timestamp_ms: 0, key: None, priority: 5 },
-            Item { position: 1, timestamp_ms: 0, key: Some("b"), priority: 5 },
-            Item { position: 2, timestamp_ms: 1, key: Some("b"), priority: 0 },
-            Item { position: 3, timestamp_ms: 0, key: None, priority: 1 },
-            Item { position: 4, timestamp_ms: 0, key: Some("a"), priority: 9 },
+            Item { member: 0, timestamp_ms: 0, key: None, priority: 5 },
+            Item { member: 1, timestamp_ms: 0, key: Some("b"), priority: 5 },
+            Item { member: 2, timestamp_ms: 1, key: Some("b"), priority: 0 },
+            Item { member: 3, timestamp_ms: 0, key: None, priority: 1 },
+            Item { member: 4, timestamp_ms: 0, key: Some("a"), priority: 9 },
         ];
         let plan = plan(&items);
         let order: Vec<(Option<&str>, Vec<usize>)> = plan.iter().map(|g| (g.key, g.members.clone())).collect();
@@ -121,6 +123,6 @@ mod tests {
 
     #[test]
     fn an_empty_batch_plans_nothing() {
-        assert!(plan(&[]).is_empty());
+        assert!(plan::<usize>(&[]).is_empty());
     }
 }

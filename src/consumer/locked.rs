@@ -20,7 +20,7 @@ use crate::batch::{self, Item};
 use crate::clock::Clock;
 use crate::error::InfraError;
 use crate::handlers::Runner;
-use crate::ledger::{Claimed, JobRow, JobSpec, Lease, Record, Route, Sent, Sql, Status, Transition};
+use crate::ledger::{Claimed, JobRow, Lease, Record, Route, Sent, Sql, Status, Transition};
 use crate::lock::{self, Acquired, Kv};
 use crate::producer::{self, OutMessage, QueueSender};
 
@@ -122,34 +122,20 @@ struct GroupResult {
     left: Leftovers,
 }
 
-/// A batch's plan: what is settled already (unreadable bodies, repeats within the batch), the
-/// key groups to run, and each planned message's spec by batch position.
+/// A planned message: its batch position, and what was read from it (only messages that were
+/// read are planned).
+type Planned<'a> = (usize, &'a Decoded);
+
+/// A batch's plan: what is settled already (unreadable bodies, repeats within the batch), and
+/// the key groups to run.
 struct Plan<'a> {
     settled: Vec<Settle>,
-    groups: Vec<batch::Group<'a>>,
-    decoded: Vec<Option<&'a Decoded>>,
+    groups: Vec<batch::Group<'a, Planned<'a>>>,
 }
 
-impl Plan<'_> {
-    /// A planned message (only decoded messages are planned).
-    fn decoded(&self, i: usize) -> &Decoded {
-        self.decoded[i].unwrap_or_else(|| unreachable!("only decoded messages are planned"))
-    }
-
-    /// The spec of a planned message.
-    fn spec(&self, i: usize) -> &JobSpec {
-        &self.decoded(i).spec
-    }
-
-    /// When a planned message was first sent (ms).
-    fn sent_at(&self, i: usize) -> i64 {
-        self.decoded(i).queued_at
-    }
-
-    /// A group's job ids, in run order.
-    fn ids(&self, g: &batch::Group<'_>) -> Vec<&str> {
-        g.members.iter().map(|&i| self.spec(i).id.as_str()).collect()
-    }
+/// A group's job ids, in run order.
+fn job_ids<'a>(g: &batch::Group<'a, Planned<'a>>) -> Vec<&'a str> {
+    g.members.iter().map(|(_, d)| d.spec.id.as_str()).collect()
 }
 
 impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C, Q> {
@@ -172,7 +158,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 return (vec![infra; msgs.len()], Leftovers::default());
             }
         };
-        let (lock_ends, mut left) = self.run_groups(&mut plan, &locks, claims, decoded, now).await;
+        let (lock_ends, mut left) = self.run_groups(&mut plan, &locks, claims, now).await;
         let outcomes = self.settle(plan.settled, lock_ends, (msgs, decoded), &mut left).await;
         (outcomes, left)
     }
@@ -197,15 +183,14 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                     settled.push(Settle::plain(i, Outcome::Defer { delay_seconds: self.cfg.lock_retry_delay_seconds }));
                 }
                 Ok(d) => items.push(Item {
-                    position: i,
+                    member: (i, d),
                     timestamp_ms: d.queued_at,
                     key: d.spec.ordering_key.as_deref(),
                     priority: d.spec.priority,
                 }),
             }
         }
-        let decoded = decoded.iter().map(|d| d.as_ref().ok()).collect();
-        Plan { settled, groups: batch::plan(&items), decoded }
+        Plan { settled, groups: batch::plan(&items) }
     }
 
     /// Phase 1: one lock per key group, taken concurrently; then held keys' holders are read (a
@@ -216,7 +201,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let locks: Vec<GroupLock> = join_all(plan.groups.iter().map(|g| async {
             let Some(key) = g.key else { return GroupLock::Unkeyed };
             let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
-            let got = lock::acquire(self.kv, &key, &plan.ids(g), self.cfg.lock_ttl_seconds).await;
+            let got = lock::acquire(self.kv, &key, &job_ids(g), self.cfg.lock_ttl_seconds).await;
             self.group_lock(key, got)
         }))
         .await;
@@ -225,7 +210,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             let GroupLock::Taken(h) = l else { continue };
             let Some(job) = lock::token_job(&h.token) else { continue };
             let g = &plan.groups[gi];
-            if let Some(at) = g.members.iter().position(|&i| plan.spec(i).id == job) {
+            if let Some(at) = g.members.iter().position(|(_, d)| d.spec.id == job) {
                 plan.groups[gi].members[..=at].rotate_right(1);
             }
         }
@@ -261,9 +246,9 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 GroupLock::Unkeyed | GroupLock::Taken(_) => positions.extend(g.members.iter().copied()),
                 GroupLock::Held { .. } => {
                     let delay = self.held_delay(now, holders.get(&gi));
-                    for &i in &g.members {
+                    for &(i, d) in &g.members {
                         let due = now + i64::from(delay) * 1000;
-                        let spec = plan.spec(i).clone();
+                        let spec = d.spec.clone();
                         let note = Transition::NoteDeferral { spec, at: now, next_run_at: due, slack_ms: DUE_SLACK_MS };
                         plan.settled.push(Settle::recorded(i, note, Outcome::Defer { delay_seconds: delay }).waiting());
                     }
@@ -271,7 +256,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 GroupLock::Down => plan.settled.extend(
                     g.members
                         .iter()
-                        .map(|&i| Settle::plain(i, Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS })),
+                        .map(|&(i, _)| Settle::plain(i, Outcome::Defer { delay_seconds: INFRA_RETRY_DELAY_SECONDS })),
                 ),
             }
         }
@@ -280,13 +265,13 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             until: now + i64::from(self.cfg.lease_seconds) * 1000,
             due_before: now + EARLY_DELIVERY_ALLOWANCE_MS,
         };
-        let specs: Vec<Sent<'_>> = positions.iter().map(|&i| (plan.spec(i), plan.sent_at(i))).collect();
+        let specs: Vec<Sent<'_>> = positions.iter().map(|&(_, d)| (&d.spec, d.queued_at)).collect();
         let verdicts = self.ledger.claim_all(&specs, &self.owner, lease).await?;
         let mut unavailable = None;
         let claims = positions
             .into_iter()
             .zip(verdicts)
-            .map(|(i, v)| {
+            .map(|((i, _), v)| {
                 let claim = match v {
                     Claimed::Won(job) => Claim::Won(job),
                     Claimed::Finished => Claim::Finished,
@@ -317,7 +302,6 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         plan: &mut Plan<'_>,
         locks: &[GroupLock],
         mut claims: HashMap<usize, Claim>,
-        decoded: &[Read],
         now: i64,
     ) -> (Vec<LockEnd>, Leftovers) {
         let leases =
@@ -344,18 +328,18 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
                 GroupLock::Unkeyed => None,
                 GroupLock::Taken(h) => Some(h.clone()),
                 GroupLock::Held { .. } | GroupLock::Down => {
-                    waiting.extend(g.members.iter().filter_map(|&i| plan.decoded(i).handed_slot()));
+                    waiting.extend(g.members.iter().filter_map(|(_, d)| d.handed_slot()));
                     continue;
                 }
             };
-            let members: Vec<(usize, Claim)> =
-                g.members.iter().filter_map(|&i| claims.remove(&i).map(|c| (i, c))).collect();
+            let members: Vec<(Planned<'_>, Claim)> =
+                g.members.iter().filter_map(|&(i, d)| claims.remove(&i).map(|c| ((i, d), c))).collect();
             // Only the first member of the groups that start at once starts now (the rest of the
             // groups start as those end), and only if it was claimed.
-            for (place, (i, claim)) in members.iter().enumerate() {
+            for (place, ((_, d), claim)) in members.iter().enumerate() {
                 let starts = work.len() < GROUP_CONCURRENCY && place == 0 && matches!(claim, Claim::Won(_));
                 if !starts {
-                    waiting.extend(plan.decoded(*i).handed_slot());
+                    waiting.extend(d.handed_slot());
                 }
             }
             work.push((members, lock));
@@ -363,7 +347,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
         let mut left = Leftovers::default();
         self.give_back(&waiting, &mut left).await;
         let runs: Vec<GroupResult> = stream::iter(work)
-            .map(|(members, lock)| self.run_group(members, decoded, lock, &leases, &held, deadline))
+            .map(|(members, lock)| self.run_group(members, lock, &leases, &held, deadline))
             .buffer_unordered(GROUP_CONCURRENCY)
             .collect()
             .await;
@@ -506,7 +490,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             }
             let (Some(key), GroupLock::Held { holder: stale }) = (groups[gi].key, &locks[gi]) else { continue };
             let key = lock::lock_key(&self.cfg.ordering_key_prefix, key);
-            let got = lock::take_over(self.kv, &key, stale, &plan.ids(&groups[gi]), self.cfg.lock_ttl_seconds).await;
+            let got = lock::take_over(self.kv, &key, stale, &job_ids(&groups[gi]), self.cfg.lock_ttl_seconds).await;
             locks[gi] = self.group_lock(key, got);
         }
         (locks, holders)
@@ -534,8 +518,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
     /// settlement, and how the group's lock ends.
     async fn run_group(
         &self,
-        members: Vec<(usize, Claim)>,
-        decoded: &[Read],
+        members: Vec<(Planned<'_>, Claim)>,
         lock: Option<HeldLock>,
         leases: &Leases,
         held: &RefCell<Vec<(HeldLock, i64)>>,
@@ -548,8 +531,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             stopped: None,
             hold_for: None,
         };
-        for (i, claim) in members {
-            let Ok(d) = &decoded[i] else { continue };
+        for ((i, d), claim) in members {
             let now = self.clock.now_ms();
             match claim {
                 Claim::Finished | Claim::Paused => g.settled.push(Settle::plain(i, Outcome::Ack)),

@@ -146,7 +146,7 @@ impl<K: Kv, S: Sql, R: Runner, C: Clock, Q: QueueSender> Consumer<'_, K, S, R, C
             .iter()
             .enumerate()
             .map(|(pos, m)| Item {
-                position: pos,
+                member: pos,
                 timestamp_ms: m.timestamp_ms,
                 key: m.decoded.spec.ordering_key.as_deref(),
                 priority: m.decoded.spec.priority,
