@@ -36,20 +36,35 @@ pub struct Group<'a, M = usize> {
 /// groups come first, in key order, so the plan is deterministic, then unkeyed ones in batch order.
 /// A key's items run by send timestamp, then batch order.
 pub fn plan<'a, M: Clone>(items: &[Item<'a, M>]) -> Vec<Group<'a, M>> {
-    let mut keyed: BTreeMap<&'a str, Vec<(usize, &Item<'a, M>)>> = BTreeMap::new();
+    // Planned by position, then each position's member put in: the grouping's maps exist once in
+    // the worker, not once per kind of member.
+    let by_position: Vec<Item<'a>> = items
+        .iter()
+        .enumerate()
+        .map(|(member, i)| Item { member, timestamp_ms: i.timestamp_ms, key: i.key, priority: i.priority })
+        .collect();
+    plan_positions(&by_position)
+        .into_iter()
+        .map(|g| Group { key: g.key, members: g.members.iter().map(|&p| items[p].member.clone()).collect(), priority: g.priority })
+        .collect()
+}
+
+/// [`plan`] of items whose members are their positions in `items`.
+fn plan_positions<'a>(items: &[Item<'a>]) -> Vec<Group<'a>> {
+    let mut keyed: BTreeMap<&'a str, Vec<&Item<'a>>> = BTreeMap::new();
     let mut unkeyed = Vec::new();
-    for (position, item) in items.iter().enumerate() {
+    for item in items {
         match item.key {
-            Some(k) => keyed.entry(k).or_default().push((position, item)),
-            None => unkeyed.push(Group { key: None, members: vec![item.member.clone()], priority: item.priority }),
+            Some(k) => keyed.entry(k).or_default().push(item),
+            None => unkeyed.push(Group { key: None, members: vec![item.member], priority: item.priority }),
         }
     }
-    let mut groups: Vec<Group<'a, M>> = keyed
+    let mut groups: Vec<Group<'a>> = keyed
         .into_iter()
         .map(|(k, mut members)| {
-            members.sort_by_key(|(position, m)| (m.timestamp_ms, *position));
-            let priority = members.iter().map(|(_, m)| m.priority).min().unwrap_or(u8::MAX);
-            Group { key: Some(k), members: members.iter().map(|(_, m)| m.member.clone()).collect(), priority }
+            members.sort_by_key(|m| (m.timestamp_ms, m.member));
+            let priority = members.iter().map(|m| m.priority).min().unwrap_or(u8::MAX);
+            Group { key: Some(k), members: members.iter().map(|m| m.member).collect(), priority }
         })
         .collect();
     groups.extend(unkeyed);

@@ -288,9 +288,13 @@ impl<S: Sql> Ledger<S> {
             JobRow::all(&jobs)?.into_iter().map(|j| (j.id.clone(), j.route())).collect();
         let n = to.shards.len();
         // A job's rows and its history go to its shard in one batch: both or neither.
-        let mut per_shard: std::collections::BTreeMap<usize, Vec<Stmt>> = Default::default();
-        let mut put = |shard: Option<usize>, s: Stmt| {
-            shard.map(|i| per_shard.entry(i).or_default().push(s)).is_some()
+        let mut per_shard: Vec<Vec<Stmt>> = vec![Vec::new(); n];
+        let mut put = |shard: Option<usize>, s: Stmt| match shard.and_then(|i| per_shard.get_mut(i)) {
+            Some(stmts) => {
+                stmts.push(s);
+                true
+            }
+            None => false,
         };
         for row in &jobs {
             let shard = text(row, "id").and_then(|id| routes.get(&id)).map(|r| r.shard(n));
@@ -311,7 +315,9 @@ impl<S: Sql> Ledger<S> {
                 rows += usize::from(put(table.shard(row, &routes, n), table.import(row)));
             }
         }
-        let writes = per_shard.into_iter().map(|(shard, stmts)| to.shards[shard].sql.batch(stmts));
+        let writes = (to.shards.iter().zip(per_shard))
+            .filter(|(_, stmts)| !stmts.is_empty())
+            .map(|(shard, stmts)| shard.sql.batch(stmts));
         for written in futures::future::join_all(writes).await {
             written?;
         }

@@ -90,6 +90,22 @@ impl<S: Sql> Ledger<S> {
         self.routed_each(items, route, f).await.into_iter().collect()
     }
 
+    /// Each shard's items, by shard in order: the positions in `routes` of the items routed to
+    /// it. One kind of map for every caller, whatever its items (each kind is code in the worker).
+    fn parts(&self, routes: impl Iterator<Item = Route>) -> BTreeMap<usize, Vec<usize>> {
+        let mut parts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (i, route) in routes.enumerate() {
+            parts.entry(route.shard(self.shards.len())).or_default().push(i);
+        }
+        parts
+    }
+
+    /// `items` by shard, in shard order, each shard's in their order (see [`Self::parts`]).
+    fn parted<T: Clone>(&self, items: &[T], route: impl Fn(&T) -> Route) -> Vec<(usize, Vec<T>)> {
+        let parts = self.parts(items.iter().map(route));
+        parts.into_iter().map(|(s, at)| (s, at.iter().map(|&i| items[i].clone()).collect())).collect()
+    }
+
     /// [`Self::routed`], each item answered alone: an item whose shard failed gets that shard's
     /// error, the others their answers (one shard down holds only its own jobs).
     async fn routed_each<'t, T, R>(
@@ -98,10 +114,7 @@ impl<S: Sql> Ledger<S> {
         route: impl Fn(&T) -> Route,
         f: impl AsyncFn(&Shard<S>, Vec<&'t T>) -> Result<Vec<R>, InfraError>,
     ) -> Vec<Result<R, InfraError>> {
-        let mut parts: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (i, item) in items.iter().enumerate() {
-            parts.entry(route(item).shard(self.shards.len())).or_default().push(i);
-        }
+        let parts = self.parts(items.iter().map(route));
         let answers =
             join_all(parts.iter().map(|(&s, at)| f(&self.shards[s], at.iter().map(|&i| &items[i]).collect()))).await;
         let mut out: Vec<Result<R, InfraError>> = items.iter().map(|_| Err(mismatch())).collect();
@@ -616,11 +629,8 @@ impl<S: Sql> Ledger<S> {
     pub async fn forget_all(&self, keys: &[Forgotten<'_>], now: i64) -> Result<Vec<Woken>, InfraError> {
         let mut woken = Vec::new();
         for chunk in keys.chunks(KEYS_PER_BATCH) {
-            let mut parts: BTreeMap<usize, Vec<Forgotten<'_>>> = BTreeMap::new();
-            for k in chunk {
-                parts.entry(Route::key(k.0).shard(self.shards.len())).or_default().push(k.clone());
-            }
-            let answers = join_all(parts.iter().map(|(&s, part)| self.shards[s].forget_all(part, now))).await;
+            let parts = self.parted(chunk, |k| Route::key(k.0));
+            let answers = join_all(parts.iter().map(|(s, part)| self.shards[*s].forget_all(part, now))).await;
             for a in answers {
                 woken.extend(a?);
             }
@@ -642,12 +652,9 @@ impl<S: Sql> Ledger<S> {
     pub async fn line_all<'a>(&self, keys: &[Lined<'a>], now: i64) -> Vec<(Vec<&'a str>, Result<Vec<Woken>, InfraError>)> {
         let mut out = Vec::new();
         for chunk in keys.chunks(KEYS_PER_BATCH) {
-            let mut parts: BTreeMap<usize, Vec<Lined<'a>>> = BTreeMap::new();
-            for k in chunk {
-                parts.entry(Route::key(k.0).shard(self.shards.len())).or_default().push(k.clone());
-            }
-            let answers = join_all(parts.iter().map(|(&s, part)| self.shards[s].line_all(part, now))).await;
-            out.extend(parts.values().map(|part| part.iter().map(|k| k.0).collect()).zip(answers));
+            let parts = self.parted(chunk, |k| Route::key(k.0));
+            let answers = join_all(parts.iter().map(|(s, part)| self.shards[*s].line_all(part, now))).await;
+            out.extend(parts.iter().map(|(_, part)| part.iter().map(|k| k.0).collect()).zip(answers));
         }
         out
     }
